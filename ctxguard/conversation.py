@@ -1,0 +1,173 @@
+"""Conversation scope and per-conversation memory (bounded), for diffs and evictions.
+
+``conversation("order-41")`` scopes calls through ``contextvars``, so it follows
+asyncio tasks and is isolated between threads. The memory remembers, per
+conversation, only digests of the previous payload and which protected items
+(system instruction, pinned block) it carried; least recently used
+conversations are forgotten past the cap.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .payload import SYSTEM_ROLES, Payload
+
+__all__ = ["ConversationMemory", "ConversationState", "Diff", "conversation", "current_conversation"]
+
+Scope = tuple[str, "str | None"]
+_current: ContextVar[Scope | None] = ContextVar("ctxguard_conversation", default=None)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def current_conversation() -> Scope | None:
+    """``(conversation_id, tenant)`` of the innermost active scope, or None."""
+    return _current.get()
+
+
+class conversation:  # noqa: N801 - used like a function: ``with conversation("c1"):``
+    """Scope calls (and facts) to one conversation; context manager or decorator.
+
+    >>> with conversation("order-41"):
+    ...     current_conversation()
+    ('order-41', None)
+    """
+
+    def __init__(self, conversation_id: str, *, tenant: str | None = None) -> None:
+        if not isinstance(conversation_id, str) or not conversation_id:
+            raise ValueError("conversation_id must be a non-empty string")
+        self.conversation_id = conversation_id
+        self.tenant = tenant
+        self._tokens: list[Token[Scope | None]] = []
+
+    def __enter__(self) -> conversation:
+        self._tokens.append(_current.set((self.conversation_id, self.tenant)))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _current.reset(self._tokens.pop())
+
+    async def __aenter__(self) -> conversation:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.__exit__()
+
+    def __call__(self, func: F) -> F:
+        conversation_id, tenant = self.conversation_id, self.tenant
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_scoped(*args: Any, **kwargs: Any) -> Any:
+                with conversation(conversation_id, tenant=tenant):
+                    return await func(*args, **kwargs)
+
+            return async_scoped  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def scoped(*args: Any, **kwargs: Any) -> Any:
+            with conversation(conversation_id, tenant=tenant):
+                return func(*args, **kwargs)
+
+        return scoped  # type: ignore[return-value]
+
+
+@dataclass
+class ConversationState:
+    first_system: str | None = None
+    prev_hash: str | None = None
+    prev_digests: list[str] = field(default_factory=list)
+    prev_roles: list[str] = field(default_factory=list)
+    had_system: bool = False
+    had_pinned: bool = False
+    system_evicted: bool = False
+    pinned_evicted: bool = False
+
+
+@dataclass(frozen=True)
+class Diff:
+    """This payload against the previous one of the same conversation."""
+
+    prev_hash: str | None
+    added: int
+    dropped: dict[str, int]  # role -> messages present last time and absent now
+    evicted: tuple[str, ...]  # eviction kinds first observed on this payload
+    first_system: str | None  # the system digest first seen in the conversation
+
+
+def _dropped(prev: list[str], prev_roles: list[str], now: list[str]) -> tuple[int, dict[str, int]]:
+    """(added, dropped-by-role) by digest, as multisets; sets when there are no repeats."""
+    now_set = set(now)
+    prev_set = set(prev)
+    if len(now_set) == len(now) and len(prev_set) == len(prev):
+        added = len(now_set - prev_set)
+        gone = prev_set - now_set
+        dropped: dict[str, int] = {}
+        if gone:
+            for digest, role in zip(prev, prev_roles):
+                if digest in gone:
+                    dropped[role] = dropped.get(role, 0) + 1
+        return added, dropped
+    remaining = Counter(now)
+    dropped = {}
+    for digest, role in zip(prev, prev_roles):
+        if remaining[digest] > 0:
+            remaining[digest] -= 1
+        else:
+            dropped[role] = dropped.get(role, 0) + 1
+    return sum(remaining.values()), dropped
+
+
+class ConversationMemory:
+    """LRU of conversation states, at most ``max_conversations``."""
+
+    def __init__(self, max_conversations: int = 10_000) -> None:
+        self.max_conversations = max_conversations
+        self._states: OrderedDict[Scope, ConversationState] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def observe(self, scope: Scope, payload: Payload, *, pinned: bool) -> Diff:
+        """Record this payload for ``scope`` and return what changed since the last one."""
+        digests = [m.digest for m in payload.messages]
+        roles = [m.role for m in payload.messages]
+        system = payload.system
+        with self._lock:
+            state = self._states.get(scope)
+            if state is None:
+                state = self._states[scope] = ConversationState()
+                if len(self._states) > self.max_conversations:
+                    self._states.popitem(last=False)
+            else:
+                self._states.move_to_end(scope)
+            prev_hash = state.prev_hash
+            if prev_hash is None:
+                added, dropped = len(digests), {}
+            else:
+                added, dropped = _dropped(state.prev_digests, state.prev_roles, digests)
+            evicted: list[str] = []
+            if system is not None or any(m.role in SYSTEM_ROLES for m in payload.messages):
+                state.had_system, state.system_evicted = True, False
+                if state.first_system is None and system is not None:
+                    state.first_system = system.digest
+            elif state.had_system and not state.system_evicted:
+                state.system_evicted = True
+                evicted.append("system")
+            if pinned:
+                state.had_pinned, state.pinned_evicted = True, False
+            elif state.had_pinned and not state.pinned_evicted:
+                state.pinned_evicted = True
+                evicted.append("pinned")
+            state.prev_hash = payload.digest
+            state.prev_digests, state.prev_roles = digests, roles
+            return Diff(prev_hash, added, dropped, tuple(evicted), state.first_system)

@@ -1,0 +1,47 @@
+"""Keyed digests: evidence that a message was (or was not) sent, without its content.
+
+BLAKE2b in keyed mode is a MAC: without the key nobody can confirm a guessed
+value (a phone number, a city) against a digest found in telemetry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+
+__all__ = ["Digester"]
+
+logger = logging.getLogger("ctxguard")
+_warned = threading.Event()
+
+
+class Digester:
+    """``Digester(b"secret").text("hello")`` -> 32 hex characters, stable for one key."""
+
+    __slots__ = ("_key", "ephemeral")
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self.ephemeral = key is None
+        if key is None:
+            key = os.urandom(32)
+            if not _warned.is_set():
+                _warned.set()
+                logger.warning(
+                    "ctxguard: no digest key configured (digest_key= or CTXGUARD_DIGEST_KEY); "
+                    "using a random per-process key, so digests are not comparable across processes"
+                )
+        # BLAKE2b accepts keys up to 64 bytes; longer secrets are condensed first.
+        self._key = key if len(key) <= 64 else hashlib.blake2b(key, digest_size=64).digest()
+
+    def bytes(self, data: bytes) -> str:
+        return hashlib.blake2b(data, key=self._key, digest_size=16).hexdigest()
+
+    def text(self, text: str) -> str:
+        # surrogatepass: a lone surrogate from a broken client must digest, not raise.
+        return self.bytes(text.encode("utf-8", "surrogatepass"))
+
+    def join(self, digests: list[str]) -> str:
+        """Digest of an ordered sequence of digests (the payload digest)."""
+        return self.bytes("\n".join(digests).encode("ascii"))

@@ -1,0 +1,371 @@
+"""The per-call pipeline: normalise -> digest/count -> checks -> record -> (send) -> answer.
+
+Each stage runs inside ``guarded(where)``: a failure there is counted and the
+stages that depend on it are skipped, but the application's call always goes
+through with its own arguments, exactly once. Only enforce mode raises, and
+only ``ContextViolation``, before the request is sent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
+from prometheus_client import CollectorRegistry
+
+from . import budget as budget_mod
+from ._isolation import guarded, set_error_counter
+from .checks import CHECK_NAMES, Context, Outcome, run_checks
+from .config import Config
+from .conversation import ConversationMemory, Diff, Scope, current_conversation
+from .digest import Digester
+from .measure import Measurer
+from .payload import Payload, Reply
+from .pinned import PinnedBlock, find_block
+from .policy import Policy
+from .providers.base import Adapter, StreamReader
+from .providers.streams import wrap_stream
+from .telemetry import spans as attr
+from .telemetry.log import log_violation
+from .telemetry.metrics import Metrics, metrics_for
+from .tokens import Calibration, default_counter
+from .violations import ContextViolation, Violation
+
+__all__ = ["Call", "Guard"]
+
+_DEFAULT_BUDGET = budget_mod.Budget()
+_perf = time.perf_counter
+
+
+class Guard:
+    """The active instrumentation, returned by ``ctxguard.instrument()``.
+
+    >>> guard = ctxguard.instrument()            # doctest: +SKIP
+    >>> guard.policy = ctxguard.Policy(pinned=ctxguard.Pinned())  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        policy: Policy | None = None,
+        registry: CollectorRegistry | None = None,
+        tracer_provider: TracerProvider | None = None,
+        ledger: object | None = None,
+        conversation_id: Callable[[Mapping[str, Any]], str | None] | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.config = config
+        self.policy = policy if policy is not None else Policy()
+        self.metrics: Metrics = metrics_for(registry, CHECK_NAMES)
+        provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+        self.tracer = provider.get_tracer("ctxguard")
+        self.calibration = Calibration()
+        self.measurer = Measurer(Digester(config.digest_key), default_counter(), self.calibration)
+        self.memory = ConversationMemory(config.max_conversations)
+        self.ledger = ledger
+        self.clock = clock
+        self._conversation_id = conversation_id
+        set_error_counter(self.metrics.count_error)
+
+    @property
+    def enforce(self) -> bool:
+        return self.config.mode == "enforce"
+
+    def _scope(self, kwargs: Mapping[str, Any]) -> Scope | None:
+        scope = current_conversation()
+        if scope is None and self._conversation_id is not None:
+            with guarded("callback"):
+                found = self._conversation_id(kwargs)
+                if isinstance(found, str) and found:
+                    scope = (found, None)
+        return scope
+
+    def before(self, adapter: Adapter, api: str, kwargs: Mapping[str, Any]) -> Call | None:
+        """Inspect a request about to be sent. Raises only ``ContextViolation`` (enforce)."""
+        started = _perf()
+        payload: Payload | None = None
+        with guarded("normalise"):
+            view = adapter.normalise(api, kwargs)
+            with guarded("digest"):
+                payload = self.measurer.measure(view)
+        if payload is None:
+            return None
+        call = Call(self, adapter, api, payload, self._scope(kwargs), started)
+        with guarded("checks"):
+            call.evaluate()
+        with guarded("telemetry"):
+            call.record(kwargs)
+        if self.enforce and call.violations:
+            call.block()
+        call.elapsed += _perf() - started
+        return call
+
+
+class Call:
+    """One guarded LLM call, from inspection to the end of its answer."""
+
+    __slots__ = (
+        "adapter",
+        "api",
+        "ctx",
+        "diff",
+        "elapsed",
+        "guard",
+        "outcomes",
+        "payload",
+        "scope",
+        "span",
+        "started",
+        "token",
+        "violations",
+    )
+
+    def __init__(
+        self, guard: Guard, adapter: Adapter, api: str, payload: Payload, scope: Scope | None, started: float
+    ) -> None:
+        self.guard = guard
+        self.adapter = adapter
+        self.api = api
+        self.payload = payload
+        self.scope = scope
+        self.started = started
+        self.elapsed = 0.0
+        self.ctx: Context | None = None
+        self.diff: Diff | None = None
+        self.outcomes: list[Outcome] = []
+        self.violations: list[Violation] = []
+        self.span: trace.Span | None = None
+        self.token: object | None = None
+
+    # -- before sending -------------------------------------------------
+
+    def evaluate(self) -> None:
+        guard, payload = self.guard, self.payload
+        policy = guard.policy
+        pinned: PinnedBlock | None = None
+        pinned_tokens = 0
+        if policy.pinned is not None and payload.unreadable is None:
+            pinned = find_block(payload.messages, policy.pinned.marker)
+            if pinned is not None:
+                pinned_tokens = guard.measurer.tokens(pinned.text)
+        system = payload.system
+        budget = budget_mod.evaluate(
+            policy.budget or _DEFAULT_BUDGET,
+            model=payload.model,
+            input_tokens=payload.tokens,
+            system_tokens=(system.tokens if system is not None else 0) + pinned_tokens,
+            tools_tokens=payload.tools_tokens,
+            max_output_tokens=payload.max_output_tokens,
+        )
+        if self.scope is not None and payload.history_elsewhere is None and payload.unreadable is None:
+            with guarded("conversation"):
+                self.diff = guard.memory.observe(self.scope, payload, pinned=pinned is not None)
+        diff = self.diff
+        self.ctx = Context(
+            policy=policy,
+            pinned=pinned,
+            pinned_tokens=pinned_tokens,
+            budget=budget,
+            first_system=diff.first_system if diff is not None else None,
+            in_conversation=diff is not None,
+        )
+        self.outcomes = run_checks(payload, self.ctx)
+        self.violations = [v for o in self.outcomes for v in o.violations]
+
+    def record(self, kwargs: Mapping[str, Any]) -> None:
+        guard, payload, ctx, diff = self.guard, self.payload, self.ctx, self.diff
+        m = guard.metrics
+        provider = payload.provider
+        m.calls_by[(provider, payload.operation)].inc()
+        for o in self.outcomes:
+            m.checks_by[(o.check, o.outcome)].inc()
+            if o.outcome == "fail":
+                m.violations_by[(o.check, provider)].inc()
+        if diff is not None:
+            for kind in diff.evicted:
+                m.evictions_by[kind].inc()
+            for role, count in diff.dropped.items():
+                m.dropped_role(role, count)
+        m.tokens_by[provider].observe(payload.tokens)
+        if ctx is not None:
+            if not isinstance(ctx.budget, str):
+                m.utilization_by[provider].observe(ctx.budget.utilization)
+            if ctx.pinned is not None:
+                m.pinned_tokens.observe(ctx.pinned_tokens)
+
+        conversation_id = self.scope[0] if self.scope is not None else None
+        for v in self.violations:
+            log_violation(v, provider=provider, conversation_id=conversation_id, payload_hash=payload.digest)
+
+        start_attrs: dict[str, Any] = {
+            attr.OPERATION: payload.operation,
+            attr.PROVIDER: provider,
+        }
+        if payload.model:
+            start_attrs[attr.REQUEST_MODEL] = payload.model
+        if payload.max_output_tokens is not None:
+            start_attrs[attr.REQUEST_MAX_TOKENS] = payload.max_output_tokens
+        if conversation_id is not None:
+            start_attrs[attr.CONVERSATION_ID] = conversation_id
+        span = guard.tracer.start_span(
+            f"{payload.operation} {payload.model or 'unknown'}", kind=SpanKind.CLIENT, attributes=start_attrs
+        )
+        self.span = span
+        self.token = otel_context.attach(trace.set_span_in_context(span))
+        if span.is_recording():
+            span.set_attributes(self._attributes())
+            attr.violation_events(span, self.violations)
+            if guard.config.capture_content:
+                span.set_attribute(
+                    attr.INPUT_MESSAGES,
+                    attr.content_json([{"role": msg.role, "content": msg.text} for msg in payload.messages]),
+                )
+
+    def _attributes(self) -> dict[str, Any]:
+        payload, ctx, diff = self.payload, self.ctx, self.diff
+        messages = payload.messages
+        shown = messages[: attr.MESSAGE_ATTR_CAP]
+        a: dict[str, Any] = {
+            attr.MODE: self.guard.config.mode,
+            attr.PAYLOAD_HASH: payload.digest,
+            attr.PAYLOAD_MESSAGES: len(messages),
+            attr.PAYLOAD_TOKENS: payload.tokens,
+            attr.TOKENS_SOURCE: payload.tokens_source,
+            attr.MESSAGE_ROLES: [msg.role for msg in shown],
+            attr.MESSAGE_HASHES: [msg.digest for msg in shown],
+            attr.VIOLATIONS: [o.check for o in self.outcomes if o.outcome == "fail"],
+        }
+        if len(messages) > attr.MESSAGE_ATTR_CAP:
+            a[attr.MESSAGE_TRUNCATED] = True
+        head = payload.head
+        if head is not None:
+            a[attr.HEAD_ROLE] = head.role
+            a[attr.HEAD_HASH] = head.digest
+        skipped = [f"{o.check}: {o.reason}" for o in self.outcomes if o.outcome == "skip"]
+        if skipped:
+            a[attr.SKIPPED] = skipped
+        if payload.history_elsewhere is not None:
+            a[attr.HISTORY_ELSEWHERE] = payload.history_elsewhere
+        if diff is not None:
+            if diff.prev_hash is not None:
+                a[attr.PREV_HASH] = diff.prev_hash
+            a[attr.MESSAGES_ADDED] = diff.added
+            a[attr.MESSAGES_DROPPED] = sum(diff.dropped.values())
+            a[attr.EVICTED] = list(diff.evicted)
+        if ctx is not None:
+            if not isinstance(ctx.budget, str):
+                ev = ctx.budget
+                a[attr.BUDGET_WINDOW] = ev.breakdown.window
+                a[attr.BUDGET_RESERVED_OUTPUT] = ev.breakdown.reserved_output
+                a[attr.BUDGET_RESERVED_REASONING] = ev.breakdown.reserved_reasoning
+                a[attr.BUDGET_TOOLS] = ev.breakdown.tools
+                a[attr.BUDGET_HISTORY_AVAILABLE] = ev.breakdown.history_available
+                a[attr.BUDGET_HEADROOM] = ev.headroom
+                a[attr.BUDGET_UTILIZATION] = round(ev.utilization, 4)
+            if ctx.policy.pinned is not None:
+                a[attr.PINNED_PRESENT] = ctx.pinned is not None
+                if ctx.pinned is not None:
+                    a[attr.PINNED_TOKENS] = ctx.pinned_tokens
+                    a[attr.PINNED_ENTRIES] = ctx.pinned.entries
+                    a[attr.PINNED_HASH] = self.guard.measurer.digester.text(ctx.pinned.text)
+        return a
+
+    def block(self) -> None:
+        """Enforce mode: count, close the span, and refuse to send."""
+        with guarded("telemetry"):
+            for check in dict.fromkeys(v.check for v in self.violations):
+                self.guard.metrics.blocked_by[check].inc()
+            self._end(error_type=ContextViolation.__name__)
+        raise ContextViolation(self.violations)
+
+    # -- after sending --------------------------------------------------
+
+    def _detach(self) -> None:
+        if self.token is not None:
+            token, self.token = self.token, None
+            otel_context.detach(token)  # type: ignore[arg-type]
+
+    def _end(self, *, reply: Reply | None = None, error_type: str | None = None) -> None:
+        self._detach()
+        span = self.span
+        if span is not None:
+            self.span = None
+            if reply is not None and span.is_recording():
+                span.set_attributes(_reply_attributes(reply))
+                if self.guard.config.capture_content and reply.text:
+                    span.set_attribute(
+                        attr.OUTPUT_MESSAGES, attr.content_json([{"role": "assistant", "content": reply.text}])
+                    )
+            if error_type is not None:
+                span.set_attribute(attr.ERROR_TYPE, error_type)
+                span.set_status(Status(StatusCode.ERROR))
+            span.end()
+        self.guard.metrics.duration.observe(self.elapsed)
+
+    def finished(self, result: Any) -> Any:
+        """The SDK returned ``result``; returns it (or a transparent stream proxy)."""
+        started = _perf()
+        with guarded("telemetry"):
+            self._detach()
+        if self.payload.stream and _is_stream(result):
+            with guarded("stream"):
+                reader = self.adapter.stream_reader(self.api)
+                proxy = wrap_stream(result, self, reader)
+                self.elapsed += _perf() - started
+                return proxy
+        reply = None
+        with guarded("response"):
+            reply = self.adapter.read_response(self.api, result)
+        self.answer(reply, started)
+        return result
+
+    def failed(self, exc: BaseException) -> None:
+        """The SDK raised; record it. The caller re-raises ``exc`` unchanged."""
+        started = _perf()
+        with guarded("telemetry"):
+            self.elapsed += _perf() - started
+            self._end(error_type=type(exc).__qualname__)
+
+    def answer(self, reply: Reply | None, started: float | None = None) -> None:
+        """The whole answer is known (after the response, or at the end of a stream)."""
+        started = _perf() if started is None else started
+        if reply is not None and reply.input_tokens:
+            with guarded("tokens"):
+                self.guard.calibration.observe(self.payload.model, self.payload.raw_tokens, reply.input_tokens)
+        with guarded("telemetry"):
+            self.elapsed += _perf() - started
+            self._end(reply=reply)
+
+    def stream_chunk(self, reader: StreamReader, chunk: Any) -> None:
+        started = _perf()
+        with guarded("stream"):
+            reader.feed(chunk)
+        self.elapsed += _perf() - started
+
+
+def _is_stream(result: Any) -> bool:
+    cls = type(result)
+    return hasattr(cls, "__next__") or hasattr(cls, "__anext__")
+
+
+def _reply_attributes(reply: Reply) -> dict[str, Any]:
+    a: dict[str, Any] = {}
+    if reply.model:
+        a[attr.RESPONSE_MODEL] = reply.model
+    if reply.id:
+        a[attr.RESPONSE_ID] = reply.id
+    if reply.finish_reasons:
+        a[attr.FINISH_REASONS] = list(reply.finish_reasons)
+    if reply.input_tokens is not None:
+        a[attr.INPUT_TOKENS] = reply.input_tokens
+    if reply.output_tokens is not None:
+        a[attr.OUTPUT_TOKENS] = reply.output_tokens
+    return a
+
+

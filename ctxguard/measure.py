@@ -1,0 +1,98 @@
+"""Digest and count: ``RequestView`` -> ``Payload``, with a per-message cache.
+
+Messages are cached by content (role, text, references), so a conversation
+that grows by one turn per call digests and counts one new message per call;
+the rest are dictionary hits. The cache is bounded with two generations: when
+the young one fills up, the old one is dropped whole, so memory stays within
+twice the cap without per-hit bookkeeping.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .digest import Digester
+from .payload import Item, Message, Payload, RequestView
+from .tokens import MESSAGE_OVERHEAD, NON_TEXT_PART, REPLY_PRIMING, Calibration, TokenCounter
+
+__all__ = ["Measurer"]
+
+
+class _TwoGenerationCache:
+    __slots__ = ("_cap", "_lock", "_new", "_old")
+
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+        self._new: dict[object, object] = {}
+        self._old: dict[object, object] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: object) -> object | None:
+        value = self._new.get(key)
+        if value is None:
+            value = self._old.get(key)
+            if value is not None:
+                self.put(key, value)
+        return value
+
+    def put(self, key: object, value: object) -> None:
+        with self._lock:
+            if len(self._new) >= self._cap:
+                self._old, self._new = self._new, {}
+            self._new[key] = value
+
+
+class Measurer:
+    """``Measurer(Digester(key), counter, Calibration()).measure(view)`` -> Payload."""
+
+    def __init__(
+        self, digester: Digester, counter: TokenCounter, calibration: Calibration, cap: int = 50_000
+    ) -> None:
+        self.digester = digester
+        self.counter = counter
+        self.calibration = calibration
+        self._messages = _TwoGenerationCache(cap)
+        self._texts = _TwoGenerationCache(cap // 10 or 1)
+
+    def message(self, item: Item) -> Message:
+        cached = self._messages.get(item)
+        if cached is not None:
+            return cached  # type: ignore[return-value]
+        role, text, refs, source = item
+        canonical = f"{role}\x1f{text}\x1f" + "\x1e".join(refs)
+        tokens = self.counter.count(text) + MESSAGE_OVERHEAD + NON_TEXT_PART * sum(
+            1 for ref in refs if not ref.startswith("id:")
+        )
+        message = Message(role, text, self.digester.text(canonical), tokens, source)
+        self._messages.put(item, message)
+        return message
+
+    def tokens(self, text: str) -> int:
+        """Count a text that recurs across calls (a tool schema, a pinned block), cached."""
+        cached = self._texts.get(text)
+        if cached is None:
+            cached = self.counter.count(text)
+            self._texts.put(text, cached)
+        return cached  # type: ignore[return-value]
+
+    def measure(self, view: RequestView) -> Payload:
+        message = self.message
+        messages = [message(item) for item in view.items]
+        tools_tokens = sum(self.tokens(schema) for schema in view.tools)
+        raw = sum(m.tokens for m in messages) + REPLY_PRIMING + tools_tokens
+        factor = self.calibration.factor(view.model)
+        return Payload(
+            provider=view.provider,
+            operation=view.operation,
+            model=view.model,
+            messages=messages,
+            digest=self.digester.join([m.digest for m in messages]),
+            raw_tokens=raw,
+            tokens=raw if factor is None else round(raw * factor),
+            tokens_source=self.counter.name if factor is None else "calibrated",
+            tools_tokens=tools_tokens,
+            max_output_tokens=view.max_output_tokens,
+            stream=view.stream,
+            history_elsewhere=view.history_elsewhere,
+            unreadable=view.unreadable,
+        )

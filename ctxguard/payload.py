@@ -1,0 +1,93 @@
+"""The provider-neutral request: what a provider module hands to the guard.
+
+A provider module translates SDK keyword arguments into a ``RequestView``
+(role and readable text per message, references for non-text parts, the
+output reservation). ``measure`` turns it into a ``Payload`` with digests and
+token counts. Checks only ever see a ``Payload``; they never learn which SDK
+produced it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["SYSTEM_ROLES", "Item", "Message", "Payload", "Reply", "RequestView"]
+
+#: Roles that carry the application's instruction.
+SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+#: One message as the model reads it: ``(role, text, refs, source)``. A plain tuple
+#: because it is built per message per call and is the cache key.
+#: ``text`` is every text the model reads there (content, parts, tool arguments,
+#: tool results); ``refs`` are non-text parts (image URL, file id; digested only)
+#: and ids prefixed ``id:``; ``source`` is ``"message"``, or ``"instructions"`` for
+#: a provider's system parameter.
+Item = tuple[str, str, tuple[str, ...], str]
+
+
+@dataclass
+class RequestView:
+    """A request, normalised but not yet measured."""
+
+    provider: str
+    operation: str
+    model: str | None
+    items: list[Item]
+    max_output_tokens: int | None = None
+    tools: list[str] = field(default_factory=list)  # tool schemas, canonical JSON
+    stream: bool = False
+    #: Why the history is not in the request (provider-managed state), if so.
+    history_elsewhere: str | None = None
+    #: Why the messages could not be read at all, if so.
+    unreadable: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: str
+    text: str
+    digest: str
+    tokens: int  # raw count including the message framing
+    source: str = "message"
+
+
+@dataclass(slots=True)
+class Payload:
+    """A measured request: the object every check reads."""
+
+    provider: str
+    operation: str
+    model: str | None
+    messages: list[Message]
+    digest: str
+    raw_tokens: int  # uncalibrated count, kept for calibration against reported usage
+    tokens: int  # count used for the budget (calibrated when a factor is known)
+    tokens_source: str
+    tools_tokens: int
+    max_output_tokens: int | None
+    stream: bool
+    history_elsewhere: str | None
+    unreadable: str | None
+
+    @property
+    def head(self) -> Message | None:
+        return self.messages[0] if self.messages else None
+
+    @property
+    def system(self) -> Message | None:
+        """The instruction at the head, if the head is one."""
+        head = self.head
+        return head if head is not None and head.role in SYSTEM_ROLES else None
+
+
+@dataclass
+class Reply:
+    """What came back, provider-neutral (for the span, calibration and answer checks)."""
+
+    model: str | None = None
+    id: str | None = None
+    finish_reasons: list[str] = field(default_factory=list)
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    text: str = ""

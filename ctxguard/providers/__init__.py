@@ -1,0 +1,154 @@
+"""Finding and patching SDK call sites, whenever the SDK is imported.
+
+One post-import hook per SDK (wrapt): patching happens when the SDK is
+imported, or at once if it already is, so import order never matters. A hook
+that fails is isolated (a broken hook would otherwise break the app's
+``import openai``). ``uninstall()`` puts the original functions back, by identity.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import threading
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+import wrapt
+
+from .._isolation import guarded
+from . import openai as openai_provider
+from .base import Adapter
+
+if TYPE_CHECKING:
+    from ..guard import Guard
+
+__all__ = ["install", "patched", "uninstall"]
+
+logger = logging.getLogger("ctxguard")
+
+#: distribution -> (adapter, targets, supported majors)
+INTEGRATIONS: dict[str, tuple[Adapter, tuple[tuple[str, str, str], ...], tuple[int, int]]] = {
+    "openai": (openai_provider.ADAPTER, openai_provider.TARGETS, openai_provider.SUPPORTED),
+}
+
+_lock = threading.RLock()
+_active: Guard | None = None
+_hooked: set[str] = set()
+#: (owner class, attribute, original function) for every patched call site
+_patched: list[tuple[type, str, Any]] = []
+
+
+def patched() -> list[tuple[type, str, Any]]:
+    return list(_patched)
+
+
+def _sync_wrapper(adapter: Adapter, api: str) -> Any:
+    def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        guard = _active
+        if guard is None:
+            return wrapped(*args, **kwargs)
+        call = guard.before(adapter, api, kwargs)
+        if call is None:
+            return wrapped(*args, **kwargs)
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            call.failed(exc)
+            raise
+        return call.finished(result)
+
+    return wrapper
+
+
+def _async_wrapper(adapter: Adapter, api: str) -> Any:
+    async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        guard = _active
+        if guard is None:
+            return await wrapped(*args, **kwargs)
+        call = guard.before(adapter, api, kwargs)
+        if call is None:
+            return await wrapped(*args, **kwargs)
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            call.failed(exc)
+            raise
+        return call.finished(result)
+
+    return wrapper
+
+
+def _major(distribution: str) -> int | None:
+    try:
+        return int(metadata.version(distribution).split(".")[0])
+    except Exception:
+        return None
+
+
+def _patch(distribution: str) -> None:
+    adapter, targets, (low, high) = INTEGRATIONS[distribution]
+    major = _major(distribution)
+    if major is None or not low <= major <= high:
+        logger.warning(
+            "ctxguard: %s %s is not supported (majors %d-%d); its calls are not guarded",
+            distribution,
+            metadata.version(distribution) if major is not None else "(unknown version)",
+            low,
+            high,
+        )
+        return
+    for module_name, attribute, api in targets:
+        class_name, method = attribute.split(".")
+        try:
+            owner = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError):
+            logger.debug("ctxguard: %s.%s not found; skipped", module_name, attribute)
+            continue
+        original = owner.__dict__.get(method)
+        if original is None or isinstance(original, wrapt.FunctionWrapper):
+            continue
+        is_async = class_name.startswith("Async")
+        wrapper = (_async_wrapper if is_async else _sync_wrapper)(adapter, api)
+        setattr(owner, method, wrapt.FunctionWrapper(original, wrapper))
+        _patched.append((owner, method, original))
+
+
+def _on_import(distribution: str) -> Any:
+    def hook(module: Any) -> None:
+        with guarded("hook"), _lock:
+            if _active is not None:
+                _patch(distribution)
+
+    return hook
+
+
+def install(guard: Guard, *, only: list[str] | None = None) -> None:
+    """Activate ``guard`` and patch the supported SDKs (``only`` these), now or when imported."""
+    global _active
+    unknown = set(only or ()) - set(INTEGRATIONS)
+    if unknown:
+        raise ValueError(f"unknown providers {sorted(unknown)}; supported: {sorted(INTEGRATIONS)}")
+    with _lock:
+        _active = guard
+        for distribution in INTEGRATIONS:
+            if only is not None and distribution not in only:
+                continue
+            if distribution in _hooked:
+                module = sys.modules.get(distribution)
+                if module is not None:
+                    _on_import(distribution)(module)
+                continue
+            _hooked.add(distribution)
+            wrapt.register_post_import_hook(_on_import(distribution), distribution)
+
+
+def uninstall() -> None:
+    """Restore every original function and deactivate the guard."""
+    global _active
+    with _lock:
+        _active = None
+        while _patched:
+            owner, method, original = _patched.pop()
+            setattr(owner, method, original)

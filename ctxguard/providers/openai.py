@@ -1,0 +1,325 @@
+"""OpenAI SDK (1.x on httpx, 3.x on httpx2): call sites and request/response translation.
+
+Only translation lives here: keyword arguments of ``chat.completions.create``
+and ``responses.create`` (and ``parse``) into a ``RequestView``, responses and
+stream chunks into a ``Reply``. ``stream()`` helpers call ``create`` and are
+covered through it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..payload import Item, Reply, RequestView
+
+__all__ = ["ADAPTER", "SUPPORTED", "TARGETS"]
+
+#: Supported ``openai`` releases, as (lowest major, highest major) inclusive.
+SUPPORTED = (1, 3)
+
+_CHAT = "openai.resources.chat.completions.completions"
+_RESPONSES = "openai.resources.responses.responses"
+
+#: (module, "Class.method", api)
+TARGETS = (
+    (_CHAT, "Completions.create", "chat.completions"),
+    (_CHAT, "Completions.parse", "chat.completions"),
+    (_CHAT, "AsyncCompletions.create", "chat.completions"),
+    (_CHAT, "AsyncCompletions.parse", "chat.completions"),
+    (_RESPONSES, "Responses.create", "responses"),
+    (_RESPONSES, "Responses.parse", "responses"),
+    (_RESPONSES, "AsyncResponses.create", "responses"),
+    (_RESPONSES, "AsyncResponses.parse", "responses"),
+)
+
+_SENTINELS = frozenset({"NotGiven", "Omit"})
+_ROLE_MAX = 32
+
+
+def _get(obj: Any, key: str) -> Any:
+    value = obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+    return None if type(value).__name__ in _SENTINELS else value
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _jsonable(obj: Any) -> Any:
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json", exclude_unset=True)
+    return str(obj)
+
+
+def _tools(kwargs: Mapping[str, Any]) -> list[str]:
+    tools = _get(kwargs, "tools") or _get(kwargs, "functions")
+    if not isinstance(tools, (list, tuple)):
+        return []
+    return [json.dumps(tool, sort_keys=True, default=_jsonable, ensure_ascii=False) for tool in tools]
+
+
+def _role(value: Any, default: str) -> str:
+    return value[:_ROLE_MAX] if isinstance(value, str) and value else default
+
+
+def _parts(content: Any, texts: list[str], refs: list[str]) -> None:
+    """Text of every content part; non-text parts as references (never their bytes)."""
+    if content is None:
+        return
+    if isinstance(content, str):
+        texts.append(content)
+        return
+    if not isinstance(content, (list, tuple)):
+        texts.append(str(content))
+        return
+    for part in content:
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        kind = _get(part, "type")
+        text = _str(_get(part, "text")) or _str(_get(part, "refusal"))
+        if text is not None:
+            texts.append(text)
+        elif kind == "image_url":
+            image = _get(part, "image_url")
+            refs.append(_str(_get(image, "url")) or "image") if image is not None else refs.append("image")
+        elif kind == "input_image":
+            refs.append(_str(_get(part, "image_url")) or _str(_get(part, "file_id")) or "image")
+        elif kind == "input_audio":
+            audio = _get(part, "input_audio")
+            refs.append(_str(_get(audio, "data")) or "audio") if audio is not None else refs.append("audio")
+        elif kind == "file":
+            file = _get(part, "file")
+            ref = None
+            if file is not None:
+                ref = _str(_get(file, "file_id")) or _str(_get(file, "file_data"))
+            refs.append(ref or "file")
+        elif kind == "input_file":
+            ref = _str(_get(part, "file_id")) or _str(_get(part, "file_url")) or _str(_get(part, "file_data"))
+            refs.append(ref or "file")
+        elif kind is not None:
+            refs.append(f"id:part:{kind}")
+
+
+def _chat_item(message: Any) -> Item:
+    texts: list[str] = []
+    refs: list[str] = []
+    _parts(_get(message, "content"), texts, refs)
+    for call in _get(message, "tool_calls") or ():
+        function = _get(call, "function")
+        if function is not None:
+            texts.append(f"{_get(function, 'name') or ''} {_get(function, 'arguments') or ''}")
+        call_id = _str(_get(call, "id"))
+        if call_id:
+            refs.append("id:" + call_id)
+    function_call = _get(message, "function_call")
+    if function_call is not None:
+        texts.append(f"{_get(function_call, 'name') or ''} {_get(function_call, 'arguments') or ''}")
+    for key in ("tool_call_id", "name"):
+        value = _str(_get(message, key))
+        if value:
+            refs.append(f"id:{key}={value}")
+    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message")
+
+
+def _response_item(item: Any) -> Item:
+    if isinstance(item, str):
+        return ("user", item, (), "message")
+    kind = _get(item, "type")
+    role = _get(item, "role")
+    texts: list[str] = []
+    refs: list[str] = []
+    if role is not None or kind == "message":
+        _parts(_get(item, "content"), texts, refs)
+        return (_role(role, "user"), "\n".join(texts), tuple(refs), "message")
+    if kind == "reasoning":
+        for summary in _get(item, "summary") or ():
+            text = _str(_get(summary, "text"))
+            if text:
+                texts.append(text)
+        return ("assistant", "\n".join(texts), ("id:reasoning",), "message")
+    for key in ("name", "arguments", "input", "action"):
+        value = _get(item, key)
+        if isinstance(value, str):
+            texts.append(value)
+    output = _get(item, "output")
+    if output is not None:
+        _parts(output, texts, refs)
+    for key in ("call_id", "id"):
+        value = _str(_get(item, key))
+        if value:
+            refs.append(f"id:{key}={value}")
+    kind_name = kind if isinstance(kind, str) else "item"
+    refs.append(f"id:type={kind_name}")
+    is_result = kind_name.endswith("_output") or output is not None
+    return ("tool" if is_result else "assistant", "\n".join(texts), tuple(refs), "message")
+
+
+class OpenAIAdapter:
+    provider = "openai"
+
+    def normalise(self, api: str, kwargs: Mapping[str, Any]) -> RequestView:
+        model = _str(_get(kwargs, "model"))
+        view = RequestView(
+            provider=self.provider,
+            operation="chat",
+            model=model,
+            items=[],
+            stream=_get(kwargs, "stream") is True,
+        )
+        try:
+            view.tools = _tools(kwargs)
+        except Exception as exc:  # a tool schema that will not serialise is the app's business
+            view.tools = []
+            view.unreadable = f"tools could not be read ({type(exc).__name__})"
+        if api == "responses":
+            self._responses(kwargs, view)
+        else:
+            self._chat(kwargs, view)
+        return view
+
+    def _chat(self, kwargs: Mapping[str, Any], view: RequestView) -> None:
+        view.max_output_tokens = _int(_get(kwargs, "max_completion_tokens")) or _int(_get(kwargs, "max_tokens"))
+        messages = _get(kwargs, "messages")
+        if not isinstance(messages, (list, tuple)):
+            # Never iterate a generator: that would consume the app's own argument.
+            view.unreadable = f"messages is not a list ({type(messages).__name__})"
+            return
+        for index, message in enumerate(messages):
+            try:
+                view.items.append(_chat_item(message))
+            except Exception as exc:
+                view.items = []
+                view.unreadable = f"message {index} could not be read ({type(exc).__name__})"
+                return
+
+    def _responses(self, kwargs: Mapping[str, Any], view: RequestView) -> None:
+        view.max_output_tokens = _int(_get(kwargs, "max_output_tokens"))
+        for key in ("previous_response_id", "conversation"):
+            if _get(kwargs, key) is not None:
+                view.history_elsewhere = f"history is provider-managed ({key})"
+        instructions = _get(kwargs, "instructions")
+        if isinstance(instructions, str) and instructions:
+            view.items.append(("system", instructions, (), "instructions"))
+        elif _get(kwargs, "prompt") is not None:
+            # A stored prompt carries the instructions server-side: stand in for it by reference.
+            prompt = _get(kwargs, "prompt")
+            ref = f"id:prompt={_get(prompt, 'id')}@{_get(prompt, 'version')}"
+            view.items.append(("system", "", (ref,), "instructions"))
+        raw = _get(kwargs, "input")
+        if raw is None:
+            return
+        if isinstance(raw, str):
+            view.items.append(("user", raw, (), "message"))
+            return
+        if not isinstance(raw, (list, tuple)):
+            view.unreadable = f"input is not a list ({type(raw).__name__})"
+            return
+        for index, item in enumerate(raw):
+            try:
+                view.items.append(_response_item(item))
+            except Exception as exc:
+                view.items = []
+                view.unreadable = f"input item {index} could not be read ({type(exc).__name__})"
+                return
+
+    def read_response(self, api: str, result: Any) -> Reply | None:
+        if api == "responses":
+            return _response_reply(result)
+        choices = _get(result, "choices")
+        if not isinstance(choices, list):
+            return None  # a raw HTTP response (with_raw_response) or something else: nothing to read
+        usage = _get(result, "usage")
+        message = _get(choices[0], "message") if choices else None
+        return Reply(
+            model=_str(_get(result, "model")),
+            id=_str(_get(result, "id")),
+            finish_reasons=[r for r in (_str(_get(c, "finish_reason")) for c in choices) if r],
+            input_tokens=_int(_get(usage, "prompt_tokens")) if usage is not None else None,
+            output_tokens=_int(_get(usage, "completion_tokens")) if usage is not None else None,
+            text=(_str(_get(message, "content")) or "") if message is not None else "",
+        )
+
+    def stream_reader(self, api: str) -> _ResponsesStream | _ChatStream:
+        return _ResponsesStream() if api == "responses" else _ChatStream()
+
+
+def _response_reply(result: Any) -> Reply | None:
+    output = _get(result, "output")
+    if not isinstance(output, list):
+        return None
+    usage = _get(result, "usage")
+    texts = []
+    for item in output:
+        for part in _get(item, "content") or ():
+            text = _str(_get(part, "text"))
+            if text:
+                texts.append(text)
+    status = _str(_get(result, "status"))
+    return Reply(
+        model=_str(_get(result, "model")),
+        id=_str(_get(result, "id")),
+        finish_reasons=[status] if status else [],
+        input_tokens=_int(_get(usage, "input_tokens")) if usage is not None else None,
+        output_tokens=_int(_get(usage, "output_tokens")) if usage is not None else None,
+        text="".join(texts),
+    )
+
+
+class _ChatStream:
+    def __init__(self) -> None:
+        self._reply = Reply()
+        self._texts: list[str] = []
+
+    def feed(self, chunk: Any) -> None:
+        reply = self._reply
+        reply.id = reply.id or _str(_get(chunk, "id"))
+        reply.model = reply.model or _str(_get(chunk, "model"))
+        for choice in _get(chunk, "choices") or ():
+            delta = _get(choice, "delta")
+            text = _str(_get(delta, "content")) if delta is not None else None
+            if text:
+                self._texts.append(text)
+            reason = _str(_get(choice, "finish_reason"))
+            if reason:
+                reply.finish_reasons.append(reason)
+        usage = _get(chunk, "usage")
+        if usage is not None:
+            reply.input_tokens = _int(_get(usage, "prompt_tokens"))
+            reply.output_tokens = _int(_get(usage, "completion_tokens"))
+
+    def reply(self) -> Reply:
+        self._reply.text = "".join(self._texts)
+        return self._reply
+
+
+class _ResponsesStream:
+    _FINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+    def __init__(self) -> None:
+        self._final: Reply | None = None
+        self._texts: list[str] = []
+
+    def feed(self, event: Any) -> None:
+        kind = _get(event, "type")
+        if kind == "response.output_text.delta":
+            delta = _str(_get(event, "delta"))
+            if delta:
+                self._texts.append(delta)
+        elif kind in self._FINAL:
+            self._final = _response_reply(_get(event, "response"))
+
+    def reply(self) -> Reply:
+        reply = self._final or Reply()
+        reply.text = reply.text or "".join(self._texts)
+        return reply
+
+
+ADAPTER = OpenAIAdapter()

@@ -1,0 +1,84 @@
+"""Span attribute names (SPEC §5) and how a guarded call is written onto its span.
+
+Only digests, counts, roles and check names go on a span; message text only
+with ``capture_content=True``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from opentelemetry.trace import Span
+
+from ..violations import Violation
+
+__all__ = ["MESSAGE_ATTR_CAP"]
+
+# OpenTelemetry GenAI semantic conventions.
+OPERATION = "gen_ai.operation.name"
+PROVIDER = "gen_ai.provider.name"
+REQUEST_MODEL = "gen_ai.request.model"
+REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+RESPONSE_MODEL = "gen_ai.response.model"
+RESPONSE_ID = "gen_ai.response.id"
+FINISH_REASONS = "gen_ai.response.finish_reasons"
+INPUT_TOKENS = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+CONVERSATION_ID = "gen_ai.conversation.id"
+ERROR_TYPE = "error.type"
+INPUT_MESSAGES = "gen_ai.input.messages"
+OUTPUT_MESSAGES = "gen_ai.output.messages"
+
+# ctxguard's own.
+PAYLOAD_HASH = "ctxguard.payload.hash"
+PAYLOAD_MESSAGES = "ctxguard.payload.messages"
+PAYLOAD_TOKENS = "ctxguard.payload.tokens"
+TOKENS_SOURCE = "ctxguard.payload.tokens_source"
+MESSAGE_ROLES = "ctxguard.message.roles"
+MESSAGE_HASHES = "ctxguard.message.hashes"
+MESSAGE_TRUNCATED = "ctxguard.message.truncated"
+HEAD_ROLE = "ctxguard.head.role"
+HEAD_HASH = "ctxguard.head.hash"
+PREV_HASH = "ctxguard.prev.hash"
+MESSAGES_ADDED = "ctxguard.messages.added"
+MESSAGES_DROPPED = "ctxguard.messages.dropped"
+BUDGET_WINDOW = "ctxguard.budget.window"
+BUDGET_RESERVED_OUTPUT = "ctxguard.budget.reserved_output"
+BUDGET_RESERVED_REASONING = "ctxguard.budget.reserved_reasoning"
+BUDGET_TOOLS = "ctxguard.budget.tools"
+BUDGET_HISTORY_AVAILABLE = "ctxguard.budget.history_available"
+BUDGET_HEADROOM = "ctxguard.budget.headroom"
+BUDGET_UTILIZATION = "ctxguard.budget.utilization"
+BUDGET_REPLY_ROOM = "ctxguard.budget.reply_room"
+PINNED_PRESENT = "ctxguard.pinned.present"
+PINNED_TOKENS = "ctxguard.pinned.tokens"
+PINNED_ENTRIES = "ctxguard.pinned.entries"
+PINNED_HASH = "ctxguard.pinned.hash"
+VIOLATIONS = "ctxguard.violations"
+EVICTED = "ctxguard.evicted"
+SKIPPED = "ctxguard.checks.skipped"
+HISTORY_ELSEWHERE = "ctxguard.history.elsewhere"
+MODE = "ctxguard.mode"
+VIOLATION_EVENT = "ctxguard.violation"
+
+#: Per-message lists stop here; ``ctxguard.message.truncated`` says so.
+MESSAGE_ATTR_CAP = 128
+#: Captured content (opt-in) is cut to this many characters per span attribute.
+CONTENT_ATTR_CAP = 64 * 1024
+
+
+def violation_events(span: Span, violations: Iterable[Violation]) -> None:
+    for v in violations:
+        attrs: dict[str, Any] = {"check": v.check, "detail": v.detail}
+        if v.fact_id is not None:
+            attrs["fact_id"] = v.fact_id
+        if v.stage is not None:
+            attrs["stage"] = v.stage
+        span.add_event(VIOLATION_EVENT, attrs)
+
+
+def content_json(messages: list[dict[str, str]]) -> str:
+    text = json.dumps(messages, ensure_ascii=False)
+    return text if len(text) <= CONTENT_ATTR_CAP else text[:CONTENT_ATTR_CAP]

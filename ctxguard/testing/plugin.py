@@ -1,0 +1,76 @@
+"""pytest plugin (entry point ``ctxguard``): ``fake_llm`` and ``ctxguard_guard`` fixtures.
+
+    def test_system_prompt_survives(fake_llm, ctxguard_guard):
+        client = openai.OpenAI(base_url=fake_llm.base_url, api_key="x", max_retries=0)
+        client.chat.completions.create(model="gpt-4o", messages=history)   # raises ContextViolation if not
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
+
+from .._instrument import instrument, uninstrument
+from ..guard import Guard
+from .fake_llm import FakeLLM
+
+__all__ = ["GuardHarness", "ctxguard_guard", "fake_llm"]
+
+
+class GuardHarness:
+    """An instrumented guard with its own registry and in-memory span exporter.
+
+    ``start(mode="observe", policy=...)`` re-instruments with other settings.
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.exporter = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.guard: Guard | None = None
+
+    def start(self, *, mode: str = "enforce", **kwargs: Any) -> Guard:
+        uninstrument()
+        kwargs.setdefault("digest_key", b"ctxguard-tests")
+        guard = instrument(
+            mode=mode, registry=self.registry, tracer_provider=self.tracer_provider, **kwargs
+        )
+        assert guard is not None, "ctxguard is disabled (CTXGUARD_DISABLED)"
+        self.guard = guard
+        return guard
+
+    def spans(self) -> list[ReadableSpan]:
+        return list(self.exporter.get_finished_spans())
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+    def stop(self) -> None:
+        uninstrument()
+        self.tracer_provider.shutdown()
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[FakeLLM]:
+    """A loopback fake OpenAI/Anthropic server recording every request body."""
+    with FakeLLM() as server:
+        yield server
+
+
+@pytest.fixture
+def ctxguard_guard() -> Iterator[GuardHarness]:
+    """ctxguard instrumented in enforce mode with a fresh registry and span exporter."""
+    harness = GuardHarness()
+    harness.start()
+    try:
+        yield harness
+    finally:
+        harness.stop()
