@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from ._instrument import instrument, uninstrument
 from .budget import Budget, BudgetBreakdown, budget_for
 from .conversation import conversation
@@ -15,6 +17,9 @@ from .policy import Pinned, Policy
 from .violations import ContextViolation, Violation
 
 __version__ = "0.1.0"
+
+# A library never prints on its own: violations reach the app's logging config.
+logging.getLogger("ctxguard").addHandler(logging.NullHandler())
 
 __all__ = [
     "Budget",

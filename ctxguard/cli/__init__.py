@@ -1,0 +1,44 @@
+"""``ctxguard`` command line: ``demo`` and ``budget`` (SPEC §7)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ctxguard", description="Observe and guard LLM request payloads.")
+    verbs = parser.add_subparsers(dest="verb", required=True)
+
+    demo = verbs.add_parser("demo", help="run a chat app with a buggy history buffer against a local fake model")
+    demo.add_argument("--serve", type=int, metavar="PORT", help="keep /metrics up on 127.0.0.1:PORT afterwards")
+    demo.add_argument("--turns", type=int, default=8, help="turns per app (default 8)")
+
+    budget = verbs.add_parser("budget", help="print the budget equation for a model")
+    budget.add_argument("--model", required=True)
+    budget.add_argument("--window", type=int)
+    budget.add_argument("--system", type=int, default=0)
+    budget.add_argument("--tools", type=int, default=0)
+    budget.add_argument("--retrieved", type=int, default=0)
+    budget.add_argument("--max-tokens", type=int, default=0, help="reserved output (max_tokens)")
+    budget.add_argument("--reasoning", type=int, default=0, help="reasoning reserved outside max_tokens")
+    budget.add_argument("--median-turn", type=int, help="median tokens per turn, to count the turns that fit")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.verb == "demo":
+        from .demo import run_demo
+
+        return run_demo(turns=args.turns, serve=args.serve)
+    from .budget import run_budget
+
+    return run_budget(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
