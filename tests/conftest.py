@@ -32,3 +32,50 @@ def _fail_on_swallowed_errors(internal_errors: list[tuple[str, BaseException]]) 
     if internal_errors:
         where, exc = internal_errors[0]
         raise AssertionError(f"ctxguard swallowed an internal error in {where!r}: {exc!r}") from exc
+
+
+# -- real SDK over loopback HTTP ------------------------------------------------
+
+import hashlib  # noqa: E402
+
+import openai  # noqa: E402
+import pytest_asyncio  # noqa: E402
+
+from ctxguard.testing import FakeLLM  # noqa: E402
+from ctxguard.testing.plugin import GuardHarness  # noqa: E402
+
+KEY = b"ctxguard-tests"
+
+
+def message_digest(role: str, text: str, refs: tuple[str, ...] = ()) -> str:
+    """Independent re-statement of the documented canonical form (docs/privacy.md)."""
+    canonical = f"{role}\x1f{text}\x1f" + "\x1e".join(refs)
+    return hashlib.blake2b(canonical.encode("utf-8", "surrogatepass"), key=KEY, digest_size=16).hexdigest()
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLM]:
+    with FakeLLM() as server:
+        yield server
+
+
+@pytest.fixture
+def harness() -> Iterator[GuardHarness]:
+    """A guard harness, not yet instrumented: call ``harness.start(mode=..., policy=...)``."""
+    h = GuardHarness()
+    try:
+        yield h
+    finally:
+        h.stop()
+
+
+@pytest.fixture
+def client(llm: FakeLLM) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=llm.base_url, api_key="test", max_retries=0) as c:
+        yield c
+
+
+@pytest_asyncio.fixture
+async def aclient(llm: FakeLLM):  # type: ignore[no-untyped-def]
+    async with openai.AsyncOpenAI(base_url=llm.base_url, api_key="test", max_retries=0) as c:
+        yield c

@@ -1,0 +1,297 @@
+"""Per-call overhead of ctxguard over the bare openai SDK, measured in one process.
+
+Method
+------
+* The real ``openai.OpenAI`` client runs on an in-process ``MockTransport``
+  (``httpx2`` for openai 3.x, ``httpx`` for 1.x): no sockets, the handler returns
+  a fixed, valid ``chat.completion``. Both sides therefore pay the full SDK cost
+  (request building, JSON encoding, response parsing); only ctxguard differs.
+* ctxguard is instrumented once with every check on (pinned block, system at
+  head, budget), a private Prometheus registry and an OpenTelemetry SDK
+  ``TracerProvider`` whose ``BatchSpanProcessor`` feeds an exporter that drops
+  spans (spans are really recorded). Content capture is off. Calls run inside
+  ``ctxguard.conversation(...)`` so the conversation diff runs as well.
+* Baseline (A) = the original function, ``Completions.create.__wrapped__``,
+  called directly; instrumented (B) = ``client.chat.completions.create``.
+  Each round times A and B once with ``perf_counter_ns``, alternating which
+  goes first, so drift cancels; overhead is the per-round difference B - A.
+  Everything is warmed up first, and gc is disabled inside timed loops.
+* Fixed sizes (2/20/200/2000 messages, ~370 distinct characters each, a system
+  message holding a pinned block first) resend the same payload each round, as
+  an app resending history does. The growing conversation appends one new
+  message per turn, so ctxguard pays for exactly one unseen message per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import openai
+import prometheus_client
+from openai.resources.chat.completions.completions import Completions
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+import ctxguard
+import ctxguard.tokens
+
+try:
+    import httpx2 as http_lib
+except ImportError:  # openai 1.x
+    import httpx as http_lib  # type: ignore[no-redef]
+
+MODEL = "gpt-4o"
+SIZES = (2, 20, 200, 2000)
+ROUNDS = {2: 400, 20: 400, 200: 200, 2000: 40}
+TURNS = 500
+WINDOWS = ((1, 50), (201, 250), (451, 500))
+WORDS = [
+    "order",
+    "parcel",
+    "courier",
+    "refund",
+    "warehouse",
+    "invoice",
+    "customer",
+    "address",
+    "delivery",
+    "tracking",
+    "status",
+]
+COMPLETION = json.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": MODEL,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "ok"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 1, "total_tokens": 101},
+    }
+).encode()
+
+Message = dict[str, str]
+
+
+class DropExporter(SpanExporter):
+    """Accepts every span and throws it away."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+
+def handler(request: Any) -> Any:
+    return http_lib.Response(200, content=COMPLETION, headers={"content-type": "application/json"})
+
+
+def text(i: int) -> str:
+    """~370 characters, distinct for each index."""
+    body = " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(60))
+    return f"Message {i}: {body}"[:370]
+
+
+def message(i: int) -> Message:
+    return {"role": "user" if i % 2 else "assistant", "content": text(i)}
+
+
+def system_message(pinned: str) -> Message:
+    return {"role": "system", "content": f"{text(0)}\n\n{pinned}"}
+
+
+def pct(values: list[int], q: float) -> float:
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def timed(fn: Callable[[], object]) -> int:
+    t0 = time.perf_counter_ns()
+    fn()
+    return time.perf_counter_ns() - t0
+
+
+def interleave(base: Callable[[], object], inst: Callable[[], object], rounds: int) -> dict[str, list[int]]:
+    """Time ``rounds`` A/B pairs, alternating the order; ns per call."""
+    a: list[int] = []
+    b: list[int] = []
+    gc.collect()
+    gc.disable()
+    try:
+        for r in range(rounds):
+            if r % 2:
+                b.append(timed(inst))
+                a.append(timed(base))
+            else:
+                a.append(timed(base))
+                b.append(timed(inst))
+    finally:
+        gc.enable()
+    return {"baseline": a, "instrumented": b, "overhead": [y - x for x, y in zip(a, b, strict=True)]}
+
+
+def summary(raw: dict[str, list[int]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, values in raw.items():
+        out[f"{key}_median_us"] = statistics.median(values) / 1000
+        out[f"{key}_p90_us"] = pct(values, 0.9) / 1000
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="divide rounds by 5")
+    parser.add_argument("--json", metavar="PATH", help="write raw numbers as JSON")
+    args = parser.parse_args()
+    div = 5 if args.quick else 1
+    started = time.perf_counter()
+
+    original = Completions.__dict__["create"]
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(DropExporter()))
+    guard = ctxguard.instrument(
+        policy=ctxguard.Policy(pinned=ctxguard.Pinned(max_tokens=800)),
+        registry=prometheus_client.CollectorRegistry(),
+        tracer_provider=provider,
+        digest_key=b"bench",
+    )
+    assert guard is not None, "ctxguard disabled (CTXGUARD_DISABLED?)"
+    orig = Completions.create.__wrapped__
+    assert orig is original, "baseline is not the original function"
+    client = openai.OpenAI(
+        api_key="x",
+        base_url="http://bench.invalid/v1",
+        max_retries=0,
+        http_client=http_lib.Client(transport=http_lib.MockTransport(handler)),
+    )
+    chat = client.chat.completions
+    pinned = ctxguard.render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
+    system = system_message(pinned)
+    result: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "openai": openai.__version__,
+        "http": http_lib.__name__,
+        "tokens": ctxguard.tokens.default_counter().name,
+        "cpus": os.cpu_count(),
+        "quick": args.quick,
+        "sizes": {},
+    }
+    try:
+        # Warm-up: SDK, ctxguard, tiktoken, span pipeline.
+        warm = [system, *(message(i) for i in range(1, 20))]
+        with ctxguard.conversation("bench-warm"):
+            for _ in range(50):
+                orig(chat, model=MODEL, messages=warm)
+                chat.create(model=MODEL, messages=warm)
+
+        for n in SIZES:
+            msgs = [system, *(message(i) for i in range(1, n))]
+            rounds = max(ROUNDS[n] // div, 5)
+            with ctxguard.conversation(f"bench-{n}"):
+                for _ in range(max(rounds // 10, 3)):
+                    orig(chat, model=MODEL, messages=msgs)
+                    chat.create(model=MODEL, messages=msgs)
+                raw = interleave(
+                    lambda m=msgs: orig(chat, model=MODEL, messages=m),
+                    lambda m=msgs: chat.create(model=MODEL, messages=m),
+                    rounds,
+                )
+            result["sizes"][str(n)] = {"rounds": rounds, **summary(raw), "raw_ns": raw}
+        over20 = result["sizes"]["20"]["overhead_median_us"]
+        for n in SIZES:
+            s = result["sizes"][str(n)]
+            s["ratio"] = s["overhead_median_us"] / s["baseline_median_us"]
+            if n > 20:
+                s["per_msg_beyond_20_us"] = (s["overhead_median_us"] - over20) / (n - 20)
+
+        # Growing conversation: one new distinct message per turn.
+        gc.collect()
+        history: list[Message] = [system]
+        grow: dict[str, list[int]] = {"baseline": [], "instrumented": [], "overhead": []}
+        offset = 100_000  # distinct from every message used above
+        with ctxguard.conversation("bench-grow"):
+            gc.disable()
+            try:
+                for turn in range(1, TURNS + 1):
+                    history = [*history, message(offset + turn)]
+                    msgs = history
+                    if turn % 2:
+                        b = timed(lambda m=msgs: chat.create(model=MODEL, messages=m))
+                        a = timed(lambda m=msgs: orig(chat, model=MODEL, messages=m))
+                    else:
+                        a = timed(lambda m=msgs: orig(chat, model=MODEL, messages=m))
+                        b = timed(lambda m=msgs: chat.create(model=MODEL, messages=m))
+                    grow["baseline"].append(a)
+                    grow["instrumented"].append(b)
+                    grow["overhead"].append(b - a)
+            finally:
+                gc.enable()
+        result["growing"] = {
+            f"{lo}-{hi}": summary({k: v[lo - 1 : hi] for k, v in grow.items()}) for lo, hi in WINDOWS
+        }
+        result["growing"]["raw_ns"] = grow
+    finally:
+        ctxguard.uninstrument()
+        provider.shutdown()
+        client.close()
+    assert Completions.__dict__["create"] is original, "uninstrument() did not restore create"
+    result["elapsed_s"] = time.perf_counter() - started
+    report(result)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(result, fh, indent=1)
+    return 0
+
+
+def report(r: dict[str, Any]) -> None:
+    print(
+        f"python {r['python']} | openai {r['openai']} ({r['http']}) | tokens: {r['tokens']} | "
+        f"cpus: {r['cpus']} | {r['platform']}{' | --quick' if r['quick'] else ''}\n"
+    )
+    print(
+        "| msgs | rounds | baseline µs med / p90 | instrumented µs med / p90 | overhead µs med / p90 "
+        "| overhead/baseline | µs per msg beyond 20 |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for n, s in r["sizes"].items():
+        per = f"{s['per_msg_beyond_20_us']:.2f}" if "per_msg_beyond_20_us" in s else "-"
+        print(
+            f"| {n} | {s['rounds']} | {s['baseline_median_us']:.0f} / {s['baseline_p90_us']:.0f} "
+            f"| {s['instrumented_median_us']:.0f} / {s['instrumented_p90_us']:.0f} "
+            f"| {s['overhead_median_us']:.0f} / {s['overhead_p90_us']:.0f} | {s['ratio']:.1%} | {per} |"
+        )
+    print(f"\nGrowing conversation ({TURNS} turns, +1 new message per turn, history = turn + 1 messages)\n")
+    print("| turns | baseline µs med | instrumented µs med | overhead µs med / p90 |")
+    print("|---|---:|---:|---:|")
+    for lo, hi in WINDOWS:
+        g = r["growing"][f"{lo}-{hi}"]
+        print(
+            f"| {lo}-{hi} | {g['baseline_median_us']:.0f} | {g['instrumented_median_us']:.0f} "
+            f"| {g['overhead_median_us']:.0f} / {g['overhead_p90_us']:.0f} |"
+        )
+    print(f"\ntotal time: {r['elapsed_s']:.1f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Every check both failing and passing, through the real SDK over loopback HTTP."""
+
+from __future__ import annotations
+
+import pytest
+
+import ctxguard
+from ctxguard import Budget, Pinned, Policy, render_pinned
+
+SYSTEM = {"role": "system", "content": "You are the order assistant."}
+USER = {"role": "user", "content": "where is my parcel?"}
+BLOCK = render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
+
+
+def outcome(harness, check: str) -> dict[str, float]:
+    return {o: harness.metric("ctxguard_checks_total", check=check, outcome=o) for o in ("pass", "fail", "skip")}
+
+
+def violations(harness) -> list[str]:
+    return list(harness.spans()[-1].attributes["ctxguard.violations"])
+
+
+def send(client, messages, **kwargs):
+    kwargs.setdefault("model", "gpt-4o")
+    return client.chat.completions.create(messages=messages, **kwargs)
+
+
+def test_system_at_head(harness, client):
+    harness.start(mode="observe")
+    send(client, [SYSTEM, USER])
+    send(client, [{"role": "developer", "content": "rules"}, USER])
+    assert outcome(harness, "system_at_head") == {"pass": 2, "fail": 0, "skip": 0}
+    send(client, [USER, SYSTEM])
+    assert violations(harness) == ["system_at_head"]
+    assert outcome(harness, "system_at_head")["fail"] == 1
+    event = harness.spans()[-1].events[0]
+    assert event.name == "ctxguard.violation"
+    assert event.attributes["check"] == "system_at_head"
+
+
+def test_system_at_head_can_be_disabled(harness, client):
+    harness.start(mode="enforce", policy=Policy(system_at_head=False))
+    send(client, [USER])
+    assert outcome(harness, "system_at_head") == {"pass": 0, "fail": 0, "skip": 1}
+
+
+def test_system_stable(harness, client):
+    harness.start(mode="observe")
+    with ctxguard.conversation("c1"):
+        send(client, [SYSTEM, USER])
+        send(client, [SYSTEM, USER, {"role": "assistant", "content": "ok"}, USER])
+        assert outcome(harness, "system_stable")["pass"] == 2
+        send(client, [{"role": "system", "content": "You are a pirate."}, USER])
+    assert violations(harness) == ["system_stable"]
+    with ctxguard.conversation("c2"):  # another conversation may have its own instruction
+        send(client, [{"role": "system", "content": "You are a pirate."}, USER])
+    assert violations(harness) == []
+    send(client, [SYSTEM, USER])  # no conversation: cannot judge
+    assert "system_stable: no conversation id (use ctxguard.conversation())" in (
+        harness.spans()[-1].attributes["ctxguard.checks.skipped"]
+    )
+
+
+def test_pinned_present(harness, client):
+    harness.start(mode="observe", policy=Policy(pinned=Pinned()))
+    send(client, [SYSTEM, {"role": "system", "content": BLOCK}, USER])
+    send(client, [{"role": "system", "content": SYSTEM["content"] + "\n\n" + BLOCK}, USER])
+    assert outcome(harness, "pinned_present")["pass"] == 2
+    send(client, [SYSTEM, USER])
+    assert violations(harness) == ["pinned_present"]
+    assert harness.spans()[-1].attributes["ctxguard.pinned.present"] is False
+
+
+def test_pinned_not_required_skips(harness, client):
+    harness.start(mode="enforce", policy=Policy(pinned=Pinned(required=False)))
+    send(client, [SYSTEM, USER])
+    assert outcome(harness, "pinned_present") == {"pass": 0, "fail": 0, "skip": 1}
+
+
+def test_pinned_capped_by_tokens_and_entries(harness, client):
+    harness.start(mode="observe", policy=Policy(pinned=Pinned(max_tokens=40, max_entries=2)))
+    send(client, [SYSTEM, {"role": "system", "content": BLOCK}, USER])
+    a = harness.spans()[-1].attributes
+    assert violations(harness) == []
+    assert a["ctxguard.pinned.entries"] == 2
+    assert 0 < a["ctxguard.pinned.tokens"] <= 40
+    big = render_pinned({f"fact_{i}": "x" * 40 for i in range(3)}, max_tokens=10_000)
+    send(client, [SYSTEM, {"role": "system", "content": big}, USER])
+    details = [e.attributes["detail"] for e in harness.spans()[-1].events]
+    assert violations(harness) == ["pinned_capped"]
+    assert any("entries, cap 2" in d for d in details)
+    assert any("tokens, cap 40" in d for d in details)
+    assert harness.metric("ctxguard_pinned_tokens_count") == 2
+
+
+def test_pinned_intact(harness, client):
+    harness.start(mode="observe", policy=Policy(pinned=Pinned()))
+    send(client, [SYSTEM, {"role": "system", "content": BLOCK}, USER])
+    assert outcome(harness, "pinned_intact") == {"pass": 1, "fail": 0, "skip": 0}
+    cut_tail = BLOCK.rsplit("\n", 1)[0]  # closing line lost (a byte limit, say)
+    send(client, [SYSTEM, {"role": "system", "content": cut_tail}, USER])
+    assert violations(harness) == ["pinned_intact"]
+    lines = BLOCK.split("\n")
+    missing_entry = "\n".join([lines[0], lines[2], lines[3]])
+    send(client, [SYSTEM, {"role": "system", "content": missing_entry}, USER])
+    assert violations(harness) == ["pinned_intact"]
+    send(client, [SYSTEM, {"role": "system", "content": "Pinned facts:\n- city: Pune"}, USER])
+    assert outcome(harness, "pinned_intact")["skip"] == 1  # hand-made block: cannot be judged
+
+
+def test_payload_under_budget_window(harness, client):
+    harness.start(mode="observe", policy=Policy(budget=Budget(window=1000)))
+    send(client, [SYSTEM, USER], max_tokens=100)
+    assert outcome(harness, "payload_under_budget")["pass"] == 1
+    send(client, [SYSTEM, USER], max_tokens=990)
+    a = harness.spans()[-1].attributes
+    assert violations(harness) == ["payload_under_budget"]
+    assert a["ctxguard.budget.headroom"] < 0
+    assert a["ctxguard.budget.utilization"] > 1
+    assert harness.metric("ctxguard_budget_utilization_ratio_count", provider="openai") == 2
+
+
+def test_reasoning_is_not_reserved_twice(harness, client):
+    harness.start(mode="observe", policy=Policy(budget=Budget(window=1000)))
+    send(client, [SYSTEM, USER], model="o3", max_completion_tokens=900, reasoning_effort="high")
+    a = harness.spans()[-1].attributes
+    assert a["ctxguard.budget.reserved_output"] == 900
+    assert a["ctxguard.budget.reserved_reasoning"] == 0
+    assert violations(harness) == []
+
+
+def test_payload_under_budget_history_max(harness, client):
+    history = [SYSTEM] + [{"role": "user", "content": f"turn {i} " + "words " * 30} for i in range(10)]
+    harness.start(mode="observe", policy=Policy(budget=Budget(history_max=100)))
+    send(client, history)
+    details = [e.attributes["detail"] for e in harness.spans()[-1].events]
+    assert violations(harness) == ["payload_under_budget"]
+    assert "exceeds history_max 100" in details[0]
+
+
+def test_model_window_from_table_and_unknown_model_skips(harness, client):
+    harness.start(mode="observe")
+    send(client, [SYSTEM, USER], model="gpt-4o-2024-08-06")
+    assert harness.spans()[-1].attributes["ctxguard.budget.window"] == 128_000
+    send(client, [SYSTEM, USER], model="my-finetune-v7")
+    a = harness.spans()[-1].attributes
+    assert "ctxguard.budget.window" not in a
+    assert any(s.startswith("payload_under_budget: unknown context window") for s in a["ctxguard.checks.skipped"])
+    assert outcome(harness, "payload_under_budget") == {"pass": 1, "fail": 0, "skip": 1}
+
+
+def test_tool_schemas_count_against_the_budget(harness, client):
+    tool = {"type": "function", "function": {"name": "lookup", "description": "d " * 400,
+                                             "parameters": {"type": "object", "properties": {}}}}
+    harness.start(mode="observe", policy=Policy(budget=Budget(window=300)))
+    send(client, [SYSTEM, USER])
+    assert violations(harness) == []
+    send(client, [SYSTEM, USER], tools=[tool])
+    assert violations(harness) == ["payload_under_budget"]
+    assert harness.spans()[-1].attributes["ctxguard.budget.tools"] > 300
+
+
+@pytest.mark.parametrize("mode", ["observe", "enforce"])
+def test_passing_payload_is_never_blocked(harness, llm, client, mode):
+    harness.start(mode=mode, policy=Policy(pinned=Pinned(), budget=Budget(reserved_output=1000)))
+    send(client, [SYSTEM, {"role": "system", "content": BLOCK}, USER])
+    assert len(llm.requests) == 1
+    assert violations(harness) == []

@@ -1,0 +1,43 @@
+"""The command line, run as a user runs it (a subprocess)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ctxguard.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_demo_finds_the_flip_point_and_prints_totals():
+    started = time.monotonic()
+    out = run("demo")
+    assert out.returncode == 0, out.stderr
+    assert time.monotonic() - started < 10
+    lines = out.stdout.splitlines()
+    assert lines.count("flip point: turn 4") == 1
+    assert "flip point: none (system prompt kept)" in lines
+    buggy_turn4 = next(line for line in lines if line.strip().startswith("turn  4"))
+    assert "head=assistant" in buggy_turn4 and "system_at_head" in buggy_turn4 and "evicted=system" in buggy_turn4
+    assert 'ctxguard_evictions_total{kind="system"} 1' in out.stdout
+    assert 'ctxguard_violations_total{check="system_at_head",provider="openai"} 5' in out.stdout
+    assert out.stderr == ""
+
+
+def test_budget_prints_the_equation_and_turns():
+    out = run("budget", "--model", "gpt-4o", "--system", "1200", "--tools", "800", "--max-tokens", "4000",
+              "--median-turn", "350")
+    assert out.returncode == 0, out.stderr
+    assert "window                   128,000" in out.stdout
+    assert "= history available        122,000" in out.stdout
+    assert "turns that fit: 348 (median turn 350 tokens)" in out.stdout
+
+
+def test_budget_unknown_model_needs_a_window():
+    out = run("budget", "--model", "mystery")
+    assert out.returncode == 2
+    assert "unknown context window" in out.stderr
+    assert run("budget", "--model", "mystery", "--window", "8000", "--max-tokens", "9000").returncode == 1

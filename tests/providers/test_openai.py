@@ -1,0 +1,262 @@
+"""The OpenAI SDK, driven for real over loopback HTTP: what ctxguard records is what arrived."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import openai
+import pytest
+from pydantic import BaseModel
+
+import ctxguard
+from ctxguard.testing import FakeLLM, Reply
+from ctxguard.testing.plugin import GuardHarness
+from tests.conftest import message_digest
+
+from openai.resources.chat.completions.completions import AsyncCompletions, Completions
+from openai.resources.responses.responses import AsyncResponses, Responses
+
+SYSTEM = {"role": "system", "content": "You are terse."}
+HISTORY = [SYSTEM, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+           {"role": "user", "content": "where is my order?"}]
+
+
+def only_span(harness: GuardHarness):
+    spans = harness.spans()
+    assert len(spans) == 1, [s.name for s in spans]
+    return spans[0]
+
+
+def test_chat_span_matches_the_body_that_arrived(harness, llm, client):
+    harness.start(mode="observe")
+    with ctxguard.conversation("order-41"):
+        client.chat.completions.create(model="gpt-4o", messages=HISTORY, max_tokens=300)
+    sent = llm.bodies("/chat/completions")[0]
+    span = only_span(harness)
+    a = span.attributes
+    assert span.name == "chat gpt-4o"
+    assert span.kind.name == "CLIENT"
+    assert a["gen_ai.operation.name"] == "chat"
+    assert a["gen_ai.provider.name"] == "openai"
+    assert a["gen_ai.request.model"] == sent["model"]
+    assert a["gen_ai.request.max_tokens"] == sent["max_tokens"] == 300
+    assert a["gen_ai.conversation.id"] == "order-41"
+    assert a["ctxguard.payload.messages"] == len(sent["messages"])
+    assert list(a["ctxguard.message.roles"]) == [m["role"] for m in sent["messages"]]
+    assert list(a["ctxguard.message.hashes"]) == [message_digest(m["role"], m["content"]) for m in sent["messages"]]
+    assert a["ctxguard.head.role"] == "system"
+    assert a["ctxguard.head.hash"] == message_digest("system", sent["messages"][0]["content"])
+    assert a["ctxguard.payload.tokens_source"] in ("tiktoken", "estimate")
+    assert a["ctxguard.payload.tokens"] > 0
+    assert a["ctxguard.budget.window"] == 128_000
+    assert a["ctxguard.budget.reserved_output"] == 300
+    assert a["gen_ai.response.id"] == "chatcmpl-fake-1"
+    assert a["gen_ai.response.model"] == "gpt-4o"
+    assert list(a["gen_ai.response.finish_reasons"]) == ["stop"]
+    assert a["gen_ai.usage.input_tokens"] > 0
+    assert list(a["ctxguard.violations"]) == []
+    assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 1
+
+
+@pytest.mark.asyncio
+async def test_async_chat_is_guarded(harness, llm, aclient):
+    harness.start(mode="observe")
+    reply = await aclient.chat.completions.create(model="gpt-4o", messages=HISTORY[1:])
+    assert reply.choices[0].message.content == "ok 1"
+    span = only_span(harness)
+    assert list(span.attributes["ctxguard.violations"]) == ["system_at_head"]
+    assert harness.metric("ctxguard_violations_total", check="system_at_head", provider="openai") == 1
+
+
+def _chunks(client, **kwargs):
+    return [c.model_dump() for c in client.chat.completions.create(stream=True, **kwargs)]
+
+
+def test_stream_output_identical_to_uninstrumented(harness, llm, client):
+    kwargs = dict(model="gpt-4o", messages=HISTORY, stream_options={"include_usage": True})
+    llm.script("the parcel is in Pune")
+    plain = _chunks(client, **kwargs)
+    harness.start(mode="observe")
+    llm.script("the parcel is in Pune")
+    guarded = _chunks(client, **kwargs)
+    for chunks in (plain, guarded):
+        for chunk in chunks:
+            chunk.pop("id"), chunk.pop("created")
+    assert guarded == plain
+    assert "".join(c["choices"][0]["delta"]["content"] or "" for c in guarded if c["choices"]) == (
+        "the parcel is in Pune"
+    )
+    span = only_span(harness)
+    assert span.attributes["gen_ai.usage.input_tokens"] > 0
+    assert list(span.attributes["gen_ai.response.finish_reasons"]) == ["stop"]
+    assert isinstance(client.chat.completions.create(model="gpt-4o", messages=HISTORY, stream=True), openai.Stream)
+
+
+@pytest.mark.asyncio
+async def test_async_stream_output_unchanged_and_span_ends(harness, llm, aclient):
+    harness.start(mode="observe")
+    llm.script("streamed answer")
+    stream = await aclient.chat.completions.create(model="gpt-4o", messages=HISTORY, stream=True)
+    assert isinstance(stream, openai.AsyncStream)
+    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text == "streamed answer"
+    assert only_span(harness).attributes["gen_ai.response.id"].startswith("chatcmpl-fake")
+
+
+def test_stream_helper_and_context_manager(harness, llm, client):
+    harness.start(mode="observe")
+    llm.script("helper text")
+    with client.chat.completions.stream(model="gpt-4o", messages=HISTORY) as stream:
+        final = stream.get_final_completion()
+    assert final.choices[0].message.content == "helper text"
+    assert only_span(harness).attributes["ctxguard.head.role"] == "system"
+    harness.exporter.clear()
+    with client.chat.completions.create(model="gpt-4o", messages=HISTORY, stream=True) as stream:
+        next(iter(stream))
+    assert len(harness.spans()) == 1, "closing a stream early still ends its span"
+
+
+def test_responses_instructions_count_as_system(harness, llm, client):
+    harness.start(mode="observe")
+    reply = client.responses.create(model="gpt-4o", instructions="You are terse.", input="hi", max_output_tokens=50)
+    assert reply.output_text == "ok 1"
+    a = only_span(harness).attributes
+    sent = llm.bodies("/responses")[0]
+    assert sent["instructions"] == "You are terse."
+    assert list(a["ctxguard.message.roles"]) == ["system", "user"]
+    assert a["ctxguard.head.hash"] == message_digest("system", "You are terse.")
+    assert a["gen_ai.request.max_tokens"] == 50
+    assert list(a["ctxguard.violations"]) == []
+    assert list(a["gen_ai.response.finish_reasons"]) == ["completed"]
+
+    harness.exporter.clear()
+    client.responses.create(model="gpt-4o", input=[{"role": "user", "content": "hi"}])
+    assert list(only_span(harness).attributes["ctxguard.violations"]) == ["system_at_head"]
+
+    harness.exporter.clear()
+    client.responses.create(
+        model="gpt-4o", input=[{"role": "developer", "content": "rules"}, {"role": "user", "content": "hi"}]
+    )
+    assert list(only_span(harness).attributes["ctxguard.violations"]) == []
+
+
+def test_responses_stream_and_helper(harness, llm, client):
+    harness.start(mode="observe")
+    llm.script("one", "two")
+    events = list(client.responses.create(model="gpt-4o", instructions="sys", input="hi", stream=True))
+    assert any(e.type == "response.completed" for e in events)
+    with client.responses.stream(model="gpt-4o", instructions="sys", input="hi") as stream:
+        assert stream.get_final_response().output_text == "two"
+    spans = harness.spans()
+    assert len(spans) == 2
+    assert all(s.attributes["gen_ai.usage.input_tokens"] > 0 for s in spans)
+
+
+class Answer(BaseModel):
+    city: str
+
+
+def test_parse_is_guarded_once(harness, llm, client):
+    harness.start(mode="observe")
+    llm.script('{"city": "Pune"}', '{"city": "Pune"}')
+    parsed = client.chat.completions.parse(model="gpt-4o", messages=HISTORY, response_format=Answer)
+    assert parsed.choices[0].message.parsed == Answer(city="Pune")
+    resp = client.responses.parse(model="gpt-4o", instructions="sys", input="hi", text_format=Answer)
+    assert resp.output_parsed == Answer(city="Pune")
+    assert len(harness.spans()) == 2
+    assert len(llm.requests) == 2
+
+
+def test_provider_managed_history_is_skipped_not_guessed(harness, llm, client):
+    harness.start(mode="observe", policy=ctxguard.Policy(pinned=ctxguard.Pinned()))
+    with ctxguard.conversation("c"):
+        client.responses.create(model="gpt-4o", instructions="sys", input="next", previous_response_id="resp_1")
+    a = only_span(harness).attributes
+    assert a["ctxguard.history.elsewhere"] == "history is provider-managed (previous_response_id)"
+    assert "pinned_present: history is provider-managed (previous_response_id)" in a["ctxguard.checks.skipped"]
+    assert "ctxguard.messages.dropped" not in a
+
+
+def test_enforce_mode_sends_nothing(harness, llm, client):
+    harness.start(mode="enforce")
+    with pytest.raises(ctxguard.ContextViolation) as info:
+        client.chat.completions.create(model="gpt-4o", messages=HISTORY[1:])
+    assert [v.check for v in info.value.violations] == ["system_at_head"]
+    assert llm.requests == []
+    assert harness.metric("ctxguard_blocked_total", check="system_at_head") == 1
+    span = only_span(harness)
+    assert span.attributes["error.type"] == "ContextViolation"
+    client.chat.completions.create(model="gpt-4o", messages=HISTORY)
+    assert len(llm.requests) == 1
+
+
+def test_observe_mode_never_raises_on_violation(harness, llm, client):
+    harness.start(mode="observe", policy=ctxguard.Policy(pinned=ctxguard.Pinned()))
+    reply = client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+    assert reply.choices[0].message.content == "ok 1"
+    assert harness.metric("ctxguard_violations_total", check="pinned_present", provider="openai") == 1
+
+
+def test_sdk_errors_pass_through_unchanged(harness, llm, client):
+    harness.start(mode="observe")
+    llm.script(Reply(status=429, text="slow down"))
+    with pytest.raises(openai.RateLimitError) as info:
+        client.chat.completions.create(model="gpt-4o", messages=HISTORY)
+    assert info.value.status_code == 429
+    assert only_span(harness).attributes["error.type"] == "RateLimitError"
+
+
+def test_raw_response_wrapper_still_works(harness, llm, client):
+    harness.start(mode="observe")
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=HISTORY)
+    assert raw.http_response.status_code == 200
+    assert raw.parse().choices[0].message.content == "ok 1"
+    assert len(harness.spans()) == 1
+
+
+ORIGINALS = {
+    (cls, name): cls.__dict__[name]
+    for cls in (Completions, AsyncCompletions, Responses, AsyncResponses)
+    for name in ("create", "parse")
+}
+
+
+def test_uninstrument_restores_identity_and_instrument_is_idempotent(harness, llm, client):
+    first = harness.start(mode="observe")
+    assert all(cls.__dict__[name] is not fn for (cls, name), fn in ORIGINALS.items())
+    assert ctxguard.instrument() is first
+    client.chat.completions.create(model="gpt-4o", messages=HISTORY)
+    assert len(harness.spans()) == 1, "a second instrument() must not double-wrap"
+    ctxguard.uninstrument()
+    assert all(cls.__dict__[name] is fn for (cls, name), fn in ORIGINALS.items())
+    client.chat.completions.create(model="gpt-4o", messages=HISTORY)
+    assert len(harness.spans()) == 1
+    ctxguard.uninstrument()  # twice is harmless too
+
+
+def test_instrument_before_importing_openai(tmp_path):
+    with FakeLLM() as llm:
+        script = textwrap.dedent(f"""
+            import sys
+            import ctxguard
+            from prometheus_client import CollectorRegistry
+            registry = CollectorRegistry()
+            assert "openai" not in sys.modules, "importing ctxguard must not import an SDK"
+            ctxguard.instrument(registry=registry, digest_key="k")
+            import openai
+            client = openai.OpenAI(base_url="{llm.base_url}", api_key="x", max_retries=0)
+            client.chat.completions.create(model="gpt-4o", messages=[{{"role": "user", "content": "hi"}}])
+            print(registry.get_sample_value("ctxguard_violations_total",
+                                            {{"check": "system_at_head", "provider": "openai"}}))
+        """)
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1.0"
+
+
+def test_disabled_by_environment(monkeypatch, client):
+    monkeypatch.setenv("CTXGUARD_DISABLED", "1")
+    assert ctxguard.instrument() is None
+    assert Completions.__dict__["create"] is ORIGINALS[(Completions, "create")]

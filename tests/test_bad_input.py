@@ -1,0 +1,124 @@
+"""Bad input: the call goes through unchanged, checks skip with a reason, nothing raises."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+import openai
+import pytest
+from openai.types.chat import ChatCompletionMessage
+
+import ctxguard
+from ctxguard import Pinned, Policy
+
+SYSTEM = {"role": "system", "content": "sys"}
+
+
+def skipped(harness) -> list[str]:
+    return list(harness.spans()[-1].attributes.get("ctxguard.checks.skipped", ()))
+
+
+def test_generator_messages_are_not_consumed(harness, llm, client):
+    harness.start(mode="observe")
+    messages = (m for m in [SYSTEM, {"role": "user", "content": "hi"}])
+    client.chat.completions.create(model="gpt-4o", messages=messages)
+    assert [m["role"] for m in llm.bodies()[0]["messages"]] == ["system", "user"]
+    assert "system_at_head: messages is not a list (generator)" in skipped(harness)
+
+
+def test_none_and_non_string_content(harness, llm, client):
+    harness.start(mode="observe")
+    client.chat.completions.create(
+        model="gpt-4o",
+        messages=[SYSTEM, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"id": 7}'}}]},
+                  {"role": "tool", "tool_call_id": "call_1", "content": '{"status": "shipped"}'}],
+    )
+    a = harness.spans()[-1].attributes
+    assert list(a["ctxguard.message.roles"]) == ["system", "assistant", "tool"]
+    assert list(a["ctxguard.violations"]) == []
+
+
+def test_unknown_roles_and_lone_surrogates(harness, llm, client):
+    harness.start(mode="observe")
+    weird = {"role": "narrator" * 10, "content": "broken \udc80 text"}
+    with pytest.raises(Exception) as info:  # the SDK cannot encode a lone surrogate: its error, unchanged
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, weird])
+    assert not isinstance(info.value, ctxguard.ContextViolation)
+    a = harness.spans()[-1].attributes
+    assert a["ctxguard.message.roles"][1] == ("narrator" * 10)[:32]
+    assert a["error.type"] == type(info.value).__qualname__
+
+
+def test_huge_content_goes_through(harness, llm, client):
+    harness.start(mode="observe")
+    huge = "x" * (10 * 1024 * 1024)
+    client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": huge}])
+    assert llm.bodies()[0]["messages"][1]["content"] == huge
+    a = harness.spans()[-1].attributes
+    assert list(a["ctxguard.violations"]) == ["payload_under_budget"]  # 10 MB does not fit 128k tokens
+
+
+def test_unknown_model_skips_budget(harness, llm, client):
+    harness.start(mode="enforce")
+    client.chat.completions.create(model="local-llama", messages=[SYSTEM])
+    assert any(s.startswith("payload_under_budget: unknown context window") for s in skipped(harness))
+
+
+class Unserialisable:
+    def __str__(self) -> str:
+        raise ValueError("no")
+
+
+def test_objects_that_fail_to_serialise(harness, llm, client):
+    harness.start(mode="observe", policy=Policy(pinned=Pinned()))
+    with pytest.raises(Exception) as info:
+        client.chat.completions.create(
+            model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": Unserialisable()}]
+        )
+    assert not isinstance(info.value, ctxguard.ContextViolation)
+    assert "system_at_head: message 1 could not be read (ValueError)" in skipped(harness)
+
+
+class Msg(TypedDict):
+    role: str
+    content: str
+
+
+def test_pydantic_typeddict_and_sentinels(harness, llm, client):
+    harness.start(mode="observe")
+    previous = ChatCompletionMessage(role="assistant", content="earlier answer")
+    client.chat.completions.create(
+        model="gpt-4o",
+        messages=[Msg(role="system", content="sys"), {"role": "user", "content": "q"}, previous],
+        max_tokens=openai.NOT_GIVEN,
+        tools=openai.NOT_GIVEN,
+    )
+    a = harness.spans()[-1].attributes
+    assert list(a["ctxguard.message.roles"]) == ["system", "user", "assistant"]
+    assert "gen_ai.request.max_tokens" not in a
+    assert [m["role"] for m in llm.bodies()[0]["messages"]] == ["system", "user", "assistant"]
+
+
+def test_content_parts_images_become_references(harness, llm, client):
+    harness.start(mode="observe")
+    client.chat.completions.create(
+        model="gpt-4o",
+        messages=[SYSTEM, {"role": "user", "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 5000}}]}],
+    )
+    a = harness.spans()[-1].attributes
+    assert a["ctxguard.payload.messages"] == 2
+    assert "A" * 100 not in str(dict(a))
+
+
+def test_non_list_responses_input(harness, llm, client):
+    harness.start(mode="observe")
+    client.responses.create(model="gpt-4o", instructions="sys", input=[
+        {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "{\"a\": 1}"},
+    ])
+    a = harness.spans()[-1].attributes
+    assert list(a["ctxguard.message.roles"]) == ["system", "user", "assistant", "tool"]

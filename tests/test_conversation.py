@@ -1,0 +1,168 @@
+"""Conversation scope, per-conversation diffs and evictions (counted once)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+
+import pytest
+
+import ctxguard
+from ctxguard import Pinned, Policy, render_pinned
+from ctxguard.conversation import ConversationMemory, current_conversation
+
+SYSTEM = {"role": "system", "content": "You are the order assistant."}
+BLOCK = {"role": "system", "content": render_pinned({"order_id": "A-1041"}, max_tokens=100)}
+
+
+def user(i: int) -> dict[str, str]:
+    return {"role": "user", "content": f"question {i}"}
+
+
+def test_scope_is_a_context_manager_and_decorator():
+    assert current_conversation() is None
+    with ctxguard.conversation("a", tenant="t1"):
+        assert current_conversation() == ("a", "t1")
+        with ctxguard.conversation("b"):
+            assert current_conversation() == ("b", None)
+        assert current_conversation() == ("a", "t1")
+    assert current_conversation() is None
+
+    @ctxguard.conversation("dec")
+    def sync_fn():
+        return current_conversation()
+
+    assert sync_fn() == ("dec", None)
+    assert sync_fn() == ("dec", None)  # re-entrant: a fresh scope per call
+
+    @ctxguard.conversation("adec")
+    async def async_fn():
+        await asyncio.sleep(0)
+        return current_conversation()
+
+    assert asyncio.run(async_fn()) == ("adec", None)
+    assert current_conversation() is None
+
+
+def test_scope_is_isolated_between_tasks_and_threads():
+    seen: dict[str, object] = {}
+
+    async def task(name: str):
+        async with ctxguard.conversation(name):
+            await asyncio.sleep(0.01)
+            seen[name] = current_conversation()
+
+    async def both():
+        await asyncio.gather(task("t1"), task("t2"))
+
+    asyncio.run(both())
+    assert seen == {"t1": ("t1", None), "t2": ("t2", None)}
+
+    def worker(name: str):
+        with ctxguard.conversation(name):
+            threading.Event().wait(0.01)
+            seen[name] = current_conversation()
+
+    threads = [threading.Thread(target=worker, args=(f"th{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(seen[f"th{i}"] == (f"th{i}", None) for i in range(4))
+
+
+def test_diff_against_previous_payload(harness, client):
+    harness.start(mode="observe")
+    with ctxguard.conversation("c"):
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, user(1)])
+        first = harness.spans()[-1].attributes
+        client.chat.completions.create(
+            model="gpt-4o", messages=[SYSTEM, user(2), {"role": "assistant", "content": "a"}, user(3)]
+        )
+    a = harness.spans()[-1].attributes
+    assert "ctxguard.prev.hash" not in first
+    assert a["ctxguard.prev.hash"] == first["ctxguard.payload.hash"]
+    assert a["ctxguard.messages.added"] == 3
+    assert a["ctxguard.messages.dropped"] == 1
+    assert harness.metric("ctxguard_messages_dropped_total", role="user") == 1
+    assert harness.metric("ctxguard_messages_dropped_total", role="system") == 0
+
+
+def test_repeated_identical_messages_are_counted_as_a_multiset(harness, client):
+    harness.start(mode="observe")
+    ok = {"role": "assistant", "content": "ok"}
+    with ctxguard.conversation("c"):
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, user(1), ok, user(2), ok])
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, user(2), ok])
+    assert harness.spans()[-1].attributes["ctxguard.messages.dropped"] == 2
+    assert harness.metric("ctxguard_messages_dropped_total", role="assistant") == 1
+
+
+def test_evictions_are_counted_once_per_disappearance(harness, client):
+    harness.start(mode="observe", policy=Policy(pinned=Pinned()))
+    with ctxguard.conversation("c"):
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, BLOCK, user(1)])
+        client.chat.completions.create(model="gpt-4o", messages=[user(1), user(2)])
+        assert list(harness.spans()[-1].attributes["ctxguard.evicted"]) == ["system", "pinned"]
+        client.chat.completions.create(model="gpt-4o", messages=[user(2), user(3)])
+        assert list(harness.spans()[-1].attributes["ctxguard.evicted"]) == []
+        assert harness.metric("ctxguard_evictions_total", kind="system") == 1
+        assert harness.metric("ctxguard_evictions_total", kind="pinned") == 1
+        assert harness.metric("ctxguard_violations_total", check="system_at_head", provider="openai") == 2
+        # It comes back, then vanishes again: a new eviction.
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, BLOCK, user(4)])
+        client.chat.completions.create(model="gpt-4o", messages=[user(5)])
+    assert harness.metric("ctxguard_evictions_total", kind="system") == 2
+    with ctxguard.conversation("other"):  # a conversation that never had a system prompt evicts nothing
+        client.chat.completions.create(model="gpt-4o", messages=[user(1)])
+        client.chat.completions.create(model="gpt-4o", messages=[user(2)])
+    assert harness.metric("ctxguard_evictions_total", kind="system") == 2
+
+
+def test_conversation_id_callable_is_the_fallback(harness, client):
+    harness.start(mode="observe", conversation_id=lambda kwargs: kwargs.get("user"))
+    client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, user(1)], user="customer-7")
+    client.chat.completions.create(model="gpt-4o", messages=[user(1)], user="customer-7")
+    assert harness.spans()[-1].attributes["gen_ai.conversation.id"] == "customer-7"
+    assert harness.metric("ctxguard_evictions_total", kind="system") == 1
+    with ctxguard.conversation("scoped"):
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM], user="customer-7")
+    assert harness.spans()[-1].attributes["gen_ai.conversation.id"] == "scoped"
+
+
+def test_memory_is_bounded_lru():
+    memory = ConversationMemory(max_conversations=3)
+    from ctxguard.payload import Payload
+
+    def payload(digest: str) -> Payload:
+        return Payload("openai", "chat", "m", [], digest, 0, 0, "estimate", 0, None, False, None, None)
+
+    for i in range(5):
+        memory.observe((f"c{i}", None), payload(f"d{i}"), pinned=False)
+    assert len(memory) == 3
+    assert memory.observe(("c0", None), payload("x"), pinned=False).prev_hash is None  # forgotten
+    assert memory.observe(("c4", None), payload("y"), pinned=False).prev_hash == "d4"
+
+
+@pytest.mark.parametrize("maxlen", [4, 6, 9])
+def test_rotating_buffer_flip_point_is_the_first_headless_call(harness, client, maxlen):
+    """The deque(maxlen=N) bug: detected on exactly the first call whose head is not system."""
+    harness.start(mode="observe")
+    history: deque[dict[str, str]] = deque([SYSTEM], maxlen=maxlen)
+    first_headless = flagged = None
+    with ctxguard.conversation(f"buffer-{maxlen}"):
+        for turn in range(1, 2 * maxlen):
+            history.append(user(turn))
+            payload = list(history)
+            client.chat.completions.create(model="gpt-4o", messages=payload)
+            if first_headless is None and payload[0]["role"] != "system":
+                first_headless = turn
+            a = harness.spans()[-1].attributes
+            if flagged is None and "system_at_head" in a["ctxguard.violations"]:
+                flagged = turn
+                assert list(a["ctxguard.evicted"]) == ["system"]
+            history.append({"role": "assistant", "content": f"answer {turn}"})
+    assert first_headless is not None
+    assert flagged == first_headless
+    assert harness.metric("ctxguard_evictions_total", kind="system") == 1

@@ -1,0 +1,165 @@
+"""Budget equation, pinned rendering, token counting/calibration, config and metric series."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+import ctxguard
+from ctxguard import Budget, Pinned, Policy, budget_for, render_pinned
+from ctxguard.budget import window_for
+from ctxguard.checks import CHECK_NAMES
+from ctxguard.config import Config
+from ctxguard.digest import Digester
+from ctxguard.measure import Measurer
+from ctxguard.payload import RequestView
+from ctxguard.pinned import find_block
+from ctxguard.tokens import Calibration, EstimateCounter
+
+
+def test_budget_for_is_the_equation():
+    b = budget_for("gpt-4o", system=1200, tools=800, retrieved=2000, reserved_output=4000, reserved_reasoning=0)
+    assert b.window == 128_000
+    assert b.history_available == 128_000 - 1200 - 800 - 2000 - 4000
+    assert "history available" in str(b) and "reserved output" in str(b)
+    assert budget_for("anything", window=1000, system=100).history_available == 900
+    with pytest.raises(ValueError, match="unknown context window"):
+        budget_for("mystery-model")
+    with pytest.raises(ValueError):
+        Budget(window=-1)
+
+
+@pytest.mark.parametrize(("model", "window"), [
+    ("gpt-4o", 128_000), ("gpt-4o-2024-08-06", 128_000), ("gpt-4-0613", 8_192), ("gpt-4.1-mini", 1_047_576),
+    ("claude-sonnet-4-20250514", 200_000), ("claude-3-5-sonnet-latest", 200_000), ("openai/gpt-4o", 128_000),
+    ("gpt-4o-mini-tts", None), ("gpt-4.5-turbo", None), ("", None), (None, None),
+])
+def test_window_table_resolves_snapshots_and_never_guesses(model, window):
+    assert window_for(model) == window
+
+
+def test_render_pinned_drops_oldest_whole_and_parses_back():
+    facts = {f"fact_{i}": f"value number {i}" for i in range(30)}
+    block = render_pinned(facts, max_tokens=60)
+    assert EstimateCounter().count(block) <= 60 or len(block) < 400
+    lines = block.split("\n")
+    assert lines[-1] == "[end of Pinned facts]"
+    kept = lines[1:-1]
+    assert kept and kept[-1] == "fact_29: value number 29"  # newest kept, oldest dropped
+    assert all(": value number " in line for line in kept)  # never cut mid-entry
+    assert lines[0] == f"[Pinned facts: {len(kept)} entries]"
+    assert render_pinned(facts, max_tokens=10_000, max_entries=2).count("\n") == 3
+    assert "a b" in render_pinned({"k": "a\nb"}, max_tokens=100)  # one line per entry
+
+
+def test_find_block_intact_and_cut():
+    from ctxguard.payload import Message
+
+    block = render_pinned({"a": "1", "b": "2"}, max_tokens=100)
+    ok = find_block([Message("system", "intro\n" + block + "\nrest", "d", 1)], "Pinned facts")
+    assert ok is not None and ok.rendered and ok.intact and ok.entries == 2
+    cut = find_block([Message("system", block[:-5], "d", 1)], "Pinned facts")
+    assert cut is not None and cut.intact is False
+    assert find_block([Message("user", "nothing here", "d", 1)], "Pinned facts") is None
+
+
+class CountingCounter(EstimateCounter):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def count(self, text: str) -> int:
+        self.calls += 1
+        return super().count(text)
+
+
+def test_growing_conversation_counts_only_new_messages():
+    counter = CountingCounter()
+    measurer = Measurer(Digester(b"k"), counter, Calibration())
+    items = [("system", "sys", (), "message")]
+    for turn in range(50):
+        items = [*items, ("user", f"message {turn}", (), "message")]
+        before = counter.calls
+        measurer.measure(RequestView("openai", "chat", "gpt-4o", items))
+        assert counter.calls - before == (2 if turn == 0 else 1)
+
+
+def test_calibration_from_reported_usage(harness, llm, client):
+    from ctxguard.testing import Reply
+
+    harness.start(mode="observe")
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "hello there"}]
+    llm.script(Reply(text="a", input_tokens=200))
+    client.chat.completions.create(model="gpt-4o", messages=messages)
+    first = harness.spans()[-1].attributes
+    assert first["ctxguard.payload.tokens_source"] in ("tiktoken", "estimate")
+    client.chat.completions.create(model="gpt-4o", messages=messages)
+    second = harness.spans()[-1].attributes
+    assert second["ctxguard.payload.tokens_source"] == "calibrated"
+    assert second["ctxguard.payload.tokens"] > first["ctxguard.payload.tokens"]
+    c = Calibration()
+    c.observe("m", 100, 100_000)
+    assert c.factor("m") == 4.0  # bounded
+
+
+def test_random_digest_key_warns_once(caplog, monkeypatch):
+    import ctxguard.digest as digest_mod
+
+    monkeypatch.setattr(digest_mod, "_warned", type(digest_mod._warned)())
+    caplog.set_level(logging.WARNING, logger="ctxguard")
+    a, b = Digester(), Digester()
+    assert a.text("x") != b.text("x")
+    assert Digester(b"k").text("x") == Digester(b"k").text("x")
+    assert sum("not comparable across processes" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_env_overrides(monkeypatch):
+    monkeypatch.setenv("CTXGUARD_MODE", "enforce")
+    monkeypatch.setenv("CTXGUARD_CAPTURE_CONTENT", "true")
+    monkeypatch.setenv("CTXGUARD_DIGEST_KEY", "from-env")
+    config = Config.resolve(mode="observe", digest_key="from-code")
+    assert (config.mode, config.capture_content, config.digest_key) == ("enforce", True, b"from-env")
+    monkeypatch.setenv("CTXGUARD_MODE", "panic")
+    with pytest.raises(ValueError):
+        Config.resolve()
+
+
+def test_policy_rejects_mistakes_at_definition():
+    with pytest.raises(ValueError):
+        Pinned(max_tokens=0)
+    with pytest.raises(ValueError):
+        Pinned(marker=" ")
+    with pytest.raises(TypeError):
+        Policy(budget=1000)  # type: ignore[arg-type]
+
+
+def test_every_labelled_series_exists_at_zero_from_instrument():
+    registry = CollectorRegistry()
+    ctxguard.instrument(registry=registry, digest_key="k")
+    for check in CHECK_NAMES:
+        for outcome in ("pass", "fail", "skip"):
+            assert registry.get_sample_value("ctxguard_checks_total", {"check": check, "outcome": outcome}) == 0
+        assert registry.get_sample_value("ctxguard_violations_total", {"check": check, "provider": "openai"}) == 0
+        assert registry.get_sample_value("ctxguard_blocked_total", {"check": check}) == 0
+    for kind in ("system", "pinned", "fact"):
+        assert registry.get_sample_value("ctxguard_evictions_total", {"kind": kind}) == 0
+    assert registry.get_sample_value("ctxguard_calls_total", {"provider": "openai", "operation": "chat"}) == 0
+    assert registry.get_sample_value("ctxguard_guard_errors_total", {"where": "checks"}) == 0
+    assert registry.get_sample_value("ctxguard_messages_dropped_total", {"role": "user"}) == 0
+    assert registry.get_sample_value("ctxguard_summary_lossy_total") == 0
+
+
+def test_metrics_port_serves_on_loopback():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    registry = CollectorRegistry()
+    ctxguard.instrument(registry=registry, digest_key="k", metrics_port=port)
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert "ctxguard_checks_total" in body
+    ctxguard.uninstrument()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
