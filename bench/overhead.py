@@ -33,7 +33,8 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 import openai
 import prometheus_client
@@ -47,41 +48,19 @@ import ctxguard.tokens
 try:
     import httpx2 as http_lib
 except ImportError:  # openai 1.x
-    import httpx as http_lib  # type: ignore[no-redef]
+    import httpx as http_lib  # type: ignore[no-redef, import-not-found, unused-ignore]
 
 MODEL = "gpt-4o"
 SIZES = (2, 20, 200, 2000)
 ROUNDS = {2: 400, 20: 400, 200: 200, 2000: 40}
 TURNS = 500
 WINDOWS = ((1, 50), (201, 250), (451, 500))
-WORDS = [
-    "order",
-    "parcel",
-    "courier",
-    "refund",
-    "warehouse",
-    "invoice",
-    "customer",
-    "address",
-    "delivery",
-    "tracking",
-    "status",
-]
+WORDS = "order parcel courier refund warehouse invoice customer address delivery tracking status".split()  # noqa: SIM905
+_CHOICE = {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+_USAGE = {"prompt_tokens": 100, "completion_tokens": 1, "total_tokens": 101}
 COMPLETION = json.dumps(
-    {
-        "id": "chatcmpl-bench",
-        "object": "chat.completion",
-        "created": 1_700_000_000,
-        "model": MODEL,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "ok"},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 1, "total_tokens": 101},
-    }
+    {"id": "chatcmpl-bench", "object": "chat.completion", "created": 1_700_000_000, "model": MODEL}
+    | {"choices": [_CHOICE], "usage": _USAGE}
 ).encode()
 
 Message = dict[str, str]
@@ -157,9 +136,7 @@ def summary(raw: dict[str, list[int]]) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="divide rounds by 5")
     parser.add_argument("--json", metavar="PATH", help="write raw numbers as JSON")
     args = parser.parse_args()
@@ -176,7 +153,7 @@ def main() -> int:
         digest_key=b"bench",
     )
     assert guard is not None, "ctxguard disabled (CTXGUARD_DISABLED?)"
-    orig = Completions.create.__wrapped__
+    orig: Callable[..., object] = cast(Any, Completions.create).__wrapped__
     assert orig is original, "baseline is not the original function"
     client = openai.OpenAI(
         api_key="x",
@@ -184,7 +161,7 @@ def main() -> int:
         max_retries=0,
         http_client=http_lib.Client(transport=http_lib.MockTransport(handler)),
     )
-    chat = client.chat.completions
+    chat: Any = client.chat.completions
     pinned = ctxguard.render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
     system = system_message(pinned)
     result: dict[str, Any] = {
@@ -213,8 +190,8 @@ def main() -> int:
                     orig(chat, model=MODEL, messages=msgs)
                     chat.create(model=MODEL, messages=msgs)
                 raw = interleave(
-                    lambda m=msgs: orig(chat, model=MODEL, messages=m),
-                    lambda m=msgs: chat.create(model=MODEL, messages=m),
+                    partial(orig, chat, model=MODEL, messages=msgs),
+                    partial(chat.create, model=MODEL, messages=msgs),
                     rounds,
                 )
             result["sizes"][str(n)] = {"rounds": rounds, **summary(raw), "raw_ns": raw}
@@ -236,20 +213,20 @@ def main() -> int:
                 for turn in range(1, TURNS + 1):
                     history = [*history, message(offset + turn)]
                     msgs = history
+                    base = partial(orig, chat, model=MODEL, messages=msgs)
+                    inst = partial(chat.create, model=MODEL, messages=msgs)
                     if turn % 2:
-                        b = timed(lambda m=msgs: chat.create(model=MODEL, messages=m))
-                        a = timed(lambda m=msgs: orig(chat, model=MODEL, messages=m))
+                        b = timed(inst)
+                        a = timed(base)
                     else:
-                        a = timed(lambda m=msgs: orig(chat, model=MODEL, messages=m))
-                        b = timed(lambda m=msgs: chat.create(model=MODEL, messages=m))
+                        a = timed(base)
+                        b = timed(inst)
                     grow["baseline"].append(a)
                     grow["instrumented"].append(b)
                     grow["overhead"].append(b - a)
             finally:
                 gc.enable()
-        result["growing"] = {
-            f"{lo}-{hi}": summary({k: v[lo - 1 : hi] for k, v in grow.items()}) for lo, hi in WINDOWS
-        }
+        result["growing"] = {f"{lo}-{hi}": summary({k: v[lo - 1 : hi] for k, v in grow.items()}) for lo, hi in WINDOWS}
         result["growing"]["raw_ns"] = grow
     finally:
         ctxguard.uninstrument()

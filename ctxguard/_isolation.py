@@ -66,7 +66,7 @@ def report_internal_error(where: str, exc: BaseException) -> None:
         logger.debug("ctxguard internal error in %s", where, exc_info=exc)
         for hook in list(_hooks):
             hook(where, exc)
-    except Exception:  # noqa: S110 - the last line of defence must not raise
+    except Exception:
         pass
 
 

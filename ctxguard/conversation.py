@@ -33,7 +33,7 @@ def current_conversation() -> Scope | None:
     return _current.get()
 
 
-class conversation:  # noqa: N801 - used like a function: ``with conversation("c1"):``
+class conversation:
     """Scope calls (and facts) to one conversation; context manager or decorator.
 
     >>> with conversation("order-41"):
@@ -112,13 +112,13 @@ def _dropped(prev: list[str], prev_roles: list[str], now: list[str]) -> tuple[in
         gone = prev_set - now_set
         dropped: dict[str, int] = {}
         if gone:
-            for digest, role in zip(prev, prev_roles):
+            for digest, role in zip(prev, prev_roles, strict=True):
                 if digest in gone:
                     dropped[role] = dropped.get(role, 0) + 1
         return added, dropped
     remaining = Counter(now)
     dropped = {}
-    for digest, role in zip(prev, prev_roles):
+    for digest, role in zip(prev, prev_roles, strict=True):
         if remaining[digest] > 0:
             remaining[digest] -= 1
         else:
@@ -151,8 +151,9 @@ class ConversationMemory:
             else:
                 self._states.move_to_end(scope)
             prev_hash = state.prev_hash
+            dropped: dict[str, int] = {}
             if prev_hash is None:
-                added, dropped = len(digests), {}
+                added = len(digests)
             else:
                 added, dropped = _dropped(state.prev_digests, state.prev_roles, digests)
             evicted: list[str] = []

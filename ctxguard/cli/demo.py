@@ -70,8 +70,8 @@ def _turns(
             )
             chat.remember(reply.choices[0].message.content or "")
             attrs = exporter.get_finished_spans()[-1].attributes or {}
-            violations = list(attrs.get("ctxguard.violations", ()))
-            evicted = list(attrs.get("ctxguard.evicted", ()))
+            violations = [str(v) for v in attrs.get("ctxguard.violations", ())]  # type: ignore[union-attr]
+            evicted = [str(v) for v in attrs.get("ctxguard.evicted", ())]  # type: ignore[union-attr]
             head = attrs.get("ctxguard.head.role", "?")
             if flip is None and "system_at_head" in violations:
                 flip = turn

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["wrap_stream"]
 
 
-class _Observed(wrapt.ObjectProxy):  # type: ignore[misc]
+class _Observed(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
     def __init__(self, wrapped: Any, call: Call, reader: StreamReader) -> None:
         super().__init__(wrapped)
         self._self_call = call

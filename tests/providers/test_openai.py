@@ -8,15 +8,14 @@ import textwrap
 
 import openai
 import pytest
+from openai.resources.chat.completions.completions import AsyncCompletions, Completions
+from openai.resources.responses.responses import AsyncResponses, Responses
 from pydantic import BaseModel
 
 import ctxguard
 from ctxguard.testing import FakeLLM, Reply
 from ctxguard.testing.plugin import GuardHarness
 from tests.conftest import message_digest
-
-from openai.resources.chat.completions.completions import AsyncCompletions, Completions
-from openai.resources.responses.responses import AsyncResponses, Responses
 
 SYSTEM = {"role": "system", "content": "You are terse."}
 HISTORY = [SYSTEM, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
