@@ -39,7 +39,7 @@ _ROLE_MAX = 32
 
 
 def _get(obj: Any, key: str) -> Any:
-    value = obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+    value = obj.get(key) if type(obj) is dict or isinstance(obj, Mapping) else getattr(obj, key, None)
     return None if type(value).__name__ in _SENTINELS else value
 
 
@@ -109,6 +109,11 @@ def _parts(content: Any, texts: list[str], refs: list[str]) -> None:
 
 
 def _chat_item(message: Any) -> Item:
+    if type(message) is dict and len(message) == 2:
+        # The common case, {"role": ..., "content": "text"}, without the generic walk.
+        role, content = message.get("role"), message.get("content")
+        if type(role) is str and type(content) is str and 0 < len(role) <= _ROLE_MAX:
+            return (role, content, (), "message")
     texts: list[str] = []
     refs: list[str] = []
     _parts(_get(message, "content"), texts, refs)
