@@ -9,6 +9,7 @@ on both OpenAI and Anthropic, so the reserved output already covers them; the
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -179,7 +180,11 @@ def budget_for(
     return BudgetBreakdown(model, resolved, system, tools, retrieved, reserved_output, reserved_reasoning)
 
 
-@dataclass(frozen=True)
+# The same terms recur call after call; a frozen dataclass is costly to build each time.
+_breakdown = functools.lru_cache(maxsize=4096)(BudgetBreakdown)
+
+
+@dataclass(slots=True)
 class BudgetEval:
     """One request measured against the equation."""
 
@@ -222,14 +227,8 @@ def evaluate(
         return "window must be positive"
     reserved_output = budget.reserved_output if budget.reserved_output is not None else max_output_tokens or 0
     tools = budget.tools if budget.tools is not None else tools_tokens
-    breakdown = BudgetBreakdown(
-        model=model or "",
-        window=window,
-        system=system_tokens,
-        tools=tools,
-        retrieved=budget.retrieved,
-        reserved_output=reserved_output,
-        reserved_reasoning=budget.reserved_reasoning,
+    breakdown = _breakdown(
+        model or "", window, system_tokens, tools, budget.retrieved, reserved_output, budget.reserved_reasoning
     )
     history = max(0, input_tokens - system_tokens - tools_tokens - budget.retrieved)
     return BudgetEval(breakdown, input_tokens, history, budget.history_max)

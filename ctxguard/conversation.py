@@ -92,7 +92,7 @@ class ConversationState:
     pinned_evicted: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Diff:
     """This payload against the previous one of the same conversation."""
 

@@ -100,7 +100,7 @@ class Guard:
         with guarded("checks"):
             call.evaluate()
         with guarded("telemetry"):
-            call.record(kwargs)
+            call.record()
         if self.enforce and call.violations:
             call.block()
         call.elapsed += _perf() - started
@@ -178,7 +178,7 @@ class Call:
         self.outcomes = run_checks(payload, self.ctx)
         self.violations = [v for o in self.outcomes for v in o.violations]
 
-    def record(self, kwargs: Mapping[str, Any]) -> None:
+    def record(self) -> None:
         guard, payload, ctx, diff = self.guard, self.payload, self.ctx, self.diff
         m = guard.metrics
         provider = payload.provider
@@ -203,23 +203,17 @@ class Call:
         for v in self.violations:
             log_violation(v, provider=provider, conversation_id=conversation_id, payload_hash=payload.digest)
 
-        start_attrs: dict[str, Any] = {
-            attr.OPERATION: payload.operation,
-            attr.PROVIDER: provider,
-        }
+        # Sampling-relevant attributes at creation (GenAI conventions), the rest after.
+        start: dict[str, Any] = {attr.OPERATION: payload.operation, attr.PROVIDER: payload.provider}
         if payload.model:
-            start_attrs[attr.REQUEST_MODEL] = payload.model
-        if payload.max_output_tokens is not None:
-            start_attrs[attr.REQUEST_MAX_TOKENS] = payload.max_output_tokens
-        if conversation_id is not None:
-            start_attrs[attr.CONVERSATION_ID] = conversation_id
+            start[attr.REQUEST_MODEL] = payload.model
         span = guard.tracer.start_span(
-            f"{payload.operation} {payload.model or 'unknown'}", kind=SpanKind.CLIENT, attributes=start_attrs
+            f"{payload.operation} {payload.model or 'unknown'}", kind=SpanKind.CLIENT, attributes=start
         )
         self.span = span
         self.token = otel_context.attach(trace.set_span_in_context(span))
         if span.is_recording():
-            span.set_attributes(self._attributes())
+            attr.set_attributes(span, self._attributes())
             attr.violation_events(span, self.violations)
             if guard.config.capture_content:
                 span.set_attribute(
@@ -237,19 +231,23 @@ class Call:
             attr.PAYLOAD_MESSAGES: len(messages),
             attr.PAYLOAD_TOKENS: payload.tokens,
             attr.TOKENS_SOURCE: payload.tokens_source,
-            attr.MESSAGE_ROLES: [msg.role for msg in shown],
-            attr.MESSAGE_HASHES: [msg.digest for msg in shown],
-            attr.VIOLATIONS: [o.check for o in self.outcomes if o.outcome == "fail"],
+            attr.MESSAGE_ROLES: tuple([msg.role for msg in shown]),
+            attr.MESSAGE_HASHES: tuple([msg.digest for msg in shown]),
+            attr.VIOLATIONS: tuple([o.check for o in self.outcomes if o.outcome == "fail"]),
         }
         if len(messages) > attr.MESSAGE_ATTR_CAP:
             a[attr.MESSAGE_TRUNCATED] = True
+        if payload.max_output_tokens is not None:
+            a[attr.REQUEST_MAX_TOKENS] = payload.max_output_tokens
+        if self.scope is not None:
+            a[attr.CONVERSATION_ID] = self.scope[0]
         head = payload.head
         if head is not None:
             a[attr.HEAD_ROLE] = head.role
             a[attr.HEAD_HASH] = head.digest
         skipped = [f"{o.check}: {o.reason}" for o in self.outcomes if o.outcome == "skip"]
         if skipped:
-            a[attr.SKIPPED] = skipped
+            a[attr.SKIPPED] = tuple(skipped)
         if payload.history_elsewhere is not None:
             a[attr.HISTORY_ELSEWHERE] = payload.history_elsewhere
         if diff is not None:
@@ -257,7 +255,7 @@ class Call:
                 a[attr.PREV_HASH] = diff.prev_hash
             a[attr.MESSAGES_ADDED] = diff.added
             a[attr.MESSAGES_DROPPED] = sum(diff.dropped.values())
-            a[attr.EVICTED] = list(diff.evicted)
+            a[attr.EVICTED] = diff.evicted
         if ctx is not None:
             if not isinstance(ctx.budget, str):
                 ev = ctx.budget
@@ -297,7 +295,7 @@ class Call:
         if span is not None:
             self.span = None
             if reply is not None and span.is_recording():
-                span.set_attributes(_reply_attributes(reply))
+                attr.set_attributes(span, _reply_attributes(reply))
                 if self.guard.config.capture_content and reply.text:
                     span.set_attribute(
                         attr.OUTPUT_MESSAGES, attr.content_json([{"role": "assistant", "content": reply.text}])
@@ -361,7 +359,7 @@ def _reply_attributes(reply: Reply) -> dict[str, Any]:
     if reply.id:
         a[attr.RESPONSE_ID] = reply.id
     if reply.finish_reasons:
-        a[attr.FINISH_REASONS] = list(reply.finish_reasons)
+        a[attr.FINISH_REASONS] = tuple(reply.finish_reasons)
     if reply.input_tokens is not None:
         a[attr.INPUT_TOKENS] = reply.input_tokens
     if reply.output_tokens is not None:

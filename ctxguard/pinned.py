@@ -64,7 +64,7 @@ def render_pinned(
         lines = lines[1:]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PinnedBlock:
     """A pinned block found in a payload."""
 
@@ -80,6 +80,7 @@ def _header_re(marker: str) -> re.Pattern[str]:
     return re.compile(r"^\[" + re.escape(marker) + r": (\d+) entr(?:y|ies)\]$", re.MULTILINE)
 
 
+@lru_cache(maxsize=1024)  # the same block is re-sent call after call
 def _parse(text: str, marker: str) -> tuple[str, int, bool, bool | None]:
     match = _header_re(marker).search(text)
     if match is not None:

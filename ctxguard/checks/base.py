@@ -14,14 +14,14 @@ from ..violations import Violation
 __all__ = ["Check", "Context", "Outcome", "Skip"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Skip:
     """The check could not decide; ``reason`` says why (on the span)."""
 
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Context:
     """What the checks need beyond the payload, derived once per call."""
 
@@ -33,7 +33,7 @@ class Context:
     in_conversation: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outcome:
     check: str
     outcome: str  # "pass", "fail" or "skip"

@@ -14,7 +14,12 @@ from opentelemetry.trace import Span
 
 from ..violations import Violation
 
-__all__ = ["MESSAGE_ATTR_CAP"]
+try:  # the SDK's attribute container, for the fast path below
+    from opentelemetry.attributes import BoundedAttributes
+except ImportError:  # pragma: no cover - the API without the SDK has none
+    BoundedAttributes = None
+
+__all__ = ["MESSAGE_ATTR_CAP", "set_attributes"]
 
 # OpenTelemetry GenAI semantic conventions.
 OPERATION = "gen_ai.operation.name"
@@ -67,6 +72,31 @@ VIOLATION_EVENT = "ctxguard.violation"
 MESSAGE_ATTR_CAP = 128
 #: Captured content (opt-in) is cut to this many characters per span attribute.
 CONTENT_ATTR_CAP = 64 * 1024
+
+
+def set_attributes(span: Span, attributes: dict[str, Any]) -> None:
+    """Set attributes that are valid by construction, skipping the SDK's per-value cleaning.
+
+    Every value ctxguard builds is a str, int, float, bool or a tuple of str, as the
+    OpenTelemetry spec requires, yet the SDK re-validates each value and each list
+    element on every call: at 20 messages that is most of ctxguard's own cost. When
+    the span is the SDK's, still open, with no attribute count or length limit that
+    these attributes could hit, they go straight into its container, under its lock.
+    Anything else takes the public, validating ``set_attributes``.
+    """
+    bounded = getattr(span, "_attributes", None)
+    if (
+        BoundedAttributes is not None
+        and type(bounded) is BoundedAttributes
+        and getattr(span, "_end_time", 0) is None
+        and not bounded._immutable
+        and bounded.max_value_len is None
+        and (bounded.maxlen is None or len(bounded._dict) + len(attributes) <= bounded.maxlen)
+    ):
+        with bounded._lock:
+            bounded._dict.update(attributes)
+    else:
+        span.set_attributes(attributes)
 
 
 def violation_events(span: Span, violations: Iterable[Violation]) -> None:
