@@ -18,7 +18,7 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .payload import SYSTEM_ROLES, Payload
+from .payload import SYSTEM_ROLES, Message, Payload
 
 __all__ = ["ConversationMemory", "ConversationState", "Diff", "conversation", "current_conversation"]
 
@@ -84,8 +84,8 @@ class conversation:
 class ConversationState:
     first_system: str | None = None
     prev_hash: str | None = None
-    prev_digests: list[str] = field(default_factory=list)
-    prev_roles: list[str] = field(default_factory=list)
+    prev_messages: list[Message] = field(default_factory=list)
+    prev_digests: frozenset[str] = frozenset()
     had_system: bool = False
     had_pinned: bool = False
     system_evicted: bool = False
@@ -103,26 +103,23 @@ class Diff:
     first_system: str | None  # the system digest first seen in the conversation
 
 
-def _dropped(prev: list[str], prev_roles: list[str], now: list[str]) -> tuple[int, dict[str, int]]:
+def _dropped(
+    prev: list[Message], prev_set: frozenset[str], now: list[str], now_set: frozenset[str]
+) -> tuple[int, dict[str, int]]:
     """(added, dropped-by-role) by digest, as multisets; sets when there are no repeats."""
-    now_set = set(now)
-    prev_set = set(prev)
+    dropped: dict[str, int] = {}
     if len(now_set) == len(now) and len(prev_set) == len(prev):
-        added = len(now_set - prev_set)
-        gone = prev_set - now_set
-        dropped: dict[str, int] = {}
-        if gone:
-            for digest, role in zip(prev, prev_roles, strict=True):
-                if digest in gone:
-                    dropped[role] = dropped.get(role, 0) + 1
-        return added, dropped
+        if prev_set - now_set:
+            for m in prev:
+                if m.digest not in now_set:
+                    dropped[m.role] = dropped.get(m.role, 0) + 1
+        return len(now_set - prev_set), dropped
     remaining = Counter(now)
-    dropped = {}
-    for digest, role in zip(prev, prev_roles, strict=True):
-        if remaining[digest] > 0:
-            remaining[digest] -= 1
+    for m in prev:
+        if remaining[m.digest] > 0:
+            remaining[m.digest] -= 1
         else:
-            dropped[role] = dropped.get(role, 0) + 1
+            dropped[m.role] = dropped.get(m.role, 0) + 1
     return sum(remaining.values()), dropped
 
 
@@ -139,8 +136,8 @@ class ConversationMemory:
 
     def observe(self, scope: Scope, payload: Payload, *, pinned: bool) -> Diff:
         """Record this payload for ``scope`` and return what changed since the last one."""
-        digests = [m.digest for m in payload.messages]
-        roles = [m.role for m in payload.messages]
+        digests = payload.digests
+        digest_set = frozenset(digests)
         system = payload.system
         with self._lock:
             state = self._states.get(scope)
@@ -155,7 +152,7 @@ class ConversationMemory:
             if prev_hash is None:
                 added = len(digests)
             else:
-                added, dropped = _dropped(state.prev_digests, state.prev_roles, digests)
+                added, dropped = _dropped(state.prev_messages, state.prev_digests, digests, digest_set)
             evicted: list[str] = []
             if system is not None or any(m.role in SYSTEM_ROLES for m in payload.messages):
                 state.had_system, state.system_evicted = True, False
@@ -170,5 +167,5 @@ class ConversationMemory:
                 state.pinned_evicted = True
                 evicted.append("pinned")
             state.prev_hash = payload.digest
-            state.prev_digests, state.prev_roles = digests, roles
+            state.prev_messages, state.prev_digests = payload.messages, digest_set
             return Diff(prev_hash, added, dropped, tuple(evicted), state.first_system)

@@ -10,6 +10,7 @@ twice the cap without per-hit bookkeeping.
 from __future__ import annotations
 
 import threading
+from typing import Generic, TypeVar
 
 from .digest import Digester
 from .payload import Item, Message, Payload, RequestView
@@ -18,16 +19,20 @@ from .tokens import MESSAGE_OVERHEAD, NON_TEXT_PART, REPLY_PRIMING, Calibration,
 __all__ = ["Measurer"]
 
 
-class _TwoGenerationCache:
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _TwoGenerationCache(Generic[K, V]):
     __slots__ = ("_cap", "_lock", "_new", "_old")
 
     def __init__(self, cap: int) -> None:
         self._cap = cap
-        self._new: dict[object, object] = {}
-        self._old: dict[object, object] = {}
+        self._new: dict[K, V] = {}
+        self._old: dict[K, V] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: object) -> object | None:
+    def get(self, key: K) -> V | None:
         value = self._new.get(key)
         if value is None:
             value = self._old.get(key)
@@ -35,7 +40,7 @@ class _TwoGenerationCache:
                 self.put(key, value)
         return value
 
-    def put(self, key: object, value: object) -> None:
+    def put(self, key: K, value: V) -> None:
         with self._lock:
             if len(self._new) >= self._cap:
                 self._old, self._new = self._new, {}
@@ -51,13 +56,13 @@ class Measurer:
         self.digester = digester
         self.counter = counter
         self.calibration = calibration
-        self._messages = _TwoGenerationCache(cap)
-        self._texts = _TwoGenerationCache(cap // 10 or 1)
+        self._messages: _TwoGenerationCache[Item, Message] = _TwoGenerationCache(cap)
+        self._texts: _TwoGenerationCache[str, int] = _TwoGenerationCache(cap // 10 or 1)
 
     def message(self, item: Item) -> Message:
         cached = self._messages.get(item)
         if cached is not None:
-            return cached  # type: ignore[return-value]
+            return cached
         role, text, refs, source = item
         canonical = f"{role}\x1f{text}\x1f" + "\x1e".join(refs)
         tokens = self.counter.count(text) + MESSAGE_OVERHEAD + NON_TEXT_PART * sum(
@@ -73,11 +78,13 @@ class Measurer:
         if cached is None:
             cached = self.counter.count(text)
             self._texts.put(text, cached)
-        return cached  # type: ignore[return-value]
+        return cached
 
     def measure(self, view: RequestView) -> Payload:
+        hit = self._messages._new.get  # inlined look-up: this loop runs once per message per call
         message = self.message
-        messages = [message(item) for item in view.items]
+        messages = [hit(item) or message(item) for item in view.items]
+        digests = [m.digest for m in messages]
         tools_tokens = sum(self.tokens(schema) for schema in view.tools)
         raw = sum(m.tokens for m in messages) + REPLY_PRIMING + tools_tokens
         factor = self.calibration.factor(view.model)
@@ -86,7 +93,8 @@ class Measurer:
             operation=view.operation,
             model=view.model,
             messages=messages,
-            digest=self.digester.join([m.digest for m in messages]),
+            digests=digests,
+            digest=self.digester.join(digests),
             raw_tokens=raw,
             tokens=raw if factor is None else round(raw * factor),
             tokens_source=self.counter.name if factor is None else "calibrated",

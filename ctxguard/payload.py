@@ -60,6 +60,7 @@ class Payload:
     operation: str
     model: str | None
     messages: list[Message]
+    digests: list[str]  # per message, in order (computed once, shared by the digest and the diff)
     digest: str
     raw_tokens: int  # uncalibrated count, kept for calibration against reported usage
     tokens: int  # count used for the budget (calibrated when a factor is known)

@@ -136,7 +136,7 @@ def test_memory_is_bounded_lru():
     from ctxguard.payload import Payload
 
     def payload(digest: str) -> Payload:
-        return Payload("openai", "chat", "m", [], digest, 0, 0, "estimate", 0, None, False, None, None)
+        return Payload("openai", "chat", "m", [], [], digest, 0, 0, "estimate", 0, None, False, None, None)
 
     for i in range(5):
         memory.observe((f"c{i}", None), payload(f"d{i}"), pinned=False)

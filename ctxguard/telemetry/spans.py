@@ -10,14 +10,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.trace import Span
 
 from ..violations import Violation
-
-try:  # the SDK's attribute container, for the fast path below
-    from opentelemetry.attributes import BoundedAttributes
-except ImportError:  # pragma: no cover - the API without the SDK has none
-    BoundedAttributes = None
 
 __all__ = ["MESSAGE_ATTR_CAP", "set_attributes"]
 
@@ -86,8 +82,7 @@ def set_attributes(span: Span, attributes: dict[str, Any]) -> None:
     """
     bounded = getattr(span, "_attributes", None)
     if (
-        BoundedAttributes is not None
-        and type(bounded) is BoundedAttributes
+        type(bounded) is BoundedAttributes
         and getattr(span, "_end_time", 0) is None
         and not bounded._immutable
         and bounded.max_value_len is None
