@@ -203,13 +203,9 @@ class Call:
         for v in self.violations:
             log_violation(v, provider=provider, conversation_id=conversation_id, payload_hash=payload.digest)
 
-        # Sampling-relevant attributes at creation (GenAI conventions), the rest after.
-        start: dict[str, Any] = {attr.OPERATION: payload.operation, attr.PROVIDER: payload.provider}
-        if payload.model:
-            start[attr.REQUEST_MODEL] = payload.model
-        span = guard.tracer.start_span(
-            f"{payload.operation} {payload.model or 'unknown'}", kind=SpanKind.CLIENT, attributes=start
-        )
+        # Attributes go on right after creation, through the non-validating fast path;
+        # handing them to start_span would have the SDK re-validate each one.
+        span = guard.tracer.start_span(f"{payload.operation} {payload.model or 'unknown'}", kind=SpanKind.CLIENT)
         self.span = span
         self.token = otel_context.attach(trace.set_span_in_context(span))
         if span.is_recording():
@@ -226,17 +222,21 @@ class Call:
         messages = payload.messages
         shown = messages[: attr.MESSAGE_ATTR_CAP]
         a: dict[str, Any] = {
+            attr.OPERATION: payload.operation,
+            attr.PROVIDER: payload.provider,
             attr.MODE: self.guard.config.mode,
             attr.PAYLOAD_HASH: payload.digest,
             attr.PAYLOAD_MESSAGES: len(messages),
             attr.PAYLOAD_TOKENS: payload.tokens,
             attr.TOKENS_SOURCE: payload.tokens_source,
             attr.MESSAGE_ROLES: tuple([msg.role for msg in shown]),
-            attr.MESSAGE_HASHES: tuple([msg.digest for msg in shown]),
+            attr.MESSAGE_HASHES: tuple(payload.digests[: attr.MESSAGE_ATTR_CAP]),
             attr.VIOLATIONS: tuple([o.check for o in self.outcomes if o.outcome == "fail"]),
         }
         if len(messages) > attr.MESSAGE_ATTR_CAP:
             a[attr.MESSAGE_TRUNCATED] = True
+        if payload.model:
+            a[attr.REQUEST_MODEL] = payload.model
         if payload.max_output_tokens is not None:
             a[attr.REQUEST_MAX_TOKENS] = payload.max_output_tokens
         if self.scope is not None:
