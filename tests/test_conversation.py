@@ -166,3 +166,12 @@ def test_rotating_buffer_flip_point_is_the_first_headless_call(harness, client, 
     assert first_headless is not None
     assert flagged == first_headless
     assert harness.metric("ctxguard_evictions_total", kind="system") == 1
+
+
+def test_policy_can_be_replaced_at_run_time(harness, llm, client):
+    guard = harness.start(mode="enforce")
+    client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, user(1)])
+    guard.policy = Policy(pinned=Pinned())
+    with pytest.raises(ctxguard.ContextViolation):
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, user(1)])
+    assert len(llm.requests) == 1

@@ -41,3 +41,30 @@ def test_budget_unknown_model_needs_a_window():
     assert out.returncode == 2
     assert "unknown context window" in out.stderr
     assert run("budget", "--model", "mystery", "--window", "8000", "--max-tokens", "9000").returncode == 1
+
+
+def test_demo_serve_keeps_metrics_up_until_interrupted():
+    import signal
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "ctxguard.cli", "demo", "--serve", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        body = ""
+        while time.monotonic() < deadline:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+                break
+            except OSError:
+                time.sleep(0.2)
+        assert 'ctxguard_evictions_total{kind="system"} 1.0' in body
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert "flip point: turn 4" in out
