@@ -54,9 +54,9 @@ def message_digest(role: str, text: str, refs: tuple[str, ...] = ()) -> str:
 
 
 @pytest.fixture
-def llm() -> Iterator[FakeLLM]:
-    with FakeLLM() as server:
-        yield server
+def llm(fake_llm: FakeLLM) -> FakeLLM:
+    """The plugin's ``fake_llm`` (ctxguard.testing.plugin), under a short name."""
+    return fake_llm
 
 
 @pytest.fixture

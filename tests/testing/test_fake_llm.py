@@ -13,7 +13,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -30,23 +29,7 @@ TOOL_CALL = {
 }
 
 
-@pytest.fixture
-def llm() -> Iterator[FakeLLM]:
-    fake = FakeLLM()
-    fake.start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
-
-
-@pytest.fixture
-def client(llm: FakeLLM) -> Iterator[openai.OpenAI]:
-    c = openai.OpenAI(base_url=llm.base_url, api_key="test", max_retries=0)
-    try:
-        yield c
-    finally:
-        c.close()
+# ``llm`` (the plugin's ``fake_llm``) and ``client`` come from tests/conftest.py.
 
 
 def _post_raw(url: str, body: bytes) -> tuple[int, Any]:
