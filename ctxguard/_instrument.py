@@ -17,16 +17,12 @@ from .config import Config
 from .guard import Guard
 from .policy import Policy
 
-__all__ = ["active_guard", "instrument", "uninstrument"]
+__all__ = ["instrument", "uninstrument"]
 
 logger = logging.getLogger("ctxguard")
 _lock = threading.Lock()
 _guard: Guard | None = None
 _server: Any = None
-
-
-def active_guard() -> Guard | None:
-    return _guard
 
 
 def instrument(

@@ -20,10 +20,9 @@ _warned = threading.Event()
 class Digester:
     """``Digester(b"secret").text("hello")`` -> 32 hex characters, stable for one key."""
 
-    __slots__ = ("_key", "ephemeral")
+    __slots__ = ("_key",)
 
     def __init__(self, key: bytes | None = None) -> None:
-        self.ephemeral = key is None
         if key is None:
             key = os.urandom(32)
             if not _warned.is_set():

@@ -68,7 +68,6 @@ def render_pinned(
 class PinnedBlock:
     """A pinned block found in a payload."""
 
-    message_index: int
     text: str
     entries: int
     rendered: bool  # made by render_pinned (header with a count)
@@ -100,8 +99,7 @@ def _parse(text: str, marker: str) -> tuple[str, int, bool, bool | None]:
 
 def find_block(messages: list[Message], marker: str) -> PinnedBlock | None:
     """The first message carrying ``marker``, parsed; None when no message does."""
-    for index, message in enumerate(messages):
+    for message in messages:
         if marker in message.text:
-            text, entries, rendered, intact = _parse(message.text, marker)
-            return PinnedBlock(index, text, entries, rendered, intact)
+            return PinnedBlock(*_parse(message.text, marker))
     return None

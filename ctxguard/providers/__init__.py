@@ -24,7 +24,7 @@ from .base import Adapter
 if TYPE_CHECKING:
     from ..guard import Guard
 
-__all__ = ["install", "patched", "uninstall"]
+__all__ = ["install", "uninstall"]
 
 logger = logging.getLogger("ctxguard")
 
@@ -38,10 +38,6 @@ _active: Guard | None = None
 _hooked: set[str] = set()
 #: (owner class, attribute, original function) for every patched call site
 _patched: list[tuple[type, str, Any]] = []
-
-
-def patched() -> list[tuple[type, str, Any]]:
-    return list(_patched)
 
 
 def _sync_wrapper(adapter: Adapter, api: str) -> Any:
