@@ -11,6 +11,8 @@ import logging
 from ._instrument import instrument, uninstrument
 from .budget import Budget, BudgetBreakdown, budget_for
 from .conversation import conversation
+from .facts import MemoryLedger, checkpoint, forget_fact, record_fact, stage
+from .facts.redis import RedisLedger
 from .guard import Guard
 from .pinned import render_pinned
 from .policy import Pinned, Policy
@@ -26,12 +28,18 @@ __all__ = [
     "BudgetBreakdown",
     "ContextViolation",
     "Guard",
+    "MemoryLedger",
     "Pinned",
     "Policy",
+    "RedisLedger",
     "Violation",
     "budget_for",
+    "checkpoint",
     "conversation",
+    "forget_fact",
     "instrument",
+    "record_fact",
     "render_pinned",
+    "stage",
     "uninstrument",
 ]

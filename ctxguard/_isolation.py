@@ -36,6 +36,7 @@ WHERE = (
     "response",
     "stream",
     "callback",
+    "ledger",
 )
 
 ErrorHook = Callable[[str, BaseException], None]

@@ -90,6 +90,8 @@ class ConversationState:
     had_pinned: bool = False
     system_evicted: bool = False
     pinned_evicted: bool = False
+    facts_carried: set[str] = field(default_factory=set)  # fact_id@version sent before, still active
+    facts_evicted: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -169,3 +171,14 @@ class ConversationMemory:
             state.prev_hash = payload.digest
             state.prev_messages, state.prev_digests = payload.messages, digest_set
             return Diff(prev_hash, added, dropped, tuple(evicted), state.first_system)
+
+    def fact_evictions(self, scope: Scope, present: set[str], active: set[str]) -> int:
+        """How many active fact versions that earlier payloads carried vanished now (each counted once)."""
+        with self._lock:
+            state = self._states.get(scope)
+            if state is None:
+                state = self._states[scope] = ConversationState()
+            gone = (state.facts_carried & active) - present - state.facts_evicted
+            state.facts_evicted = (state.facts_evicted | gone) - present
+            state.facts_carried = (state.facts_carried | present) & active
+            return len(gone)

@@ -19,12 +19,16 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
 from prometheus_client import CollectorRegistry
 
 from . import budget as budget_mod
+from . import facts as facts_mod
 from ._isolation import guarded, set_error_counter
 from .checks import CHECK_NAMES, Context, Outcome, run_checks
+from .checks.facts import answer_consistent
 from .config import Config
 from .conversation import ConversationMemory, Diff, Scope, current_conversation
 from .digest import Digester
-from .measure import Measurer
+from .facts.evaluate import FactView, build_view
+from .facts.matching import normalise
+from .measure import Measurer, TwoGenerationCache
 from .payload import Payload, Reply
 from .pinned import PinnedBlock, find_block
 from .policy import Policy
@@ -68,8 +72,8 @@ class Guard:
         self.calibration = Calibration()
         self.measurer = Measurer(Digester(config.digest_key), default_counter(), self.calibration)
         self.memory = ConversationMemory(config.max_conversations)
-        self.ledger = ledger
-        self.clock = clock
+        self.facts = facts_mod.configure(ledger, clock)  # type: ignore[arg-type]
+        self._norms: TwoGenerationCache[str, str] = TwoGenerationCache(20_000)
         self._conversation_id = conversation_id
         set_error_counter(self.metrics.count_error)
 
@@ -85,6 +89,30 @@ class Guard:
                 if isinstance(found, str) and found:
                     scope = (found, None)
         return scope
+
+    def norm(self, digest: str, text: str) -> str:
+        """A message's text normalised for fact matching, cached by its digest."""
+        cached = self._norms.get(digest)
+        if cached is None:
+            cached = normalise(text)
+            self._norms.put(digest, cached)
+        return cached
+
+    def fact_view(self, scope: Scope | None, payload: Payload) -> FactView | str:
+        if scope is None:
+            return "no conversation id (use ctxguard.conversation())"
+        if payload.history_elsewhere is not None:
+            return payload.history_elsewhere
+        sinks = self.facts
+        reason = "fact ledger unavailable"
+        with guarded("ledger"):
+            checkpoints = sinks.stages.take(scope)
+            state = sinks.ledger.state(scope, sinks.clock())
+            if not (state.active or state.forgotten or len(sinks.index)):
+                return "no facts recorded for this conversation"
+            norms = [self.norm(m.digest, m.text) for m in payload.messages]
+            return build_view(state, scope, norms, checkpoints, sinks.index)
+        return reason
 
     def before(self, adapter: Adapter, api: str, kwargs: Mapping[str, Any]) -> Call | None:
         """Inspect a request about to be sent. Raises only ``ContextViolation`` (enforce)."""
@@ -116,6 +144,7 @@ class Call:
         "ctx",
         "diff",
         "elapsed",
+        "fact_evictions",
         "guard",
         "outcomes",
         "payload",
@@ -138,6 +167,7 @@ class Call:
         self.elapsed = 0.0
         self.ctx: Context | None = None
         self.diff: Diff | None = None
+        self.fact_evictions = 0
         self.outcomes: list[Outcome] = []
         self.violations: list[Violation] = []
         self.span: trace.Span | None = None
@@ -167,6 +197,12 @@ class Call:
             with guarded("conversation"):
                 self.diff = guard.memory.observe(self.scope, payload, pinned=pinned is not None)
         diff = self.diff
+        facts = guard.fact_view(self.scope, payload) if payload.unreadable is None else payload.unreadable
+        if isinstance(facts, FactView) and self.scope is not None:
+            with guarded("conversation"):
+                present = {v.label for v in facts.state.active.values() if facts.sent(v)}
+                active = {v.label for v in facts.state.active.values()}
+                self.fact_evictions = guard.memory.fact_evictions(self.scope, present, active)
         self.ctx = Context(
             policy=policy,
             pinned=pinned,
@@ -174,6 +210,7 @@ class Call:
             budget=budget,
             first_system=diff.first_system if diff is not None else None,
             in_conversation=diff is not None,
+            facts=facts,
         )
         self.outcomes = run_checks(payload, self.ctx)
         self.violations = [v for o in self.outcomes for v in o.violations]
@@ -192,6 +229,8 @@ class Call:
                 m.evictions_by[kind].inc()
             for role, count in diff.dropped.items():
                 m.dropped_role(role, count)
+        if self.fact_evictions:
+            m.evictions_by["fact"].inc(self.fact_evictions)
         m.tokens_by[provider].observe(payload.tokens)
         if ctx is not None:
             if not isinstance(ctx.budget, str):
@@ -250,6 +289,10 @@ class Call:
             a[attr.SKIPPED] = tuple(skipped)
         if payload.history_elsewhere is not None:
             a[attr.HISTORY_ELSEWHERE] = payload.history_elsewhere
+        diverged = next((v for v in self.violations if v.stage is not None), None)
+        if diverged is not None:
+            a[attr.DIVERGENCE_STAGE] = diverged.stage
+            a[attr.DIVERGENCE_FACT] = diverged.fact_id or ""
         if diff is not None:
             if diff.prev_hash is not None:
                 a[attr.PREV_HASH] = diff.prev_hash
@@ -266,6 +309,8 @@ class Call:
                 a[attr.BUDGET_HISTORY_AVAILABLE] = ev.breakdown.history_available
                 a[attr.BUDGET_HEADROOM] = ev.headroom
                 a[attr.BUDGET_UTILIZATION] = round(ev.utilization, 4)
+            if isinstance(ctx.facts, FactView):
+                a.update(_fact_attributes(ctx.facts))
             if ctx.policy.pinned is not None:
                 a[attr.PINNED_PRESENT] = ctx.pinned is not None
                 if ctx.pinned is not None:
@@ -336,9 +381,47 @@ class Call:
         if reply is not None and reply.input_tokens:
             with guarded("tokens"):
                 self.guard.calibration.observe(self.payload.model, self.payload.raw_tokens, reply.input_tokens)
+        with guarded("checks"):
+            self._judge_answer(reply)
         with guarded("telemetry"):
             self.elapsed += _perf() - started
             self._end(reply=reply)
+
+    def _judge_answer(self, reply: Reply | None) -> None:
+        """``answer_consistent``: a model-level miss, judged once the answer is known.
+
+        It never blocks (the request is already sent); it is counted, logged and put
+        on the span like every other failed check.
+        """
+        ctx = self.ctx
+        if ctx is None:
+            return
+        violations: list[Violation] = []
+        if isinstance(ctx.facts, FactView) and reply is not None and reply.text:
+            violations = answer_consistent(ctx.facts, normalise(reply.text))
+            outcome = "fail" if violations else "pass"
+        else:
+            outcome = "skip"
+        m, provider = self.guard.metrics, self.payload.provider
+        m.checks_by[("answer_consistent", outcome)].inc()
+        if not violations:
+            return
+        m.violations_by[("answer_consistent", provider)].inc()
+        conversation_id = self.scope[0] if self.scope is not None else None
+        for v in violations:
+            log_violation(v, provider=provider, conversation_id=conversation_id, payload_hash=self.payload.digest)
+        first_divergence = next((v for v in self.violations if v.stage is not None), None)
+        self.violations.extend(violations)
+        span = self.span
+        if span is not None and span.is_recording():
+            attr.violation_events(span, violations)
+            update: dict[str, Any] = {
+                attr.VIOLATIONS: (*[o.check for o in self.outcomes if o.outcome == "fail"], "answer_consistent")
+            }
+            if first_divergence is None:
+                update[attr.DIVERGENCE_STAGE] = "answer"
+                update[attr.DIVERGENCE_FACT] = violations[0].fact_id or ""
+            attr.set_attributes(span, update)
 
     def stream_chunk(self, reader: StreamReader, chunk: Any) -> None:
         started = _perf()
@@ -350,6 +433,22 @@ class Call:
 def _is_stream(result: Any) -> bool:
     cls = type(result)
     return hasattr(cls, "__next__") or hasattr(cls, "__anext__")
+
+
+def _fact_attributes(view: FactView) -> dict[str, Any]:
+    """fact_id@version lists only: never a value."""
+    state = view.state
+    present = tuple(v.label for v in state.active.values() if view.sent(v))
+    missing = tuple(v.label for fid, v in state.active.items() if fid not in view.too_short and not view.sent(v))
+    stale = tuple(v.label for vs in state.stale.values() for v in vs if len(v.norm) >= 3 and view.sent(v))
+    leaked = [v.label for vs in state.forgotten.values() for v in vs if len(v.norm) >= 3 and view.sent(v)]
+    leaked.extend(f"{v.fact_id}@foreign" for _, v in view.foreign)
+    return {
+        attr.FACTS_PRESENT: present,
+        attr.FACTS_MISSING: missing,
+        attr.FACTS_STALE: stale,
+        attr.FACTS_LEAKED: tuple(leaked),
+    }
 
 
 def _reply_attributes(reply: Reply) -> dict[str, Any]:

@@ -16,14 +16,14 @@ from .digest import Digester
 from .payload import Item, Message, Payload, RequestView
 from .tokens import MESSAGE_OVERHEAD, NON_TEXT_PART, REPLY_PRIMING, Calibration, TokenCounter
 
-__all__ = ["Measurer"]
+__all__ = ["Measurer", "TwoGenerationCache"]
 
 
 K = TypeVar("K")
 V = TypeVar("V")
 
 
-class _TwoGenerationCache(Generic[K, V]):
+class TwoGenerationCache(Generic[K, V]):
     __slots__ = ("_cap", "_lock", "_new", "_old")
 
     def __init__(self, cap: int) -> None:
@@ -56,8 +56,8 @@ class Measurer:
         self.digester = digester
         self.counter = counter
         self.calibration = calibration
-        self._messages: _TwoGenerationCache[Item, Message] = _TwoGenerationCache(cap)
-        self._texts: _TwoGenerationCache[str, int] = _TwoGenerationCache(cap // 10 or 1)
+        self._messages: TwoGenerationCache[Item, Message] = TwoGenerationCache(cap)
+        self._texts: TwoGenerationCache[str, int] = TwoGenerationCache(cap // 10 or 1)
 
     def message(self, item: Item) -> Message:
         cached = self._messages.get(item)

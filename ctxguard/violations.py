@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["ContextViolation", "Violation"]
 
@@ -15,6 +15,9 @@ class Violation:
     detail: str
     fact_id: str | None = None
     stage: str | None = None
+    #: The same finding with fact values in clear, for enforce mode's exception only
+    #: (it stays in the test process); never exported, logged or put on a span.
+    clear: str | None = field(default=None, repr=False, compare=False)
 
 
 class ContextViolation(Exception):
@@ -29,5 +32,5 @@ class ContextViolation(Exception):
 
     def __init__(self, violations: list[Violation]) -> None:
         self.violations = list(violations)
-        lines = "; ".join(f"{v.check}: {v.detail}" for v in self.violations)
+        lines = "; ".join(f"{v.check}: {v.clear or v.detail}" for v in self.violations)
         super().__init__(f"request blocked by ctxguard: {lines}")

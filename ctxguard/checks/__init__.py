@@ -11,7 +11,7 @@ from ..payload import Payload
 __all__ = ["CHECKS", "CHECK_NAMES", "Context", "Outcome", "Skip", "run_checks"]
 
 
-from . import budget, pinned, structure
+from . import budget, facts, pinned, structure
 from .base import Check, Context, Outcome, Skip
 
 CHECKS: dict[str, Check] = {
@@ -21,6 +21,10 @@ CHECKS: dict[str, Check] = {
     "pinned_capped": pinned.pinned_capped,
     "pinned_intact": pinned.pinned_intact,
     "payload_under_budget": budget.payload_under_budget,
+    "fact_present": facts.fact_present,
+    "fact_current": facts.fact_current,
+    "fact_forgotten": facts.fact_forgotten,
+    "fact_scoped": facts.fact_scoped,
 }
 
 #: Every check name of the contract (SPEC §3), implemented here or not: the

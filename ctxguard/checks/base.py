@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..budget import BudgetEval
+from ..facts.evaluate import FactView
 from ..payload import Payload
 from ..pinned import PinnedBlock
 from ..policy import Policy
@@ -31,6 +32,7 @@ class Context:
     budget: BudgetEval | str  # a string is the reason the budget cannot be judged
     first_system: str | None  # digest of the conversation's first system instruction
     in_conversation: bool
+    facts: FactView | str  # a string is the reason facts cannot be judged
 
 
 @dataclass(slots=True)

@@ -1,0 +1,111 @@
+"""Business facts: the active version is sent, stale, deleted and foreign values are not."""
+
+from __future__ import annotations
+
+from ..facts.evaluate import FactView
+from ..facts.ledger import Version
+from ..payload import Payload
+from ..violations import Violation
+from .base import Context, Skip
+
+_VERB = {"commit": "committed", "load": "loaded", "selection": "selected", "payload": "sent", "answer": "answered"}
+
+
+def _clear(fact_id: str, stage: str, expected: Version | None, observed: Version | None) -> str:
+    want = f"expected {expected.value!r} (v{expected.version})" if expected else "expected no value"
+    got = f"{observed.value!r} (v{observed.version})" if observed else "nothing"
+    return f"{fact_id} diverged at {stage}: {want}, {_VERB.get(stage, stage)} {got}"
+
+
+def _view(ctx: Context) -> FactView | Skip:
+    return Skip(ctx.facts) if isinstance(ctx.facts, str) else ctx.facts
+
+
+def fact_present(payload: Payload, ctx: Context) -> list[Violation] | Skip:
+    view = _view(ctx)
+    if isinstance(view, Skip):
+        return view
+    if not ctx.policy.require_facts:
+        return Skip("disabled by policy (require_facts=False)")
+    required = {fid: v for fid, v in view.state.active.items() if v.required and fid not in view.too_short}
+    if not required:
+        if view.too_short:
+            return Skip(f"values too short to match reliably: {', '.join(sorted(view.too_short))}")
+        return Skip("no active required facts")
+    violations = []
+    for fact_id, active in required.items():
+        if not view.sent(active):
+            stage, observed = view.divergence(fact_id, active)
+            violations.append(
+                Violation("fact_present", f"{active.label} missing from the payload", fact_id, stage,
+                          clear=_clear(fact_id, stage, active, observed))
+            )
+    return violations
+
+
+def fact_current(payload: Payload, ctx: Context) -> list[Violation] | Skip:
+    view = _view(ctx)
+    if isinstance(view, Skip):
+        return view
+    if not view.state.stale:
+        return Skip("no superseded fact values")
+    violations = []
+    for fact_id, stale in view.state.stale.items():
+        active = view.state.active[fact_id]
+        if fact_id in view.too_short or view.sent(active):
+            continue
+        sent = [v for v in stale if len(v.norm) >= 3 and view.sent(v)]
+        if sent:
+            stage, observed = view.divergence(fact_id, active)
+            violations.append(
+                Violation("fact_current", f"{sent[-1].label} sent instead of {active.label}", fact_id, stage,
+                          clear=_clear(fact_id, stage, active, observed or sent[-1]))
+            )
+    return violations
+
+
+def fact_forgotten(payload: Payload, ctx: Context) -> list[Violation] | Skip:
+    view = _view(ctx)
+    if isinstance(view, Skip):
+        return view
+    if not view.state.forgotten:
+        return Skip("no deleted or expired facts")
+    violations = []
+    for fact_id, versions in view.state.forgotten.items():
+        for version in versions:
+            if len(version.norm) >= 3 and view.sent(version):
+                stage, observed = view.divergence(fact_id, None)
+                violations.append(
+                    Violation("fact_forgotten", f"{version.label} was deleted or expired but is still sent",
+                              fact_id, stage, clear=_clear(fact_id, stage, None, observed or version))
+                )
+                break
+    return violations
+
+
+def fact_scoped(payload: Payload, ctx: Context) -> list[Violation] | Skip:
+    view = _view(ctx)
+    if isinstance(view, Skip):
+        return view
+    return [
+        Violation("fact_scoped", f"{version.fact_id} of another conversation is in this payload",
+                  version.fact_id, "payload",
+                  clear=f"{version.fact_id} of conversation {scope[0]!r} sent here: {version.value!r}")
+        for scope, version in view.foreign
+    ]
+
+
+def answer_consistent(view: FactView, answer_norm: str) -> list[Violation]:
+    """After the response: the answer states a stale value whose active value was sent."""
+    violations = []
+    for fact_id, stale in view.state.stale.items():
+        active = view.state.active[fact_id]
+        if fact_id in view.too_short or not view.sent(active) or active.norm in answer_norm:
+            continue
+        said = [v for v in stale if len(v.norm) >= 3 and v.norm in answer_norm]
+        if said:
+            violations.append(
+                Violation("answer_consistent", f"answer states {said[-1].label}; {active.label} was sent",
+                          fact_id, "answer", clear=_clear(fact_id, "answer", active, said[-1]))
+            )
+    return violations

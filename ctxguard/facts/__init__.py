@@ -1,0 +1,165 @@
+"""Facts: ``record_fact``, ``forget_fact``, ``checkpoint`` / ``@stage`` and the stores.
+
+These are the application's own calls (not the LLM call): bad arguments raise a
+clear ``ValueError`` here; a store that is down is swallowed and counted
+(``ctxguard_guard_errors_total{where="ledger"}``), never raised into the app.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+from .._isolation import guarded
+from ..conversation import current_conversation
+from .index import ValueIndex
+from .ledger import FactEvent, FactState, Ledger, MemoryLedger, Scope, Version, reduce
+from .matching import normalise, text_of, value_text
+from .stages import STAGES, StageBook
+
+__all__ = [
+    "STAGES",
+    "FactEvent",
+    "FactState",
+    "Ledger",
+    "MemoryLedger",
+    "Version",
+    "checkpoint",
+    "forget_fact",
+    "record_fact",
+    "reduce",
+    "stage",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Sinks:
+    """Where fact events and checkpoints go: the active guard's, else process defaults."""
+
+    def __init__(self) -> None:
+        self.ledger: Ledger = MemoryLedger()
+        self.stages = StageBook()
+        self.index = ValueIndex()
+        self.clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+
+
+SINKS = _Sinks()
+
+
+def configure(ledger: Ledger | None, clock: Callable[[], datetime] | None) -> _Sinks:
+    """Called by ``instrument()``: fresh sinks with the given ledger and clock."""
+    global SINKS
+    sinks = _Sinks()
+    if ledger is not None:
+        sinks.ledger = ledger
+    if clock is not None:
+        sinks.clock = clock
+    SINKS = sinks
+    return sinks
+
+
+def _scope(conversation: str | None, caller: str) -> Scope:
+    current = current_conversation()
+    if conversation is None:
+        if current is None:
+            raise ValueError(
+                f"{caller}() needs a conversation: call it inside ctxguard.conversation(...) or pass conversation="
+            )
+        return current
+    if not isinstance(conversation, str) or not conversation:
+        raise ValueError("conversation must be a non-empty string")
+    return (conversation, current[1] if current is not None and current[0] == conversation else None)
+
+
+def _fact_id(fact_id: object) -> str:
+    if not isinstance(fact_id, str) or not fact_id.strip():
+        raise ValueError("fact_id must be a non-empty string")
+    return fact_id
+
+
+def record_fact(
+    fact_id: str,
+    value: object,
+    *,
+    conversation: str | None = None,
+    sequence: int | None = None,
+    expires_at: datetime | None = None,
+    required: bool = True,
+) -> None:
+    """Record (or revise) a fact of the current conversation; stage ``capture``.
+
+    >>> with ctxguard.conversation("order-41"):          # doctest: +SKIP
+    ...     ctxguard.record_fact("shipping_city", "Pune")
+    """
+    fact_id = _fact_id(fact_id)
+    text = value_text(value)
+    if not text.strip():
+        raise ValueError(f"fact {fact_id!r}: empty values cannot be recorded (use forget_fact to delete)")
+    if sequence is not None and (not isinstance(sequence, int) or isinstance(sequence, bool)):
+        raise ValueError("sequence must be an int")
+    if expires_at is not None and (not isinstance(expires_at, datetime) or expires_at.tzinfo is None):
+        raise ValueError("expires_at must be a timezone-aware datetime")
+    scope = _scope(conversation, "record_fact")
+    sinks = SINKS
+    with guarded("ledger"):
+        sinks.ledger.append(FactEvent(scope, fact_id, text, sequence, expires_at, bool(required)))
+    sinks.index.add(scope, Version(fact_id, text, normalise(text), 0))
+
+
+def forget_fact(fact_id: str, *, conversation: str | None = None) -> None:
+    """Delete a fact: from now on its values must be absent from payloads."""
+    fact_id = _fact_id(fact_id)
+    scope = _scope(conversation, "forget_fact")
+    with guarded("ledger"):
+        SINKS.ledger.append(FactEvent(scope, fact_id, None))
+
+
+def checkpoint(stage: str, content: Any, *, conversation: str | None = None) -> None:
+    """Record what an application stage holds (``commit``, ``load``, ``selection`` or a custom name)."""
+    if not isinstance(stage, str) or not stage or stage in ("capture", "payload", "answer"):
+        raise ValueError("stage must be a non-empty name other than capture, payload and answer (automatic)")
+    scope = _scope(conversation, "checkpoint")
+    with guarded("ledger"):
+        SINKS.stages.put(scope, stage, normalise(text_of(content)))
+
+
+def stage(name: str) -> Callable[[F], F]:
+    """Decorator: record the wrapped function's return value as checkpoint ``name``.
+
+    >>> @ctxguard.stage("selection")                     # doctest: +SKIP
+    ... def select(history): ...
+    """
+    if not isinstance(name, str) or not name or name in ("capture", "payload", "answer"):
+        raise ValueError("stage name must be a non-empty name other than capture, payload and answer")
+
+    def decorate(func: F) -> F:
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_recorded(*args: Any, **kwargs: Any) -> Any:
+                result = await func(*args, **kwargs)
+                _record_stage(name, result)
+                return result
+
+            return async_recorded  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            result = func(*args, **kwargs)
+            _record_stage(name, result)
+            return result
+
+        return recorded  # type: ignore[return-value]
+
+    return decorate
+
+
+def _record_stage(name: str, result: Any) -> None:
+    scope = current_conversation()
+    if scope is not None:
+        with guarded("ledger"):
+            SINKS.stages.put(scope, name, normalise(text_of(result)))

@@ -1,0 +1,47 @@
+"""Stage checkpoints: what each application stage held, consumed by the next call.
+
+``checkpoint("selection", messages)`` keeps the normalised text of what the
+selection stage produced for the current conversation, in memory only; the next
+guarded call of that conversation takes it, so a stage with no checkpoint for a
+call is simply not considered.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from .ledger import Scope
+
+__all__ = ["STAGES", "StageBook"]
+
+#: The pipeline of a fact, in order.
+STAGES = ("capture", "commit", "load", "selection", "payload", "answer")
+#: Checkpoints larger than this are not kept (the stage is then not considered).
+MAX_CHECKPOINT_CHARS = 4_000_000
+
+
+class StageBook:
+    """Pending checkpoints per conversation (LRU-bounded)."""
+
+    def __init__(self, max_conversations: int = 10_000) -> None:
+        self.max_conversations = max_conversations
+        self._pending: OrderedDict[Scope, dict[str, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, scope: Scope, stage: str, norm_text: str) -> None:
+        if len(norm_text) > MAX_CHECKPOINT_CHARS:
+            return
+        with self._lock:
+            stages = self._pending.get(scope)
+            if stages is None:
+                stages = self._pending[scope] = {}
+                if len(self._pending) > self.max_conversations:
+                    self._pending.popitem(last=False)
+            else:
+                self._pending.move_to_end(scope)
+            stages[stage] = norm_text
+
+    def take(self, scope: Scope) -> dict[str, str]:
+        with self._lock:
+            return self._pending.pop(scope, {})
