@@ -1,0 +1,105 @@
+"""A real ``redis-server`` for the Redis fact store's tests, one per test session.
+
+Skipped when ``redis-server`` or redis-py is missing, unless
+``CTXGUARD_REQUIRE_REDIS=1`` (CI sets it after installing both), in which case a
+missing server fails the run instead of silently skipping the store's tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+REQUIRE = os.environ.get("CTXGUARD_REQUIRE_REDIS") == "1"
+START_TIMEOUT = 10.0
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _unavailable(reason: str) -> NoReturn:
+    if REQUIRE:
+        pytest.fail(f"{reason} (CTXGUARD_REQUIRE_REDIS=1)")
+    pytest.skip(reason)
+
+
+def _answers_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``redis://127.0.0.1:PORT/0`` of a throwaway server (no persistence, temp dir)."""
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        _unavailable("redis-py not installed: pip install 'ctxguard[redis]'")
+    server = shutil.which("redis-server") or (
+        "/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None
+    )
+    if server is None:
+        _unavailable("redis-server not found: apt-get install -y redis-server")
+    workdir: Path = tmp_path_factory.mktemp("redis")
+    log = workdir / "redis.log"
+    port = free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                server,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(workdir),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while not _answers_ping(port):
+            if proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {proc.returncode}:\n{log.read_text(errors='replace')}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"redis-server did not answer PING within {START_TIMEOUT}s:\n{log.read_text(errors='replace')}"
+                )
+            time.sleep(0.02)  # poll interval, not a wait for readiness
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        _stop(proc)

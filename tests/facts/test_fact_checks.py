@@ -1,0 +1,392 @@
+"""Facts through the real openai SDK over loopback HTTP, each scenario with a negative control."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import datetime, timedelta, timezone
+
+import openai
+import pytest
+
+import ctxguard
+
+SYSTEM = {"role": "system", "content": "You are the order assistant."}
+
+
+def ask(client, *texts: str, role: str = "user"):
+    messages = [SYSTEM, *({"role": role, "content": t} for t in texts)]
+    return client.chat.completions.create(model="gpt-4o", messages=messages)
+
+
+def last(harness):
+    return harness.spans()[-1].attributes
+
+
+def failed(harness) -> list[str]:
+    return list(last(harness)["ctxguard.violations"])
+
+
+# -- correction lost by a selector -------------------------------------------------
+
+def select_buggy(history: list[str]) -> list[str]:
+    """Keeps the first mention of each topic: the correction loses."""
+    return history[:1]
+
+
+def select_fixed(history: list[str]) -> list[str]:
+    return history[-1:]
+
+
+@pytest.mark.parametrize("corrected", ["Pune", "Nagpur"])
+@pytest.mark.parametrize("selector", [select_buggy, select_fixed])
+def test_correction_lost_by_the_selector(harness, llm, client, corrected, selector):
+    harness.start(mode="observe")
+    history = ["Please deliver to Mumbai.", f"Sorry, deliver to {corrected} instead."]
+    with ctxguard.conversation("order-41"):
+        ctxguard.record_fact("shipping_city", "Mumbai")
+        ctxguard.record_fact("shipping_city", corrected)
+        ctxguard.checkpoint("load", history)
+        selected = selector(history)
+        ctxguard.checkpoint("selection", selected)
+        ask(client, *selected)
+    a = last(harness)
+    if selector is select_buggy:
+        assert failed(harness) == ["fact_present", "fact_current"]
+        assert a["ctxguard.divergence.stage"] == "selection"
+        assert a["ctxguard.divergence.fact"] == "shipping_city"
+        assert list(a["ctxguard.facts.stale"]) == ["shipping_city@1"]
+        assert list(a["ctxguard.facts.missing"]) == ["shipping_city@2"]
+    else:
+        assert failed(harness) == []
+        assert list(a["ctxguard.facts.present"]) == ["shipping_city@2"]
+
+
+def test_enforce_message_names_fact_stage_and_values(harness, llm, client):
+    harness.start(mode="enforce")
+    with ctxguard.conversation("order-41"), pytest.raises(ctxguard.ContextViolation) as info:
+        ctxguard.record_fact("shipping_city", "Mumbai")
+        ctxguard.record_fact("shipping_city", "Pune")
+        ctxguard.checkpoint("selection", ["deliver to Mumbai"])
+        ask(client, "deliver to Mumbai")
+    assert "shipping_city diverged at selection: expected 'Pune' (v2), selected 'Mumbai' (v1)" in str(info.value)
+    assert llm.requests == []
+    assert {v.stage for v in info.value.violations} == {"selection"}
+
+
+@pytest.mark.parametrize("answer", ["It ships to Mumbai.", "It ships to Pune."])
+def test_stale_value_only_in_the_answer(harness, llm, client, answer):
+    harness.start(mode="observe")
+    llm.script(answer)
+    with ctxguard.conversation("order-41"):
+        ctxguard.record_fact("shipping_city", "Mumbai")
+        ctxguard.record_fact("shipping_city", "Pune")
+        ask(client, "deliver to Pune please")
+    a = last(harness)
+    if "Mumbai" in answer:
+        assert failed(harness) == ["answer_consistent"]
+        assert a["ctxguard.divergence.stage"] == "answer"
+        assert harness.metric("ctxguard_violations_total", check="answer_consistent", provider="openai") == 1
+    else:
+        assert failed(harness) == []
+        assert harness.metric("ctxguard_checks_total", check="answer_consistent", outcome="pass") == 1
+
+
+def test_stale_value_in_a_streamed_answer(harness, llm, client):
+    harness.start(mode="observe")
+    llm.script("It ships to Mumbai.")
+    with ctxguard.conversation("order-41"):
+        ctxguard.record_fact("shipping_city", "Mumbai")
+        ctxguard.record_fact("shipping_city", "Pune")
+        stream = client.chat.completions.create(
+            model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": "to Pune"}], stream=True
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "It ships to Mumbai."
+    assert failed(harness) == ["answer_consistent"]
+
+
+# -- deletion and expiry -----------------------------------------------------------
+
+@pytest.mark.parametrize("forgotten", [True, False])
+def test_forgotten_phone_number_still_sent(harness, llm, client, forgotten):
+    harness.start(mode="observe")
+    with ctxguard.conversation("c"):
+        ctxguard.record_fact("phone", "+91 98200 12345")
+        if forgotten:
+            ctxguard.forget_fact("phone")
+        ask(client, "call me on +91 98200 12345")
+    if forgotten:
+        assert failed(harness) == ["fact_forgotten"]
+        assert list(last(harness)["ctxguard.facts.leaked"]) == ["phone@1"]
+    else:
+        assert failed(harness) == []
+
+
+@pytest.mark.parametrize(("offset", "expired"), [(-1, False), (0, True), (1, True)])
+def test_expiry_boundary_with_a_frozen_clock(harness, llm, client, offset, expired):
+    boundary = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+    now = boundary + timedelta(microseconds=offset)
+    harness.start(mode="observe", clock=lambda: now)
+    with ctxguard.conversation("c"):
+        ctxguard.record_fact("otp", "482913", expires_at=boundary)
+        ask(client, "my code is 482913")
+    assert failed(harness) == (["fact_forgotten"] if expired else [])
+
+
+# -- cross-conversation leaks ------------------------------------------------------
+
+class OperatorCache:
+    """The bug: history cached per operator, not per conversation."""
+
+    def __init__(self, keyed_by_operator: bool) -> None:
+        self.keyed_by_operator = keyed_by_operator
+        self.store: dict[str, list[str]] = {}
+        self.lock = threading.Lock()
+
+    def add(self, operator: str, conversation: str, text: str) -> list[str]:
+        key = operator if self.keyed_by_operator else conversation
+        with self.lock:
+            self.store.setdefault(key, []).append(text)
+            return list(self.store[key])
+
+
+ACCOUNTS = {"alice": "ACC-7731-0042", "bob": "ACC-5519-0777"}
+
+
+def converse(client, cache: OperatorCache, customer: str, turns: int = 3) -> None:
+    with ctxguard.conversation(f"conv-{customer}"):
+        ctxguard.record_fact("account", ACCOUNTS[customer])
+        for turn in range(turns):
+            text = f"turn {turn}: my account is {ACCOUNTS[customer]}" if turn == 0 else f"turn {turn}"
+            ask(client, *cache.add("operator-1", f"conv-{customer}", text))
+
+
+def leaks_by_conversation(harness) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for span in harness.spans():
+        conv = span.attributes["gen_ai.conversation.id"]
+        out[conv] = out.get(conv, 0) + ("fact_scoped" in span.attributes["ctxguard.violations"])
+    return out
+
+
+@pytest.mark.parametrize("keyed_by_operator", [True, False])
+def test_threads_sharing_an_operator_cache(harness, llm, client, keyed_by_operator):
+    harness.start(mode="observe")
+    cache = OperatorCache(keyed_by_operator)
+    alice_done = threading.Event()
+
+    def alice() -> None:
+        converse(client, cache, "alice")
+        alice_done.set()
+
+    def bob() -> None:
+        alice_done.wait(10)
+        converse(client, cache, "bob")
+
+    threads = [threading.Thread(target=alice), threading.Thread(target=bob)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    leaks = leaks_by_conversation(harness)
+    if keyed_by_operator:
+        assert leaks["conv-bob"] >= 1, leaks  # the victim
+        assert leaks["conv-alice"] == 0, leaks
+    else:
+        assert leaks == {"conv-alice": 0, "conv-bob": 0}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("keyed_by_operator", [True, False])
+async def test_asyncio_tasks_sharing_an_operator_cache(harness, llm, keyed_by_operator):
+    harness.start(mode="observe")
+    cache = OperatorCache(keyed_by_operator)
+    async with openai.AsyncOpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client:
+
+        async def customer(name: str, delay: float) -> None:
+            await asyncio.sleep(delay)
+            async with ctxguard.conversation(f"conv-{name}"):
+                ctxguard.record_fact("account", ACCOUNTS[name])
+                for turn in range(3):
+                    text = f"turn {turn}: my account is {ACCOUNTS[name]}" if turn == 0 else f"turn {turn}"
+                    messages = [SYSTEM, *({"role": "user", "content": t} for t in cache.add("op", name, text))]
+                    await client.chat.completions.create(model="gpt-4o", messages=messages, user=f"conv-{name}")
+                    await asyncio.sleep(0.01)
+
+        await asyncio.gather(customer("alice", 0), customer("bob", 0.005))
+    # The oracle, from the bodies that actually arrived: a conversation's request that
+    # carries the other customer's account number is a leak, and only those are.
+    expected: dict[str, int] = {"conv-alice": 0, "conv-bob": 0}
+    for body in llm.bodies():
+        me = body["user"]
+        text = " ".join(m["content"] for m in body["messages"])
+        expected[me] += any(acc in text for who, acc in ACCOUNTS.items() if f"conv-{who}" != me)
+    assert leaks_by_conversation(harness) == expected
+    assert (sum(expected.values()) > 0) == keyed_by_operator
+
+
+def test_common_values_shared_by_two_customers_are_not_leaks(harness, llm, client):
+    harness.start(mode="observe")
+    with ctxguard.conversation("a"):
+        ctxguard.record_fact("shipping_city", "Pune")
+    with ctxguard.conversation("b"):
+        ask(client, "I also live in Pune")
+    assert failed(harness) == []
+
+
+# -- the three trimming bugs ----------------------------------------------------------
+
+ACCOUNT = "4417-2231-9902"
+
+
+def fixed_window(history: list[str], n: int = 4) -> list[str]:
+    return history[-n:]
+
+
+def test_fixed_window_drops_the_account_at_exactly_the_first_call_past_it(harness, llm, client):
+    harness.start(mode="observe")
+    history: list[str] = []
+    first_missing = flagged = None
+    with ctxguard.conversation("window"):
+        ctxguard.record_fact("account_number", ACCOUNT)
+        for call in range(1, 9):
+            history.append(f"my account is {ACCOUNT}" if call == 1 else f"question {call}")
+            sent = fixed_window(history)
+            ask(client, *sent)
+            if first_missing is None and not any(ACCOUNT in t for t in sent):
+                first_missing = call
+            if flagged is None and "fact_present" in failed(harness):
+                flagged = call
+    assert first_missing == 5
+    assert flagged == first_missing
+    assert harness.metric("ctxguard_evictions_total", kind="fact") == 1
+
+
+def token_trimmer(history: list[str], budget_chars: int) -> list[str]:
+    kept: list[str] = []
+    for text in reversed(history):
+        if sum(map(len, kept)) + len(text) > budget_chars:
+            break
+        kept.insert(0, text)
+    return kept
+
+
+@pytest.mark.parametrize("verbosity", [1, 3])
+def test_token_budget_trimmer_drops_it_at_a_length_that_depends_on_verbosity(harness, llm, client, verbosity):
+    harness.start(mode="observe")
+    history: list[str] = []
+    flagged = None
+    with ctxguard.conversation(f"budget-{verbosity}"):
+        ctxguard.record_fact("account_number", ACCOUNT)
+        for call in range(1, 15):
+            history.append(f"my account is {ACCOUNT}" if call == 1 else "tell me more " * (5 * verbosity))
+            ask(client, *token_trimmer(history, 400))
+            if "fact_present" in failed(harness):
+                flagged = call
+                break
+    assert flagged == {1: 7, 3: 3}[verbosity]
+
+
+def summarise(history: list[str], keep_digits: bool) -> str:
+    text = " ".join(history)
+    return text if keep_digits else "".join(ch for ch in text if not ch.isdigit())
+
+
+@pytest.mark.parametrize("keep_digits", [True, False])
+def test_summariser_that_drops_digits_loses_the_account(harness, llm, client, keep_digits):
+    harness.start(mode="observe")
+    with ctxguard.conversation("summary"):
+        ctxguard.record_fact("account_number", ACCOUNT)
+        summary = summarise([f"my account is {ACCOUNT}", "and I want a refund"], keep_digits)
+        ctxguard.checkpoint("selection", summary)
+        ask(client, f"Summary so far: {summary}", "what now?")
+    if keep_digits:
+        assert failed(harness) == []
+    else:
+        assert failed(harness) == ["fact_present"]
+        assert last(harness)["ctxguard.divergence.stage"] == "selection"
+
+
+# -- bad input ------------------------------------------------------------------------
+
+def test_record_fact_rejects_bad_input_clearly():
+    with pytest.raises(ValueError, match="needs a conversation"):
+        ctxguard.record_fact("city", "Pune")
+    with ctxguard.conversation("c"):
+        with pytest.raises(ValueError, match="empty values"):
+            ctxguard.record_fact("city", "  ")
+        with pytest.raises(ValueError, match="fact_id"):
+            ctxguard.record_fact("", "Pune")
+        with pytest.raises(ValueError, match="timezone-aware"):
+            ctxguard.record_fact("city", "Pune", expires_at=datetime(2030, 1, 1))
+        with pytest.raises(TypeError):
+            ctxguard.record_fact("city", object())
+
+
+def test_non_string_values_are_normalised_deterministically(harness, llm, client):
+    harness.start(mode="observe")
+    with ctxguard.conversation("c"):
+        ctxguard.record_fact("order_total", 1249)
+        ctxguard.record_fact("delivery_date", datetime(2026, 12, 3).date())
+        ask(client, "total 1249 due 2026-12-03")
+    assert sorted(last(harness)["ctxguard.facts.present"]) == ["delivery_date@1", "order_total@1"]
+
+
+def test_values_too_short_are_skipped_never_flagged(harness, llm, client):
+    harness.start(mode="enforce")
+    with ctxguard.conversation("c"):
+        ctxguard.record_fact("size", "M")
+        ask(client, "hello")
+    skipped = list(last(harness)["ctxguard.checks.skipped"])
+    assert "fact_present: values too short to match reliably: size" in skipped
+
+
+class DownLedger:
+    def append(self, event):
+        raise ConnectionError("ledger down")
+
+    def state(self, scope, now):
+        raise ConnectionError("ledger down")
+
+
+def test_a_ledger_that_is_down_never_fails_the_call(harness, llm, client, internal_errors):
+    harness.start(mode="enforce", ledger=DownLedger())
+    with ctxguard.conversation("c"):
+        ctxguard.record_fact("city", "Pune")  # swallowed and counted
+        reply = ask(client, "hello")
+    assert reply.choices[0].message.content == "ok 1"
+    assert harness.metric("ctxguard_guard_errors_total", where="ledger") == 2
+    assert "fact_present: fact ledger unavailable" in last(harness)["ctxguard.checks.skipped"]
+    assert {w for w, _ in internal_errors} == {"ledger"}
+    internal_errors.clear()
+
+
+def test_checkpoints_are_consumed_by_the_next_call(harness, llm, client):
+    harness.start(mode="observe")
+    with ctxguard.conversation("c"):
+        ctxguard.record_fact("city", "Pune")
+        ctxguard.checkpoint("selection", "nothing useful")
+        ask(client, "nothing")
+        assert last(harness)["ctxguard.divergence.stage"] == "selection"
+        ask(client, "nothing")
+        assert last(harness)["ctxguard.divergence.stage"] == "payload"
+
+
+@pytest.mark.asyncio
+async def test_stage_decorator_records_return_values(harness, llm):
+    harness.start(mode="observe")
+
+    @ctxguard.stage("load")
+    async def load() -> list[dict[str, str]]:
+        return [{"role": "user", "content": "deliver to Mumbai"}]
+
+    @ctxguard.stage("selection")
+    def select(history):
+        return history
+
+    async with openai.AsyncOpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client:
+        async with ctxguard.conversation("c"):
+            ctxguard.record_fact("city", "Mumbai")
+            ctxguard.record_fact("city", "Pune")
+            await client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, *select(await load())])
+    assert last(harness)["ctxguard.divergence.stage"] == "load"
