@@ -384,9 +384,11 @@ async def test_stage_decorator_records_return_values(harness, llm):
     def select(history):
         return history
 
-    async with openai.AsyncOpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client:
-        async with ctxguard.conversation("c"):
-            ctxguard.record_fact("city", "Mumbai")
-            ctxguard.record_fact("city", "Pune")
-            await client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, *select(await load())])
+    async with (
+        openai.AsyncOpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client,
+        ctxguard.conversation("c"),
+    ):
+        ctxguard.record_fact("city", "Mumbai")
+        ctxguard.record_fact("city", "Pune")
+        await client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, *select(await load())])
     assert last(harness)["ctxguard.divergence.stage"] == "load"
