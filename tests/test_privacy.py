@@ -49,11 +49,19 @@ def export_spans(client, *, capture_content: bool) -> tuple[str, ExportTraceServ
             policy=Policy(pinned=Pinned(max_tokens=5)),
         )
         block = render_pinned({"phone": CANARY}, max_tokens=500)
+        with ctxguard.conversation("other"):
+            ctxguard.record_fact("account", "FOREIGN-" + CANARY)
         with ctxguard.conversation("c"):
+            ctxguard.record_fact("phone", CANARY)
+            ctxguard.record_fact("city", "OLD-" + CANARY)
+            ctxguard.record_fact("city", "NEW-" + CANARY)
+            ctxguard.record_fact("email", "GONE-" + CANARY)
+            ctxguard.forget_fact("email")
+            ctxguard.checkpoint("selection", f"OLD-{CANARY} GONE-{CANARY}")
             client.chat.completions.create(
                 model="gpt-4o",
                 messages=[{"role": "system", "content": f"secret {CANARY}\n{block}"},
-                          {"role": "user", "content": CANARY}],
+                          {"role": "user", "content": f"{CANARY} OLD-{CANARY} GONE-{CANARY} FOREIGN-{CANARY}"}],
             )
             client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": CANARY}])
     finally:
@@ -78,6 +86,8 @@ def test_canary_absent_from_exported_spans_logs_and_metrics(client, caplog):
     keys = {kv.key for s in spans for kv in s.attributes}
     assert {"ctxguard.payload.hash", "ctxguard.message.hashes", "ctxguard.pinned.hash"} <= keys
     assert any(e.name == "ctxguard.violation" for s in spans for e in s.events)
+    violated = {kv.value.string_value for s in spans for e in s.events for kv in e.attributes if kv.key == "check"}
+    assert {"fact_current", "fact_forgotten", "fact_scoped", "fact_present"} <= violated
     assert CANARY not in raw
     assert CANARY not in metrics
     assert any(r.levelno == logging.WARNING for r in caplog.records)
