@@ -27,6 +27,7 @@ from .config import Config
 from .conversation import ConversationMemory, Diff, Scope, current_conversation
 from .digest import Digester
 from .facts.evaluate import FactView, build_view
+from .facts.index import words
 from .facts.matching import normalise
 from .measure import Measurer, TwoGenerationCache
 from .payload import Payload, Reply
@@ -74,6 +75,7 @@ class Guard:
         self.memory = ConversationMemory(config.max_conversations)
         self.facts = facts_mod.configure(ledger, clock)  # type: ignore[arg-type]
         self._norms: TwoGenerationCache[str, str] = TwoGenerationCache(20_000)
+        self._words: TwoGenerationCache[str, frozenset[str]] = TwoGenerationCache(4_096)
         self._conversation_id = conversation_id
         set_error_counter(self.metrics.count_error)
 
@@ -98,6 +100,14 @@ class Guard:
             self._norms.put(digest, cached)
         return cached
 
+    def words(self, digest: str, norm: str) -> frozenset[str]:
+        """A message's words (for the cross-conversation index), cached by its digest."""
+        cached = self._words.get(digest)
+        if cached is None:
+            cached = words(norm)
+            self._words.put(digest, cached)
+        return cached
+
     def fact_view(self, scope: Scope | None, payload: Payload) -> FactView | str:
         if scope is None:
             return "no conversation id (use ctxguard.conversation())"
@@ -111,7 +121,14 @@ class Guard:
             if not (state.active or state.forgotten or len(sinks.index)):
                 return "no facts recorded for this conversation"
             norms = [self.norm(m.digest, m.text) for m in payload.messages]
-            return build_view(state, scope, norms, checkpoints, sinks.index)
+            return build_view(
+                state,
+                scope,
+                norms,
+                checkpoints,
+                sinks.index,
+                lambda: [self.words(m.digest, n) for m, n in zip(payload.messages, norms, strict=True)],
+            )
         return reason
 
     def before(self, adapter: Adapter, api: str, kwargs: Mapping[str, Any]) -> Call | None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .index import ValueIndex, words
+from .index import ValueIndex
 from .ledger import FactState, Scope, Version
 from .matching import MIN_MATCH_CHARS, SEPARATOR
 
@@ -51,6 +52,7 @@ def build_view(
     message_norms: list[str],
     checkpoints: dict[str, str],
     index: ValueIndex,
+    message_words: Callable[[], list[frozenset[str]]],
 ) -> FactView:
     payload = SEPARATOR.join(message_norms)
     stages = {**checkpoints, "payload": payload}
@@ -61,7 +63,7 @@ def build_view(
     if len(index):
         own = {v.norm for fid in state.active for v in state.versions(fid)}
         own.update(v.norm for vs in state.forgotten.values() for v in vs)
-        for other, version in index.foreign(scope, words(payload)):
+        for other, version in index.foreign(scope, message_words()):
             if version.norm not in own and _distinctive(version.norm) and version.norm in payload:
                 view.foreign.append((other, version))
     return view

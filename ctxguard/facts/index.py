@@ -1,8 +1,9 @@
 """Cross-conversation detection without scanning every conversation per call.
 
-Every recorded value is indexed under its first word; a payload's words select
-the few candidate values that could be in it, and only those are searched. The
-index is bounded (oldest entries dropped first) and lives in this process.
+Every recorded value is indexed under its first word of three or more
+characters; the words of a payload's messages (cached per message) select the few
+candidate values that could be in it, and only those are searched. The index is
+bounded (oldest entries dropped first) and lives in this process.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from .ledger import Scope, Version
 
 __all__ = ["ValueIndex", "words"]
 
-_WORD = re.compile(r"\w+")
+_WORD = re.compile(r"\w{3,}")
 
 
-def words(norm_text: str) -> set[str]:
-    return set(_WORD.findall(norm_text))
+def words(norm_text: str) -> frozenset[str]:
+    return frozenset(_WORD.findall(norm_text))
 
 
 class ValueIndex:
@@ -29,6 +30,7 @@ class ValueIndex:
         self.max_entries = max_entries
         self._entries: OrderedDict[tuple[Scope, str, str], Version] = OrderedDict()
         self._by_word: dict[str, set[tuple[Scope, str, str]]] = {}
+        self._words: set[str] = set()  # the keys of _by_word, as a set for fast intersections
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -45,6 +47,7 @@ class ValueIndex:
                 return
             self._entries[key] = version
             self._by_word.setdefault(found.group(), set()).add(key)
+            self._words.add(found.group())
             while len(self._entries) > self.max_entries:
                 old_key, old = self._entries.popitem(last=False)
                 first = _WORD.search(old.norm)
@@ -54,11 +57,15 @@ class ValueIndex:
                         bucket.discard(old_key)
                         if not bucket:
                             del self._by_word[first.group()]
+                            self._words.discard(first.group())
 
-    def foreign(self, scope: Scope, payload_words: set[str]) -> list[tuple[Scope, Version]]:
-        """Values recorded for other conversations whose first word is in the payload."""
+    def foreign(self, scope: Scope, message_words: list[frozenset[str]]) -> list[tuple[Scope, Version]]:
+        """Values recorded for other conversations whose first word is in one of the messages."""
         with self._lock:
-            hits = payload_words & self._by_word.keys()
+            indexed = self._words
+            hits: set[str] = set()
+            for ws in message_words:
+                hits |= ws & indexed
             return [
                 (key[0], self._entries[key]) for word in hits for key in self._by_word[word] if key[0] != scope
             ]
