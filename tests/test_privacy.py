@@ -46,6 +46,7 @@ def export_spans(client, *, capture_content: bool) -> tuple[str, ExportTraceServ
     try:
         ctxguard.instrument(
             registry=registry, tracer_provider=provider, digest_key="k", capture_content=capture_content,
+            ledger=ctxguard.MemoryLedger(),
             policy=Policy(pinned=Pinned(max_tokens=5)),
         )
         block = render_pinned({"phone": CANARY}, max_tokens=500)

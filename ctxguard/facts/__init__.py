@@ -37,29 +37,34 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class _Sinks:
-    """Where fact events and checkpoints go: the active guard's, else process defaults."""
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
 
-    def __init__(self) -> None:
-        self.ledger: Ledger = MemoryLedger()
+
+class _Sinks:
+    """Where fact events and checkpoints go, and the clock that judges expiry."""
+
+    def __init__(self, ledger: Ledger | None = None, clock: Callable[[], datetime] | None = None) -> None:
+        self.ledger: Ledger = ledger if ledger is not None else MemoryLedger()
         self.stages = StageBook()
         self.index = ValueIndex()
-        self.clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+        self.clock: Callable[[], datetime] = clock or _utc_now
 
 
-SINKS = _Sinks()
+#: The process default: facts recorded before (or between) instrument() calls are kept.
+_DEFAULT = _Sinks()
+SINKS = _DEFAULT
 
 
 def configure(ledger: Ledger | None, clock: Callable[[], datetime] | None) -> _Sinks:
-    """Called by ``instrument()``: fresh sinks with the given ledger and clock."""
+    """Called by ``instrument()``: the given ledger (with its own index), else the process default."""
     global SINKS
-    sinks = _Sinks()
-    if ledger is not None:
-        sinks.ledger = ledger
-    if clock is not None:
-        sinks.clock = clock
-    SINKS = sinks
-    return sinks
+    if ledger is None:
+        _DEFAULT.clock = clock or _utc_now
+        SINKS = _DEFAULT
+    else:
+        SINKS = _Sinks(ledger, clock)
+    return SINKS
 
 
 def _scope(conversation: str | None, caller: str) -> Scope:

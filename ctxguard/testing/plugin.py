@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 from .._instrument import instrument, uninstrument
+from ..facts import MemoryLedger
 from ..guard import Guard
 from .fake_llm import FakeLLM
 
@@ -39,6 +40,7 @@ class GuardHarness:
     def start(self, *, mode: str = "enforce", **kwargs: Any) -> Guard:
         uninstrument()
         kwargs.setdefault("digest_key", b"ctxguard-tests")
+        kwargs.setdefault("ledger", MemoryLedger())  # facts never leak from one test into another
         guard = instrument(
             mode=mode, registry=self.registry, tracer_provider=self.tracer_provider, **kwargs
         )

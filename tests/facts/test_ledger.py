@@ -78,3 +78,14 @@ def test_memory_ledger_state_is_recomputed_at_expiry():
     ledger.append(ev("482913", fact="otp", expires=NOW))
     assert "otp" in ledger.state(S, NOW - timedelta(seconds=1)).active
     assert "otp" in ledger.state(S, NOW).forgotten
+
+
+def test_facts_recorded_before_instrument_are_kept_by_the_default_ledger():
+    import ctxguard
+
+    with ctxguard.conversation("early-bird"):
+        ctxguard.record_fact("city", "Pune")
+    ctxguard.instrument(digest_key="k")
+    from ctxguard import facts
+
+    assert facts.SINKS.ledger.state(("early-bird", None), NOW).active["city"].value == "Pune"
