@@ -11,6 +11,7 @@ from typing import Any
 from opentelemetry.trace import TracerProvider
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from . import facts
 from . import providers as _providers
 from ._isolation import set_error_counter
 from .config import Config
@@ -83,6 +84,7 @@ def uninstrument() -> None:
     with _lock:
         _providers.uninstall()
         set_error_counter(None)
+        facts.configure(None, None)  # facts recorded from now on go to the process default
         _guard = None
         if _server is not None:
             server, _thread = _server if isinstance(_server, tuple) else (_server, None)

@@ -92,6 +92,7 @@ class ConversationState:
     pinned_evicted: bool = False
     facts_carried: set[str] = field(default_factory=set)  # fact_id@version sent before, still active
     facts_evicted: set[str] = field(default_factory=set)
+    fact_locations: dict[str, str] = field(default_factory=dict)  # fact_id@version -> message digest
 
 
 @dataclass(slots=True)
@@ -171,6 +172,16 @@ class ConversationMemory:
             state.prev_hash = payload.digest
             state.prev_messages, state.prev_digests = payload.messages, digest_set
             return Diff(prev_hash, added, dropped, tuple(evicted), state.first_system)
+
+    def fact_locations(self, scope: Scope) -> dict[str, str]:
+        """Where each fact version was last seen in this conversation (bounded by its facts)."""
+        with self._lock:
+            state = self._states.get(scope)
+            if state is None:
+                state = self._states[scope] = ConversationState()
+            if len(state.fact_locations) > 4 * 1024:
+                state.fact_locations.clear()
+            return state.fact_locations
 
     def fact_evictions(self, scope: Scope, present: set[str], active: set[str]) -> int:
         """How many active fact versions that earlier payloads carried vanished now (each counted once)."""

@@ -125,7 +125,9 @@ class Guard:
                 state,
                 scope,
                 norms,
+                payload.digests,
                 checkpoints,
+                self.memory.fact_locations(scope),
                 sinks.index,
                 lambda: [self.words(m.digest, n) for m, n in zip(payload.messages, norms, strict=True)],
             )
