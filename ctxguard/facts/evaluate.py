@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from .index import ValueIndex
 from .ledger import FactState, Scope, Version
-from .matching import MIN_MATCH_CHARS, SEPARATOR
+from .matching import MIN_MATCH_CHARS
 
 __all__ = ["FactView", "build_view"]
 
@@ -16,32 +15,71 @@ __all__ = ["FactView", "build_view"]
 _BEFORE_SEND = ("commit", "load", "selection", "payload")
 
 
-@dataclass(slots=True)
 class FactView:
-    state: FactState
-    stages: dict[str, str]  # stage -> normalised text, "payload" always present
-    foreign: list[tuple[Scope, Version]] = field(default_factory=list)  # other conversations' values sent
-    too_short: list[str] = field(default_factory=list)  # fact ids that cannot be matched reliably
+    """The facts of one call: which versions the payload and each checkpointed stage held.
 
-    @property
-    def payload(self) -> str:
-        return self.stages["payload"]
+    Presence in the payload is computed once per version per call, and remembered
+    across calls as the digest of the message that carried it: while that message is
+    in the payload, the value is (a digest pins the exact content), so a fact that
+    stays put costs a set look-up, not a scan of the history.
+    """
+
+    __slots__ = ("_digest_set", "_sent", "checkpoints", "digests", "foreign", "locations", "norms", "state",
+                 "too_short")
+
+    def __init__(
+        self,
+        state: FactState,
+        norms: list[str],
+        digests: list[str],
+        checkpoints: dict[str, str],
+        locations: dict[str, str],
+    ) -> None:
+        self.state = state
+        self.norms = norms
+        self.digests = digests
+        self.checkpoints = checkpoints  # stage -> normalised text
+        self.locations = locations  # fact_id@version -> digest of a message that carried it
+        self.foreign: list[tuple[Scope, Version]] = []  # other conversations' values sent here
+        self.too_short: list[str] = []  # fact ids that cannot be matched reliably
+        self._sent: dict[str, bool] = {}
+        self._digest_set: frozenset[str] | None = None
 
     def sent(self, version: Version) -> bool:
-        return version.norm in self.stages["payload"]
+        label = version.label
+        known = self._sent.get(label)
+        if known is not None:
+            return known
+        found = False
+        where = self.locations.get(label)
+        if where is not None:
+            if self._digest_set is None:
+                self._digest_set = frozenset(self.digests)
+            found = where in self._digest_set
+        if not found:
+            norm = version.norm
+            for text, digest in zip(self.norms, self.digests, strict=True):
+                if norm in text:
+                    self.locations[label] = digest
+                    found = True
+                    break
+        self._sent[label] = found
+        return found
 
     def divergence(self, fact_id: str, wanted: Version | None) -> tuple[str, Version | None]:
         """Earliest stage that did not hold ``wanted`` (None: that held a value it must not)."""
         versions = self.state.versions(fact_id)
         for stage in _BEFORE_SEND:
-            text = self.stages.get(stage)
-            if text is None:
-                continue
-            observed = next((v for v in versions if v is not wanted and v.norm in text), None)
-            if wanted is None:
-                if observed is not None:
-                    return stage, observed
-            elif wanted.norm not in text:
+            if stage == "payload":
+                observed = next((v for v in versions if v is not wanted and self.sent(v)), None)
+                held = wanted is not None and self.sent(wanted)
+            else:
+                text = self.checkpoints.get(stage)
+                if text is None:
+                    continue
+                observed = next((v for v in versions if v is not wanted and v.norm in text), None)
+                held = wanted is not None and wanted.norm in text
+            if (wanted is None and observed is not None) or (wanted is not None and not held):
                 return stage, observed
         return "payload", None
 
@@ -49,23 +87,28 @@ class FactView:
 def build_view(
     state: FactState,
     scope: Scope,
-    message_norms: list[str],
+    norms: list[str],
+    digests: list[str],
     checkpoints: dict[str, str],
+    locations: dict[str, str],
     index: ValueIndex,
     message_words: Callable[[], list[frozenset[str]]],
 ) -> FactView:
-    payload = SEPARATOR.join(message_norms)
-    stages = {**checkpoints, "payload": payload}
-    view = FactView(state, stages)
+    view = FactView(state, norms, digests, checkpoints, locations)
     for fact_id, version in state.active.items():
         if len(version.norm) < MIN_MATCH_CHARS:
             view.too_short.append(fact_id)
     if len(index):
-        own = {v.norm for fid in state.active for v in state.versions(fid)}
-        own.update(v.norm for vs in state.forgotten.values() for v in vs)
-        for other, version in index.foreign(scope, message_words()):
-            if version.norm not in own and _distinctive(version.norm) and version.norm in payload:
-                view.foreign.append((other, version))
+        mwords = message_words()
+        candidates = index.foreign(scope, mwords)
+        if candidates:
+            own = {v.norm for fid in state.active for v in state.versions(fid)}
+            own.update(v.norm for vs in state.forgotten.values() for v in vs)
+            for other, version, word in candidates:
+                if version.norm in own or not _distinctive(version.norm):
+                    continue
+                if any(version.norm in text for text, ws in zip(norms, mwords, strict=True) if word in ws):
+                    view.foreign.append((other, version))
     return view
 
 

@@ -1,9 +1,13 @@
 """Cross-conversation detection without scanning every conversation per call.
 
-Every recorded value is indexed under its first word of three or more
-characters; the words of a payload's messages (cached per message) select the few
-candidate values that could be in it, and only those are searched. The index is
-bounded (oldest entries dropped first) and lives in this process.
+Every recorded value is indexed under one of its words (three or more
+characters): the one that is rarest in the index when the value arrives, so that
+values sharing a prefix ("ACC-0007", "ACC-0008") do not pile up under "acc". The
+words of a payload's messages (cached per message) select the few candidate
+values that could be in it; each is then searched only in the messages that
+contain its word. The index is bounded (oldest entries dropped first) and lives
+in this process. A value hidden inside a longer word ("ACC-77310" around
+"ACC-7731") is not found by this route: a leak has to appear as itself.
 """
 
 from __future__ import annotations
@@ -18,18 +22,20 @@ __all__ = ["ValueIndex", "words"]
 
 _WORD = re.compile(r"\w{3,}")
 
+Entry = tuple[Scope, str, str]  # (scope, fact_id, normalised value)
+
 
 def words(norm_text: str) -> frozenset[str]:
     return frozenset(_WORD.findall(norm_text))
 
 
 class ValueIndex:
-    """``(scope, fact version)`` entries keyed by the value's first word."""
+    """``(scope, fact version)`` entries, each under its rarest word."""
 
     def __init__(self, max_entries: int = 100_000) -> None:
         self.max_entries = max_entries
-        self._entries: OrderedDict[tuple[Scope, str, str], Version] = OrderedDict()
-        self._by_word: dict[str, set[tuple[Scope, str, str]]] = {}
+        self._entries: OrderedDict[Entry, tuple[Version, str]] = OrderedDict()
+        self._by_word: dict[str, set[Entry]] = {}
         self._words: set[str] = set()  # the keys of _by_word, as a set for fast intersections
         self._lock = threading.Lock()
 
@@ -37,35 +43,36 @@ class ValueIndex:
         return len(self._entries)
 
     def add(self, scope: Scope, version: Version) -> None:
-        found = _WORD.search(version.norm)
-        if found is None:
+        candidates = _WORD.findall(version.norm)
+        if not candidates:
             return
-        key = (scope, version.fact_id, version.norm)
+        entry = (scope, version.fact_id, version.norm)
         with self._lock:
-            if key in self._entries:
-                self._entries.move_to_end(key)
+            if entry in self._entries:
+                self._entries.move_to_end(entry)
                 return
-            self._entries[key] = version
-            self._by_word.setdefault(found.group(), set()).add(key)
-            self._words.add(found.group())
+            word = min(candidates, key=lambda w: (len(self._by_word.get(w, ())), -len(w)))
+            self._entries[entry] = (version, word)
+            self._by_word.setdefault(word, set()).add(entry)
+            self._words.add(word)
             while len(self._entries) > self.max_entries:
-                old_key, old = self._entries.popitem(last=False)
-                first = _WORD.search(old.norm)
-                if first is not None:
-                    bucket = self._by_word.get(first.group())
-                    if bucket is not None:
-                        bucket.discard(old_key)
-                        if not bucket:
-                            del self._by_word[first.group()]
-                            self._words.discard(first.group())
+                old, (_, old_word) = self._entries.popitem(last=False)
+                bucket = self._by_word[old_word]
+                bucket.discard(old)
+                if not bucket:
+                    del self._by_word[old_word]
+                    self._words.discard(old_word)
 
-    def foreign(self, scope: Scope, message_words: list[frozenset[str]]) -> list[tuple[Scope, Version]]:
-        """Values recorded for other conversations whose first word is in one of the messages."""
+    def foreign(self, scope: Scope, message_words: list[frozenset[str]]) -> list[tuple[Scope, Version, str]]:
+        """Other conversations' values whose index word is in one of the messages, with that word."""
         with self._lock:
             indexed = self._words
             hits: set[str] = set()
             for ws in message_words:
                 hits |= ws & indexed
-            return [
-                (key[0], self._entries[key]) for word in hits for key in self._by_word[word] if key[0] != scope
-            ]
+            out = []
+            for word in hits:
+                for entry in self._by_word[word]:
+                    if entry[0] != scope:
+                        out.append((entry[0], self._entries[entry][0], word))
+            return out
