@@ -89,3 +89,17 @@ def test_facts_recorded_before_instrument_are_kept_by_the_default_ledger():
     from ctxguard import facts
 
     assert facts.SINKS.ledger.state(("early-bird", None), NOW).active["city"].value == "Pune"
+
+
+def test_index_keys_values_by_their_rarest_word_so_shared_prefixes_do_not_pile_up():
+    from ctxguard.facts import Version
+    from ctxguard.facts.index import ValueIndex, words
+    from ctxguard.facts.matching import normalise
+
+    index = ValueIndex()
+    for k in range(50):
+        value = f"ACC-{k:04d}-shared"
+        index.add((f"c{k}", None), Version("account", value, normalise(value), 1))
+    payload = [words(normalise("my account is ACC-0007-shared"))]
+    found = index.foreign(("me", None), payload)
+    assert [v.value for _, v, _ in found] == ["ACC-0007-shared"]
