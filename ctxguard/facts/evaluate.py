@@ -104,11 +104,12 @@ def build_view(
         if candidates:
             own = {v.norm for fid in state.active for v in state.versions(fid)}
             own.update(v.norm for vs in state.forgotten.values() for v in vs)
-            for other, version, word in candidates:
-                if version.norm in own or not _distinctive(version.norm):
-                    continue
-                if any(version.norm in text for text, ws in zip(norms, mwords, strict=True) if word in ws):
-                    view.foreign.append((other, version))
+            for word, entries in candidates.items():
+                carriers = [text for text, ws in zip(norms, mwords, strict=True) if word in ws]
+                for other, version in entries:
+                    norm = version.norm
+                    if norm not in own and _distinctive(norm) and any(norm in text for text in carriers):
+                        view.foreign.append((other, version))
     return view
 
 

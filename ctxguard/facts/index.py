@@ -63,16 +63,16 @@ class ValueIndex:
                     del self._by_word[old_word]
                     self._words.discard(old_word)
 
-    def foreign(self, scope: Scope, message_words: list[frozenset[str]]) -> list[tuple[Scope, Version, str]]:
-        """Other conversations' values whose index word is in one of the messages, with that word."""
+    def foreign(self, scope: Scope, message_words: list[frozenset[str]]) -> dict[str, list[tuple[Scope, Version]]]:
+        """Other conversations' values whose index word is in one of the messages, by that word."""
         with self._lock:
             indexed = self._words
             hits: set[str] = set()
             for ws in message_words:
                 hits |= ws & indexed
-            out = []
+            out: dict[str, list[tuple[Scope, Version]]] = {}
             for word in hits:
-                for entry in self._by_word[word]:
-                    if entry[0] != scope:
-                        out.append((entry[0], self._entries[entry][0], word))
+                found = [(e[0], self._entries[e][0]) for e in self._by_word[word] if e[0] != scope]
+                if found:
+                    out[word] = found
             return out
