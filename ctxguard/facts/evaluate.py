@@ -102,13 +102,17 @@ def build_view(
         mwords = message_words()
         candidates = index.foreign(scope, mwords)
         if candidates:
-            own = {v.norm for fid in state.active for v in state.versions(fid)}
-            own.update(v.norm for vs in state.forgotten.values() for v in vs)
+            carriers: dict[str, list[str]] = {}  # index word -> texts of the messages carrying it
+            hit_words = candidates.keys()
+            for text, ws in zip(norms, mwords, strict=True):
+                for word in ws & hit_words:
+                    carriers.setdefault(word, []).append(text)
+            own = state.norms
             for word, entries in candidates.items():
-                carriers = [text for text, ws in zip(norms, mwords, strict=True) if word in ws]
+                texts = carriers[word]
                 for other, version in entries:
                     norm = version.norm
-                    if norm not in own and _distinctive(norm) and any(norm in text for text in carriers):
+                    if norm not in own and _distinctive(norm) and any(norm in text for text in texts):
                         view.foreign.append((other, version))
     return view
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from functools import cached_property
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -74,7 +75,7 @@ class Version:
     version: int
     required: bool = True
 
-    @property
+    @cached_property  # read several times per fact per call
     def label(self) -> str:
         return f"{self.fact_id}@{self.version}"
 
@@ -87,6 +88,15 @@ class FactState:
     stale: dict[str, list[Version]] = field(default_factory=dict)
     forgotten: dict[str, list[Version]] = field(default_factory=dict)
     next_expiry: datetime | None = None  # the state must be recomputed from this instant on
+
+    @cached_property
+    def norms(self) -> frozenset[str]:
+        """Every value this conversation ever recorded (active, stale or forgotten), normalised."""
+        return frozenset(
+            v.norm
+            for group in (*self.stale.values(), *self.forgotten.values(), self.active.values())
+            for v in group
+        )
 
     def versions(self, fact_id: str) -> list[Version]:
         out = list(self.stale.get(fact_id, ()))
