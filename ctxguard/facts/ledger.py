@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import itertools
 import threading
-from functools import cached_property
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Protocol
 
 from .matching import normalise
