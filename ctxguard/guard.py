@@ -114,10 +114,18 @@ class Guard:
         if payload.history_elsewhere is not None:
             return payload.history_elsewhere
         sinks = self.facts
+        checkpoints = sinks.stages.take(scope)
+        if scope in sinks.lost:
+            return "fact writes of this conversation were lost while the ledger was unavailable"
+        if not sinks.usable():
+            return "fact ledger unavailable (circuit open)"
         reason = "fact ledger unavailable"
         with guarded("ledger"):
-            checkpoints = sinks.stages.take(scope)
-            state = sinks.ledger.state(scope, sinks.clock())
+            try:
+                state = sinks.ledger.state(scope, sinks.clock())
+            except Exception:
+                sinks.failed()
+                raise
             if not (state.active or state.forgotten or len(sinks.index)):
                 return "no facts recorded for this conversation"
             norms = [self.norm(m.digest, m.text) for m in payload.messages]

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from .._isolation import guarded
+from .._isolation import guarded, report_internal_error
 from ..conversation import current_conversation
 from .index import ValueIndex
 from .ledger import FactEvent, FactState, Ledger, MemoryLedger, Scope, Version, reduce
@@ -41,14 +44,47 @@ def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+#: After a ledger failure, the ledger is left alone this long (a down Redis must not
+#: cost every LLM call its connect timeout).
+RETRY_AFTER_S = 5.0
+
+
 class _Sinks:
-    """Where fact events and checkpoints go, and the clock that judges expiry."""
+    """Where fact events and checkpoints go, the clock that judges expiry, and the
+    circuit breaker that keeps a failing ledger off the call path."""
 
     def __init__(self, ledger: Ledger | None = None, clock: Callable[[], datetime] | None = None) -> None:
         self.ledger: Ledger = ledger if ledger is not None else MemoryLedger()
         self.stages = StageBook()
         self.index = ValueIndex()
         self.clock: Callable[[], datetime] = clock or _utc_now
+        self.down_until = 0.0
+        # Conversations whose fact writes were lost: judging them would raise false alarms.
+        self.lost: OrderedDict[Scope, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def usable(self) -> bool:
+        return time.monotonic() >= self.down_until
+
+    def failed(self, scope: Scope | None = None) -> None:
+        with self._lock:
+            self.down_until = time.monotonic() + RETRY_AFTER_S
+            if scope is not None:
+                self.lost[scope] = None
+                while len(self.lost) > 10_000:
+                    self.lost.popitem(last=False)
+
+    def write(self, event: FactEvent) -> None:
+        """Append, unless the ledger is known to be down; a lost write taints its conversation."""
+        if not self.usable():
+            self.failed(event.scope)
+            report_internal_error("ledger", ConnectionError("fact ledger unavailable; write dropped"))
+            return
+        try:
+            self.ledger.append(event)
+        except Exception:
+            self.failed(event.scope)
+            raise
 
 
 #: The process default: facts recorded before (or between) instrument() calls are kept.
@@ -111,7 +147,7 @@ def record_fact(
     scope = _scope(conversation, "record_fact")
     sinks = SINKS
     with guarded("ledger"):
-        sinks.ledger.append(FactEvent(scope, fact_id, text, sequence, expires_at, bool(required)))
+        sinks.write(FactEvent(scope, fact_id, text, sequence, expires_at, bool(required)))
     sinks.index.add(scope, Version(fact_id, text, normalise(text), 0))
 
 
@@ -120,7 +156,7 @@ def forget_fact(fact_id: str, *, conversation: str | None = None) -> None:
     fact_id = _fact_id(fact_id)
     scope = _scope(conversation, "forget_fact")
     with guarded("ledger"):
-        SINKS.ledger.append(FactEvent(scope, fact_id, None))
+        SINKS.write(FactEvent(scope, fact_id, None))
 
 
 def checkpoint(stage: str, content: Any, *, conversation: str | None = None) -> None:

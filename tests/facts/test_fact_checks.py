@@ -342,22 +342,51 @@ def test_values_too_short_are_skipped_never_flagged(harness, llm, client):
 
 
 class DownLedger:
+    def __init__(self) -> None:
+        self.calls = 0
+
     def append(self, event):
+        self.calls += 1
         raise ConnectionError("ledger down")
 
     def state(self, scope, now):
+        self.calls += 1
         raise ConnectionError("ledger down")
 
 
-def test_a_ledger_that_is_down_never_fails_the_call(harness, llm, client, internal_errors):
-    harness.start(mode="enforce", ledger=DownLedger())
-    with ctxguard.conversation("c"):
-        ctxguard.record_fact("city", "Pune")  # swallowed and counted
-        reply = ask(client, "hello")
+def test_a_ledger_that_is_down_never_fails_nor_slows_the_call(harness, llm, client, internal_errors):
+    ledger = DownLedger()
+    harness.start(mode="enforce", ledger=ledger)
+    with ctxguard.conversation("reader"):
+        reply = ask(client, "hello")  # the ledger fails: the call goes through, the circuit opens
     assert reply.choices[0].message.content == "ok 1"
-    assert harness.metric("ctxguard_guard_errors_total", where="ledger") == 2
     assert "fact_present: fact ledger unavailable" in last(harness)["ctxguard.checks.skipped"]
+    with ctxguard.conversation("reader"):
+        ask(client, "hello again")  # circuit open: the ledger is not even asked
+    assert "fact_present: fact ledger unavailable (circuit open)" in last(harness)["ctxguard.checks.skipped"]
+    assert ledger.calls == 1
+    with ctxguard.conversation("writer"):
+        ctxguard.record_fact("city", "Pune")  # dropped while the circuit is open, counted
+        ask(client, "deliver to Mumbai")  # would be a false alarm if judged without the lost write
+    assert ledger.calls == 1
+    assert "fact_present: fact writes of this conversation were lost while the ledger was unavailable" in (
+        last(harness)["ctxguard.checks.skipped"]
+    )
+    assert harness.metric("ctxguard_guard_errors_total", where="ledger") == 2
     assert {w for w, _ in internal_errors} == {"ledger"}
+    internal_errors.clear()
+
+
+def test_the_ledger_is_retried_after_the_circuit_closes(harness, llm, client, internal_errors, monkeypatch):
+    from ctxguard import facts
+
+    ledger = DownLedger()
+    harness.start(mode="observe", ledger=ledger)
+    with ctxguard.conversation("c"):
+        ask(client, "one")
+        monkeypatch.setattr(facts.SINKS, "down_until", 0.0)
+        ask(client, "two")
+    assert ledger.calls == 2
     internal_errors.clear()
 
 
