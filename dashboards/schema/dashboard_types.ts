@@ -21,7 +21,7 @@
 // `targets` (Record<string, unknown>: queries are datasource-specific), options
 // and fieldConfig.defaults.custom of panel types not listed in PanelTypes,
 // `overrides[].properties[].value`, transformation and matcher `options`,
-// fieldConfig `links`, variable `query` objects, annotation `target`.
+// fieldConfig `links`, variable `query` objects.
 
 import type * as S from "@grafana/schema";
 import type * as AnnoList from "@grafana/schema/dist/esm/raw/composable/annotationslist/panelcfg/x/AnnotationsListPanelCfg_types.gen";
