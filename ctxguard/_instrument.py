@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -13,10 +15,11 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from . import facts
 from . import providers as _providers
-from ._isolation import set_error_counter
+from ._isolation import report_internal_error, set_error_counter
 from .config import Config
 from .guard import Guard
 from .policy import Policy
+from .telemetry import otlp as _otlp
 
 __all__ = ["instrument", "uninstrument"]
 
@@ -24,6 +27,58 @@ logger = logging.getLogger("ctxguard")
 _lock = threading.Lock()
 _guard: Guard | None = None
 _server: Any = None
+_tracing: _otlp.OtlpTracing | None = None
+
+#: Set by gunicorn-style deployments: prometheus_client then keeps every Counter and
+#: Histogram value in per-process mmap files under this directory.
+ENV_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def _multiprocess_dir() -> str | None:
+    """The multiprocess directory, if prometheus_client runs in multiprocess mode.
+
+    The lower-case spelling is the deprecated one prometheus_client still honours.
+    """
+    return os.environ.get(ENV_MULTIPROC_DIR) or os.environ.get("prometheus_multiproc_dir") or None  # noqa: SIM112
+
+
+def _serve_metrics(port: int, registry: CollectorRegistry | None) -> Any:
+    """Start ``/metrics`` on 127.0.0.1:``port``; None if another worker already serves it.
+
+    In multiprocess mode a process's own registry holds only that process's counts,
+    so the endpoint serves a fresh registry whose ``MultiProcessCollector`` sums the
+    mmap files of every worker, live or exited. Any one process serving it is
+    enough; when several pre-forked workers each call ``instrument(metrics_port=P)``
+    the first binds P and the rest find it taken, which is fine and logged, instead
+    of failing the worker's start-up (and the master's restart loop).
+    """
+    from prometheus_client import start_http_server
+
+    multiproc = _multiprocess_dir()
+    if multiproc is None:
+        return start_http_server(port, addr="127.0.0.1", registry=registry if registry is not None else REGISTRY)
+
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    aggregate = CollectorRegistry()
+    MultiProcessCollector(aggregate, path=multiproc)  # type: ignore[no-untyped-call]
+    try:
+        return start_http_server(port, addr="127.0.0.1", registry=aggregate)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        logger.info("ctxguard: 127.0.0.1:%d taken (another worker serves the multiprocess aggregate)", port)
+        return None
+
+
+def _start_tracing(otlp_endpoint: str | None) -> _otlp.OtlpTracing | None:
+    """ctxguard's own OTLP export, or None; a failure to build it never fails ``instrument()``."""
+    try:
+        return _otlp.start(otlp_endpoint)
+    except Exception as exc:
+        logger.warning("ctxguard: OTLP span export not started: %r", exc)
+        report_internal_error("telemetry", exc)
+        return None
 
 
 def instrument(
@@ -39,6 +94,7 @@ def instrument(
     ledger: object | None = None,
     conversation_id: Callable[[Mapping[str, Any]], str | None] | None = None,
     clock: Callable[[], datetime] | None = None,
+    otlp_endpoint: str | None = None,
 ) -> Guard | None:
     """Guard every call of the installed (or later imported) LLM SDKs.
 
@@ -46,8 +102,41 @@ def instrument(
 
     Idempotent: a second call returns the active guard unchanged. Returns None
     when ``CTXGUARD_DISABLED=1``.
+
+    Spans go to ``tracer_provider``, by default the global one. ``otlp_endpoint``
+    (a collector's base URL, e.g. ``"http://127.0.0.1:4318"``; ``/v1/traces`` is
+    appended) is for apps that set up no tracing themselves: while the global
+    provider is still the API's no-op proxy, ctxguard then exports its own spans
+    over OTLP/HTTP through a private SDK provider (never made global; bounded
+    queue, 5 s export timeout; ``uninstrument()`` flushes it, waiting at most 5 s).
+    The standard ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``
+    variables do the same without code and, like ``CTXGUARD_*``, win over the
+    argument. An app that has its own global provider (or passes
+    ``tracer_provider``) keeps getting the spans there, and ``otlp_endpoint`` is
+    ignored: ctxguard never installs a second pipeline next to the app's. The
+    decision is made here, once: once ctxguard has its own provider, a global one
+    the app sets later gets ctxguard's spans only after ``uninstrument()`` and
+    ``instrument()`` again. See ``ctxguard.telemetry.otlp``.
+
+    ``metrics_port`` serves ``/metrics`` on 127.0.0.1. Under gunicorn-style
+    pre-forked workers, set ``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's
+    multiprocess mode, before anything imports prometheus_client): the endpoint then
+    serves the aggregate of all workers through ``MultiProcessCollector``, and
+    whichever process binds the port first serves it (with ``--preload`` and
+    ``instrument()`` in the master, the master's server thread does; forked workers
+    inherit the guard and write their own files). An app that serves ``/metrics``
+    itself must do the same, as the prometheus_client docs describe::
+
+        registry = CollectorRegistry()
+        prometheus_client.multiprocess.MultiProcessCollector(registry)
+        # ... expose generate_latest(registry)
+
+    and the master must call ``prometheus_client.multiprocess.mark_process_dead(pid)``
+    from its ``child_exit`` hook (gunicorn: ``def child_exit(server, worker):
+    mark_process_dead(worker.pid)``) so that a dead worker's live gauges go away;
+    its counters and histograms stay in the aggregate, as counters must.
     """
-    global _guard, _server
+    global _guard, _server, _tracing
     if Config.disabled():
         logger.info("ctxguard: disabled by CTXGUARD_DISABLED")
         return None
@@ -58,29 +147,37 @@ def instrument(
         config = Config.resolve(
             mode=mode, digest_key=digest_key, capture_content=capture_content, metrics_port=metrics_port
         )
-        guard = Guard(
-            config,
-            policy=policy,
-            registry=registry,
-            tracer_provider=tracer_provider,
-            ledger=ledger,
-            conversation_id=conversation_id,
-            clock=clock,
-        )
-        if config.metrics_port is not None:
-            from prometheus_client import start_http_server
-
-            _server = start_http_server(
-                config.metrics_port, addr="127.0.0.1", registry=registry if registry is not None else REGISTRY
+        tracing = _start_tracing(otlp_endpoint) if tracer_provider is None else None
+        try:
+            guard = Guard(
+                config,
+                policy=policy,
+                registry=registry,
+                tracer_provider=tracing.provider if tracing is not None else tracer_provider,
+                ledger=ledger,
+                conversation_id=conversation_id,
+                clock=clock,
             )
+            if config.metrics_port is not None:
+                _server = _serve_metrics(config.metrics_port, registry)
+        except BaseException:
+            if tracing is not None:
+                tracing.shutdown(timeout=0)
+            raise
+        _tracing = tracing
         _providers.install(guard, only=providers)
         _guard = guard
         return guard
 
 
 def uninstrument() -> None:
-    """Remove every wrapper: the SDKs behave, and are, exactly as before."""
-    global _guard, _server
+    """Remove every wrapper: the SDKs behave, and are, exactly as before.
+
+    ctxguard's own OTLP provider, if ``instrument()`` made one, is flushed and shut
+    down, waiting at most ``ctxguard.telemetry.otlp.SHUTDOWN_TIMEOUT_S`` (a collector
+    that never answers cannot hold the app up).
+    """
+    global _guard, _server, _tracing
     with _lock:
         _providers.uninstall()
         set_error_counter(None)
@@ -91,3 +188,7 @@ def uninstrument() -> None:
             server.shutdown()
             server.server_close()
             _server = None
+        tracing, _tracing = _tracing, None
+    # Outside the lock: a slow flush must not block a concurrent instrument().
+    if tracing is not None:
+        tracing.shutdown()

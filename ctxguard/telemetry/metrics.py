@@ -2,6 +2,12 @@
 
 Label values come from bounded sets defined here; anything else (a role a
 client invented, say) is folded into ``other`` so cardinality stays fixed.
+
+prometheus_client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR`` set before it
+is imported, as under gunicorn) needs nothing special here: Counters and
+Histograms, pre-created children included, are backed by per-process mmap files
+and summed by ``MultiProcessCollector`` (which emits no ``_created`` samples).
+One thing does differ, see ``metrics_for``.
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ from __future__ import annotations
 import threading
 import weakref
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, values
 
 from .._isolation import WHERE
 
@@ -31,6 +37,7 @@ class Metrics:
     """All ctxguard collectors on one registry, with their labelled children resolved."""
 
     def __init__(self, registry: CollectorRegistry, check_names: tuple[str, ...]) -> None:
+        self.check_names = check_names
         r = registry
         self.calls = Counter(
             "ctxguard_calls_total", "LLM calls inspected by ctxguard.", ["provider", "operation"], registry=r
@@ -79,6 +86,11 @@ class Metrics:
             "ctxguard_guard_duration_seconds", "ctxguard's own time per call.", buckets=_DURATION_BUCKETS,
             registry=r,
         )
+        self._collectors: tuple[Counter | Histogram, ...] = (
+            self.calls, self.checks, self.violations, self.evictions, self.blocked, self.payload_tokens,
+            self.utilization, self.pinned_tokens, self.dropped, self.guard_errors, self.summary_lossy,
+            self.duration,
+        )
         # Resolve every child now: the series exist at zero (increase() sees the first
         # failure) and the hot path does dict look-ups instead of labels() calls.
         self.calls_by = {(p, o): self.calls.labels(p, o) for p in PROVIDERS for o in OPERATIONS}
@@ -91,6 +103,11 @@ class Metrics:
         self.dropped_by = {role: self.dropped.labels(role) for role in ROLES}
         self.errors_by = {w: self.guard_errors.labels(w) for w in WHERE}
 
+    def register(self, registry: CollectorRegistry) -> None:
+        """Expose these same collectors on one more registry as well."""
+        for collector in self._collectors:
+            registry.register(collector)
+
     def count_error(self, where: str) -> None:
         self.errors_by[where].inc()
 
@@ -100,13 +117,35 @@ class Metrics:
 
 _lock = threading.Lock()
 _by_registry: weakref.WeakKeyDictionary[CollectorRegistry, Metrics] = weakref.WeakKeyDictionary()
+_process_metrics: Metrics | None = None
+
+
+def _multiprocess() -> bool:
+    """Whether prometheus_client chose mmap-backed values (decided once, at its import)."""
+    return bool(getattr(values.ValueClass, "_multiprocess", False))
 
 
 def metrics_for(registry: CollectorRegistry | None, check_names: tuple[str, ...]) -> Metrics:
-    """The collectors on ``registry`` (default: the global one), created on first use."""
+    """The collectors on ``registry`` (default: the global one), created on first use.
+
+    In multiprocess mode a series' value lives in one mmap entry per process, keyed
+    by name and labels, not by registry, and each collector caches the value it
+    last wrote. Separate collectors per registry (``instrument(registry=a)``, then
+    ``b``, then ``a`` again) would write stale counts over each other's, so there
+    the process keeps one set of collectors and registers it on every registry.
+    """
+    global _process_metrics
     registry = REGISTRY if registry is None else registry
     with _lock:
         metrics = _by_registry.get(registry)
         if metrics is None:
-            metrics = _by_registry[registry] = Metrics(registry, check_names)
+            shared = _process_metrics if _multiprocess() else None
+            if shared is not None and shared.check_names == check_names:
+                shared.register(registry)
+                metrics = shared
+            else:
+                metrics = Metrics(registry, check_names)
+                if _multiprocess():
+                    _process_metrics = metrics
+            _by_registry[registry] = metrics
         return metrics

@@ -178,6 +178,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     # HTTP/1.1 lets SDK connection pools reuse sockets like they do in production.
     protocol_version = "HTTP/1.1"
+    # Headers and body leave in separate small writes; with Nagle on, each reply waits
+    # ~40 ms for the client's delayed ACK.
+    disable_nagle_algorithm = True
     server: _Server
 
     def setup(self) -> None:
