@@ -148,7 +148,8 @@ def record_fact(
     sinks = SINKS
     with guarded("ledger"):
         sinks.write(FactEvent(scope, fact_id, text, sequence, expires_at, bool(required)))
-    sinks.index.add(scope, Version(fact_id, text, normalise(text), 0))
+    with guarded("ledger"):
+        sinks.index.add(scope, Version(fact_id, text, normalise(text), 0))
 
 
 def forget_fact(fact_id: str, *, conversation: str | None = None) -> None:
