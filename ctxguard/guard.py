@@ -34,7 +34,7 @@ from .payload import Payload, Reply
 from .pinned import PinnedBlock, find_block
 from .policy import Policy
 from .providers.base import Adapter, StreamReader
-from .providers.streams import wrap_stream
+from .providers.streams import wrap_manager, wrap_stream
 from .telemetry import spans as attr
 from .telemetry.log import log_violation
 from .telemetry.metrics import Metrics, metrics_for
@@ -344,6 +344,11 @@ class Call:
                     a[attr.PINNED_TOKENS] = ctx.pinned_tokens
                     a[attr.PINNED_ENTRIES] = ctx.pinned.entries
                     a[attr.PINNED_HASH] = self.guard.measurer.digester.text(ctx.pinned.text)
+        if payload.reply_room is not None:
+            # Thinking is drawn from max_tokens: say when it leaves the reply under a quarter.
+            a[attr.BUDGET_REPLY_ROOM] = payload.reply_room
+            if payload.max_output_tokens:
+                a[attr.BUDGET_REPLY_ROOM_LOW] = payload.reply_room * 4 < payload.max_output_tokens
         return a
 
     def block(self) -> None:
@@ -383,6 +388,12 @@ class Call:
         started = _perf()
         with guarded("telemetry"):
             self._detach()
+        final = getattr(self.adapter, "final_reply", None)
+        if self.api.endswith(".stream") and final is not None:
+            with guarded("stream"):
+                proxy = wrap_manager(result, self, final)
+                self.elapsed += _perf() - started
+                return proxy
         if self.payload.stream and _is_stream(result):
             with guarded("stream"):
                 reader = self.adapter.stream_reader(self.api)

@@ -103,4 +103,5 @@ class Measurer:
             stream=view.stream,
             history_elsewhere=view.history_elsewhere,
             unreadable=view.unreadable,
+            reply_room=view.reply_room,
         )

@@ -35,6 +35,8 @@ class RequestView:
     model: str | None
     items: list[Item]
     max_output_tokens: int | None = None
+    #: Output tokens left for the visible reply after a thinking budget (Anthropic), if any.
+    reply_room: int | None = None
     tools: list[str] = field(default_factory=list)  # tool schemas, canonical JSON
     stream: bool = False
     #: Why the history is not in the request (provider-managed state), if so.
@@ -70,6 +72,7 @@ class Payload:
     stream: bool
     history_elsewhere: str | None
     unreadable: str | None
+    reply_room: int | None = None
 
     @property
     def head(self) -> Message | None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import wrapt
 
 from .._isolation import guarded
+from . import anthropic as anthropic_provider
 from . import openai as openai_provider
 from .base import Adapter
 
@@ -31,6 +32,7 @@ logger = logging.getLogger("ctxguard")
 #: distribution -> (adapter, targets, supported majors)
 INTEGRATIONS: dict[str, tuple[Adapter, tuple[tuple[str, str, str], ...], tuple[int, int]]] = {
     "openai": (openai_provider.ADAPTER, openai_provider.TARGETS, openai_provider.SUPPORTED),
+    "anthropic": (anthropic_provider.ADAPTER, anthropic_provider.TARGETS, anthropic_provider.SUPPORTED),
 }
 
 _lock = threading.RLock()
@@ -105,7 +107,9 @@ def _patch(distribution: str) -> None:
         original = owner.__dict__.get(method)
         if original is None or isinstance(original, wrapt.FunctionWrapper):
             continue
-        is_async = class_name.startswith("Async")
+        # Async clients' call sites return coroutines (often through a plain-def decorator, so
+        # inspect cannot tell), except stream helpers, which return a context manager at once.
+        is_async = class_name.startswith("Async") and not api.endswith(".stream")
         wrapper = (_async_wrapper if is_async else _sync_wrapper)(adapter, api)
         setattr(owner, method, wrapt.FunctionWrapper(original, wrapper))
         _patched.append((owner, method, original))

@@ -7,17 +7,19 @@ closing are observed, to finish the span when the answer is complete.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import wrapt
 
 from .._isolation import guarded
+from ..payload import Reply
 from .base import StreamReader
 
 if TYPE_CHECKING:
     from ..guard import Call
 
-__all__ = ["wrap_stream"]
+__all__ = ["wrap_manager", "wrap_stream"]
 
 
 class _Observed(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
@@ -105,6 +107,63 @@ class _AsyncStream(_Observed):
             return await self.__wrapped__.close()
         finally:
             self._self_finish()
+
+
+class _Manager(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
+    """A stream helper's context manager (``messages.stream(...)``): the request is sent on
+    enter; the answer is read from the helper's own accumulated snapshot on exit."""
+
+    def __init__(self, wrapped: Any, call: Call, final: Callable[[Any], Reply | None]) -> None:
+        super().__init__(wrapped)
+        self._self_call = call
+        self._self_final = final
+        self._self_stream: Any = None
+        self._self_done = False
+
+    def _self_finish(self, exc: BaseException | None) -> None:
+        if self._self_done:
+            return
+        self._self_done = True
+        if exc is not None:
+            self._self_call.failed(exc)
+            return
+        reply = None
+        with guarded("stream"):
+            if self._self_stream is not None:
+                reply = self._self_final(self._self_stream)
+        self._self_call.answer(reply)
+
+    def __enter__(self) -> Any:
+        try:
+            self._self_stream = self.__wrapped__.__enter__()
+        except BaseException as exc:
+            self._self_finish(exc)
+            raise
+        return self._self_stream
+
+    def __exit__(self, *exc: Any) -> Any:
+        try:
+            return self.__wrapped__.__exit__(*exc)
+        finally:
+            self._self_finish(exc[1] if len(exc) > 1 and isinstance(exc[1], BaseException) else None)
+
+    async def __aenter__(self) -> Any:
+        try:
+            self._self_stream = await self.__wrapped__.__aenter__()
+        except BaseException as exc:
+            self._self_finish(exc)
+            raise
+        return self._self_stream
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        try:
+            return await self.__wrapped__.__aexit__(*exc)
+        finally:
+            self._self_finish(exc[1] if len(exc) > 1 and isinstance(exc[1], BaseException) else None)
+
+
+def wrap_manager(manager: Any, call: Call, final: Callable[[Any], Reply | None]) -> Any:
+    return _Manager(manager, call, final)
 
 
 def wrap_stream(stream: Any, call: Call, reader: StreamReader) -> Any:

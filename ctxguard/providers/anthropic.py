@@ -1,0 +1,206 @@
+"""Anthropic SDK: ``messages.create`` / ``messages.stream`` (and ``beta.messages``), translated.
+
+The ``system`` parameter (a string or text blocks, cache-control included) is the
+head instruction; content blocks become readable text (text, tool_use name and
+input, tool_result content, thinking) or references (images, documents).
+``thinking.budget_tokens`` is drawn from ``max_tokens``: it is not reserved
+again, and the room it leaves the visible reply is reported.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..payload import Item, Reply, RequestView
+from .openai import _get, _int, _jsonable, _role, _str
+
+__all__ = ["ADAPTER", "SUPPORTED", "TARGETS"]
+
+#: Supported ``anthropic`` releases, as (lowest major, highest major) inclusive.
+SUPPORTED = (0, 2)
+
+_MESSAGES = "anthropic.resources.messages.messages"
+_BETA = "anthropic.resources.beta.messages.messages"
+
+#: (module, "Class.method", api)
+TARGETS = (
+    (_MESSAGES, "Messages.create", "messages"),
+    (_MESSAGES, "AsyncMessages.create", "messages"),
+    (_MESSAGES, "Messages.stream", "messages.stream"),
+    (_MESSAGES, "AsyncMessages.stream", "messages.stream"),
+    (_BETA, "Messages.create", "messages"),
+    (_BETA, "AsyncMessages.create", "messages"),
+    (_BETA, "Messages.stream", "messages.stream"),
+    (_BETA, "AsyncMessages.stream", "messages.stream"),
+)
+
+
+def _blocks(content: Any, texts: list[str], refs: list[str]) -> None:
+    if content is None:
+        return
+    if isinstance(content, str):
+        texts.append(content)
+        return
+    if not isinstance(content, (list, tuple)):
+        texts.append(str(content))
+        return
+    for block in content:
+        if isinstance(block, str):
+            texts.append(block)
+            continue
+        kind = _get(block, "type")
+        if kind == "text":
+            texts.append(_str(_get(block, "text")) or "")
+        elif kind in ("thinking", "redacted_thinking"):
+            texts.append(_str(_get(block, "thinking")) or "")
+            refs.append(f"id:{kind}")
+        elif kind in ("tool_use", "server_tool_use"):
+            tool_input = _get(block, "input")
+            text = tool_input if isinstance(tool_input, str) else json.dumps(
+                tool_input, sort_keys=True, default=_jsonable, ensure_ascii=False
+            )
+            texts.append(f"{_get(block, 'name') or ''} {text}")
+            refs.append(f"id:tool_use={_get(block, 'id')}")
+        elif kind == "tool_result" or (isinstance(kind, str) and kind.endswith("_tool_result")):
+            _blocks(_get(block, "content"), texts, refs)
+            refs.append(f"id:tool_result={_get(block, 'tool_use_id')}")
+        elif kind in ("image", "document"):
+            source = _get(block, "source")
+            ref = None
+            if source is not None:
+                ref = _str(_get(source, "url")) or _str(_get(source, "file_id")) or _str(_get(source, "data"))
+            refs.append(ref or kind)
+            title = _str(_get(block, "title"))
+            if title:
+                texts.append(title)
+        elif kind is not None:
+            refs.append(f"id:block={kind}")
+
+
+def _message_item(message: Any) -> Item:
+    if type(message) is dict and len(message) == 2:
+        role, content = message.get("role"), message.get("content")
+        if type(role) is str and type(content) is str and 0 < len(role) <= 32:
+            return (role, content, (), "message")
+    texts: list[str] = []
+    refs: list[str] = []
+    _blocks(_get(message, "content"), texts, refs)
+    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message")
+
+
+class AnthropicAdapter:
+    provider = "anthropic"
+
+    def normalise(self, api: str, kwargs: Mapping[str, Any]) -> RequestView:
+        max_tokens = _int(_get(kwargs, "max_tokens"))
+        view = RequestView(
+            provider=self.provider,
+            operation="chat",
+            model=_str(_get(kwargs, "model")),
+            items=[],
+            max_output_tokens=max_tokens,
+            stream=_get(kwargs, "stream") is True or api == "messages.stream",
+        )
+        thinking = _get(kwargs, "thinking")
+        budget = _int(_get(thinking, "budget_tokens")) if thinking is not None else None
+        if budget is not None and max_tokens is not None:
+            view.reply_room = max(0, max_tokens - budget)
+        tools = _get(kwargs, "tools")
+        if isinstance(tools, (list, tuple)):
+            try:
+                view.tools = [json.dumps(t, sort_keys=True, default=_jsonable, ensure_ascii=False) for t in tools]
+            except Exception as exc:
+                view.unreadable = f"tools could not be read ({type(exc).__name__})"
+        system = _get(kwargs, "system")
+        if system is not None:
+            texts: list[str] = []
+            refs: list[str] = []
+            _blocks(system, texts, refs)
+            text = "\n".join(texts)
+            if text.strip():
+                view.items.append(("system", text, tuple(refs), "instructions"))
+        messages = _get(kwargs, "messages")
+        if not isinstance(messages, (list, tuple)):
+            view.unreadable = f"messages is not a list ({type(messages).__name__})"
+            return view
+        for index, message in enumerate(messages):
+            try:
+                view.items.append(_message_item(message))
+            except Exception as exc:
+                view.items = []
+                view.unreadable = f"message {index} could not be read ({type(exc).__name__})"
+                break
+        return view
+
+    def read_response(self, api: str, result: Any) -> Reply | None:
+        content = _get(result, "content")
+        if not isinstance(content, list):
+            return None
+        usage = _get(result, "usage")
+        reason = _str(_get(result, "stop_reason"))
+        return Reply(
+            model=_str(_get(result, "model")),
+            id=_str(_get(result, "id")),
+            finish_reasons=[reason] if reason else [],
+            input_tokens=_input_tokens(usage),
+            output_tokens=_int(_get(usage, "output_tokens")) if usage is not None else None,
+            text="".join(_str(_get(b, "text")) or "" for b in content if _get(b, "type") == "text"),
+        )
+
+    def stream_reader(self, api: str) -> _EventStream:
+        return _EventStream()
+
+    def final_reply(self, stream: Any) -> Reply | None:
+        """The answer of a ``messages.stream()`` helper, from its accumulated snapshot."""
+        return self.read_response("messages", _get(stream, "current_message_snapshot"))
+
+
+def _input_tokens(usage: Any) -> int | None:
+    """Everything the prompt cost: cached reads and writes are input tokens too."""
+    if usage is None:
+        return None
+    base = _int(_get(usage, "input_tokens"))
+    if base is None:
+        return None
+    return base + (_int(_get(usage, "cache_read_input_tokens")) or 0) + (
+        _int(_get(usage, "cache_creation_input_tokens")) or 0
+    )
+
+
+class _EventStream:
+    """``stream=True``: message_start, content_block_delta, message_delta events."""
+
+    def __init__(self) -> None:
+        self._reply = Reply()
+        self._texts: list[str] = []
+
+    def feed(self, event: Any) -> None:
+        kind = _get(event, "type")
+        reply = self._reply
+        if kind == "message_start":
+            message = _get(event, "message")
+            reply.id = _str(_get(message, "id"))
+            reply.model = _str(_get(message, "model"))
+            reply.input_tokens = _input_tokens(_get(message, "usage"))
+        elif kind == "content_block_delta":
+            delta = _get(event, "delta")
+            text = _str(_get(delta, "text")) if delta is not None else None
+            if text:
+                self._texts.append(text)
+        elif kind == "message_delta":
+            delta = _get(event, "delta")
+            reason = _str(_get(delta, "stop_reason")) if delta is not None else None
+            if reason:
+                reply.finish_reasons = [reason]
+            usage = _get(event, "usage")
+            if usage is not None:
+                reply.output_tokens = _int(_get(usage, "output_tokens"))
+
+    def reply(self) -> Reply:
+        self._reply.text = "".join(self._texts)
+        return self._reply
+
+
+ADAPTER = AnthropicAdapter()
