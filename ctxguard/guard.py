@@ -23,6 +23,7 @@ from . import facts as facts_mod
 from ._isolation import guarded, set_error_counter
 from .checks import CHECK_NAMES, Context, Outcome, run_checks
 from .checks.facts import answer_consistent
+from .checks.wire import wire_intact
 from .config import Config
 from .conversation import ConversationMemory, Diff, Scope, current_conversation
 from .digest import Digester
@@ -173,6 +174,7 @@ class Call:
         "elapsed",
         "fact_evictions",
         "guard",
+        "late_fails",
         "outcomes",
         "payload",
         "scope",
@@ -180,6 +182,7 @@ class Call:
         "started",
         "token",
         "violations",
+        "wire_hash",
     )
 
     def __init__(
@@ -195,6 +198,8 @@ class Call:
         self.ctx: Context | None = None
         self.diff: Diff | None = None
         self.fact_evictions = 0
+        self.late_fails: list[str] = []  # checks judged after sending that failed
+        self.wire_hash: str | None = None
         self.outcomes: list[Outcome] = []
         self.violations: list[Violation] = []
         self.span: trace.Span | None = None
@@ -426,40 +431,50 @@ class Call:
             self._end(reply=reply)
 
     def _judge_answer(self, reply: Reply | None) -> None:
-        """``answer_consistent``: a model-level miss, judged once the answer is known.
-
-        It never blocks (the request is already sent); it is counted, logged and put
-        on the span like every other failed check.
-        """
+        """``answer_consistent``: a model-level miss, judged once the answer is known."""
         ctx = self.ctx
         if ctx is None:
             return
-        violations: list[Violation] = []
         if isinstance(ctx.facts, FactView) and reply is not None and reply.text:
-            violations = answer_consistent(ctx.facts, normalise(reply.text))
-            outcome = "fail" if violations else "pass"
+            self._late("answer_consistent", answer_consistent(ctx.facts, normalise(reply.text)))
         else:
-            outcome = "skip"
-        m, provider = self.guard.metrics, self.payload.provider
-        m.checks_by[("answer_consistent", outcome)].inc()
-        if not violations:
+            self._late("answer_consistent", None)
+
+    def wire(self, body: object) -> None:
+        """The transport is sending ``body`` for this call: judge ``wire_intact`` (once)."""
+        if self.wire_hash is not None or self.ctx is None:
             return
-        m.violations_by[("answer_consistent", provider)].inc()
-        conversation_id = self.scope[0] if self.scope is not None else None
-        for v in violations:
-            log_violation(v, provider=provider, conversation_id=conversation_id, payload_hash=self.payload.digest)
-        first_divergence = next((v for v in self.violations if v.stage is not None), None)
-        self.violations.extend(violations)
+        if not isinstance(body, (bytes, bytearray)) or not body:
+            return
+        self.wire_hash = self.guard.measurer.digester.bytes(bytes(body))
+        sent = bytes(body).decode("utf-8", "replace")
+        self._late("wire_intact", wire_intact(self.payload, self.ctx, sent), {attr.WIRE_HASH: self.wire_hash})
+
+    def _late(self, check: str, violations: list[Violation] | None, extra: dict[str, Any] | None = None) -> None:
+        """Record a check judged after the request left (``None``: skipped). It never blocks:
+        the request is already sent; it is counted, logged and put on the span like the others."""
+        m, provider = self.guard.metrics, self.payload.provider
+        outcome = "skip" if violations is None else "fail" if violations else "pass"
+        m.checks_by[(check, outcome)].inc()
         span = self.span
-        if span is not None and span.is_recording():
-            attr.violation_events(span, violations)
-            update: dict[str, Any] = {
-                attr.VIOLATIONS: (*[o.check for o in self.outcomes if o.outcome == "fail"], "answer_consistent")
-            }
-            if first_divergence is None:
-                update[attr.DIVERGENCE_STAGE] = "answer"
+        recording = span is not None and span.is_recording()
+        update: dict[str, Any] = dict(extra or {})
+        if violations:
+            m.violations_by[(check, provider)].inc()
+            conversation_id = self.scope[0] if self.scope is not None else None
+            for v in violations:
+                log_violation(v, provider=provider, conversation_id=conversation_id, payload_hash=self.payload.digest)
+            first_divergence = next((v for v in self.violations if v.stage is not None), None)
+            self.violations.extend(violations)
+            self.late_fails.append(check)
+            update[attr.VIOLATIONS] = (*[o.check for o in self.outcomes if o.outcome == "fail"], *self.late_fails)
+            if first_divergence is None and violations[0].stage is not None:
+                update[attr.DIVERGENCE_STAGE] = violations[0].stage
                 update[attr.DIVERGENCE_FACT] = violations[0].fact_id or ""
-            attr.set_attributes(span, update)
+            if recording:
+                attr.violation_events(span, violations)  # type: ignore[arg-type]
+        if recording and update:
+            attr.set_attributes(span, update)  # type: ignore[arg-type]
 
     def stream_chunk(self, reader: StreamReader, chunk: Any) -> None:
         started = _perf()

@@ -20,6 +20,7 @@ import wrapt
 from .._isolation import guarded
 from . import anthropic as anthropic_provider
 from . import openai as openai_provider
+from . import wire
 from .base import Adapter
 
 if TYPE_CHECKING:
@@ -50,11 +51,14 @@ def _sync_wrapper(adapter: Adapter, api: str) -> Any:
         call = guard.before(adapter, api, kwargs)
         if call is None:
             return wrapped(*args, **kwargs)
+        token = wire.IN_FLIGHT.set(call)
         try:
             result = wrapped(*args, **kwargs)
         except BaseException as exc:
             call.failed(exc)
             raise
+        finally:
+            wire.IN_FLIGHT.reset(token)
         return call.finished(result)
 
     return wrapper
@@ -68,11 +72,14 @@ def _async_wrapper(adapter: Adapter, api: str) -> Any:
         call = guard.before(adapter, api, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
+        token = wire.IN_FLIGHT.set(call)
         try:
             result = await wrapped(*args, **kwargs)
         except BaseException as exc:
             call.failed(exc)
             raise
+        finally:
+            wire.IN_FLIGHT.reset(token)
         return call.finished(result)
 
     return wrapper
@@ -115,11 +122,27 @@ def _patch(distribution: str) -> None:
         _patched.append((owner, method, original))
 
 
+def _patch_wire(distribution: str) -> None:
+    for module_name, attribute, is_async in wire.TARGETS[distribution]:
+        class_name, method = attribute.split(".")
+        try:
+            owner = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError):
+            continue
+        original = owner.__dict__.get(method)
+        if original is None or isinstance(original, wrapt.FunctionWrapper):
+            continue
+        setattr(owner, method, wrapt.FunctionWrapper(original, wire.async_send if is_async else wire.sync_send))
+        _patched.append((owner, method, original))
+
+
 def _on_import(distribution: str) -> Any:
+    patch = _patch_wire if distribution in wire.TARGETS else _patch
+
     def hook(module: Any) -> None:
         with guarded("hook"), _lock:
             if _active is not None:
-                _patch(distribution)
+                patch(distribution)
 
     return hook
 
@@ -132,8 +155,8 @@ def install(guard: Guard, *, only: list[str] | None = None) -> None:
         raise ValueError(f"unknown providers {sorted(unknown)}; supported: {sorted(INTEGRATIONS)}")
     with _lock:
         _active = guard
-        for distribution in INTEGRATIONS:
-            if only is not None and distribution not in only:
+        for distribution in (*INTEGRATIONS, *wire.TARGETS):
+            if only is not None and distribution in INTEGRATIONS and distribution not in only:
                 continue
             if distribution in _hooked:
                 module = sys.modules.get(distribution)

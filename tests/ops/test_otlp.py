@@ -284,8 +284,10 @@ def test_hung_collector_costs_the_calls_nothing_and_shutdown_is_bounded(
         f"\nmedian per call: {base_median * 1e3:.2f} ms without ctxguard, {guarded_median * 1e3:.2f} ms with "
         f"ctxguard + hung collector; 20 calls {total:.3f} s; uninstrument() {shutdown:.2f} s"
     )
+    # Not a benchmark (bench/ measures overhead): the property is that no call waits on the
+    # collector, whose export timeout is 5 s; 50 ms of slack keeps a loaded CI machine green.
     assert total < 2.0
-    assert guarded_median < base_median + 0.002
+    assert guarded_median < base_median + 0.05
     assert shutdown < otlp.SHUTDOWN_TIMEOUT_S + 1.0
 
 

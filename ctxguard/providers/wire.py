@@ -1,0 +1,49 @@
+"""Wire truth: the request body the HTTP client actually sends, for ``wire_intact``.
+
+The SDK wrappers mark the call in flight (a context variable); the last step of
+httpx / httpx2 before the transport (``_send_single_request``, after event hooks
+and auth) hands the body to that call. Private, but the one place that sees the
+bytes as sent whatever transport is configured; when it is missing the check
+simply does not run.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+from .._isolation import guarded
+
+if TYPE_CHECKING:
+    from ..guard import Call
+
+__all__ = ["IN_FLIGHT", "TARGETS", "async_send", "sync_send"]
+
+#: The guarded call whose request is being sent, if any.
+IN_FLIGHT: ContextVar[Call | None] = ContextVar("ctxguard_in_flight", default=None)
+
+#: distribution -> (module, "Class.method", is_async)
+TARGETS: dict[str, tuple[tuple[str, str, bool], ...]] = {
+    "httpx": (("httpx._client", "Client._send_single_request", False),
+              ("httpx._client", "AsyncClient._send_single_request", True)),
+    "httpx2": (("httpx2._client", "Client._send_single_request", False),
+               ("httpx2._client", "AsyncClient._send_single_request", True)),
+}
+
+
+def _observe(args: Any, kwargs: Any) -> None:
+    call = IN_FLIGHT.get()
+    if call is not None:
+        with guarded("response"):
+            request = args[0] if args else kwargs.get("request")
+            call.wire(getattr(request, "content", None))
+
+
+def sync_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    _observe(args, kwargs)
+    return wrapped(*args, **kwargs)
+
+
+async def async_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    _observe(args, kwargs)
+    return await wrapped(*args, **kwargs)

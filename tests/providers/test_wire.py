@@ -1,0 +1,71 @@
+"""wire_intact: the body the HTTP client actually sent, compared with what the app passed."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import openai
+import openai._base_client as _openai_base
+
+import ctxguard
+from ctxguard.digest import Digester
+from tests.conftest import KEY
+
+# The HTTP library this openai release is built on (httpx2 for 3.x, httpx for 1.x).
+http = getattr(_openai_base, "httpx2", None) or _openai_base.httpx
+
+SYSTEM = {"role": "system", "content": "You are terse.\nAnswer in English."}
+USER = {"role": "user", "content": "hi"}
+
+
+def test_wire_hash_is_the_digest_of_the_body_that_arrived(harness, llm, client):
+    harness.start(mode="observe", policy=ctxguard.Policy(pinned=ctxguard.Pinned()))
+    block = ctxguard.render_pinned({"city": "Pune"}, max_tokens=100)
+    client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, {"role": "system", "content": block}, USER])
+    a = harness.spans()[-1].attributes
+    assert a["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[0].body)
+    assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
+
+
+def test_anthropic_system_blocks_are_intact_on_the_wire(harness, llm):
+    harness.start(mode="observe")
+    with anthropic.Anthropic(base_url=llm.anthropic_base_url, api_key="t", max_retries=0) as claude:
+        claude.messages.create(model="claude-sonnet-4-20250514", max_tokens=10, messages=[USER], system=[
+            {"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "Answer in English."}])
+    assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
+    assert "wire_intact" not in harness.spans()[-1].attributes["ctxguard.violations"]
+
+
+def drop_system(request) -> None:
+    """A call path that loses the system prompt after the app handed it to the SDK."""
+    body = json.loads(request.content)
+    body["messages"] = [m for m in body["messages"] if m["role"] != "system"]
+    raw = json.dumps(body).encode()
+    request.stream = http.ByteStream(raw)
+    request._content = raw
+    request.headers["Content-Length"] = str(len(raw))
+
+
+def test_a_system_prompt_dropped_below_the_sdk_fails_wire_intact(harness, llm):
+    harness.start(mode="enforce")  # judged after sending: recorded, never blocking
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0,
+                       http_client=http.Client(event_hooks={"request": [drop_system]})) as client:
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, USER])
+    arrived = llm.bodies()[0]
+    assert [m["role"] for m in arrived["messages"]] == ["user"]
+    a = harness.spans()[-1].attributes
+    assert list(a["ctxguard.violations"]) == ["wire_intact"]
+    assert a["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[0].body)
+    details = [e.attributes["detail"] for e in harness.spans()[-1].events]
+    assert details == ["the system instruction passed is not in the body sent"]
+    assert harness.metric("ctxguard_violations_total", check="wire_intact", provider="openai") == 1
+
+
+def test_unchanged_path_with_the_same_hook_machinery_passes(harness, llm):
+    harness.start(mode="observe")
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0,
+                       http_client=http.Client(event_hooks={"request": [lambda request: None]})) as client:
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, USER])
+    assert list(harness.spans()[-1].attributes["ctxguard.violations"]) == []
