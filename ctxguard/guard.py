@@ -446,8 +446,8 @@ class Call:
             return
         if not isinstance(body, (bytes, bytearray)) or not body:
             return
-        self.wire_hash = self.guard.measurer.digester.bytes(bytes(body))
-        sent = bytes(body).decode("utf-8", "replace")
+        sent = bytes(body)
+        self.wire_hash = self.guard.measurer.digester.bytes(sent)
         self._late("wire_intact", wire_intact(self.payload, self.ctx, sent), {attr.WIRE_HASH: self.wire_hash})
 
     def _late(self, check: str, violations: list[Violation] | None, extra: dict[str, Any] | None = None) -> None:

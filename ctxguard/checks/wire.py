@@ -12,23 +12,28 @@ normalising every body would cost more than the rest of the guard.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 
 from ..payload import Payload
 from ..violations import Violation
 from .base import Context
 
 
-def _carried(text: str, body: str) -> bool:
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not any(
-            encoded in body for encoded in {json.dumps(line)[1:-1], json.dumps(line, ensure_ascii=False)[1:-1]}
-        ):
-            return False
-    return True
+@lru_cache(maxsize=256)  # the same instruction and block are sent call after call
+def _needles(text: str) -> tuple[frozenset[bytes], ...]:
+    """Each non-empty line of ``text`` as a JSON encoder may write it (ASCII-escaped or not)."""
+    return tuple(
+        frozenset({json.dumps(line)[1:-1].encode(), json.dumps(line, ensure_ascii=False)[1:-1].encode()})
+        for line in (raw.strip() for raw in text.splitlines())
+        if line
+    )
 
 
-def wire_intact(payload: Payload, ctx: Context, body: str) -> list[Violation]:
+def _carried(text: str, body: bytes) -> bool:
+    return all(any(n in body for n in variants) for variants in _needles(text))
+
+
+def wire_intact(payload: Payload, ctx: Context, body: bytes) -> list[Violation]:
     """The system instruction and pinned block passed to the SDK, missing from ``body`` as sent."""
     violations = []
     system = payload.system
