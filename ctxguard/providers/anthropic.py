@@ -9,12 +9,15 @@ again, and the room it leaves the visible reply is reported.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from ..payload import Item, Reply, RequestView
-from .openai import _get, _int, _jsonable, _role, _str
+from ._read import as_int as _int
+from ._read import as_str as _str
+from ._read import canonical, items, plain, schemas
+from ._read import get as _get
+from ._read import role as _role
 
 __all__ = ["ADAPTER", "SUPPORTED", "TARGETS"]
 
@@ -58,9 +61,7 @@ def _blocks(content: Any, texts: list[str], refs: list[str]) -> None:
             refs.append(f"id:{kind}")
         elif kind in ("tool_use", "server_tool_use"):
             tool_input = _get(block, "input")
-            text = tool_input if isinstance(tool_input, str) else json.dumps(
-                tool_input, sort_keys=True, default=_jsonable, ensure_ascii=False
-            )
+            text = tool_input if isinstance(tool_input, str) else canonical(tool_input)
             texts.append(f"{_get(block, 'name') or ''} {text}")
             refs.append(f"id:tool_use={_get(block, 'id')}")
         elif kind == "tool_result" or (isinstance(kind, str) and kind.endswith("_tool_result")):
@@ -80,10 +81,9 @@ def _blocks(content: Any, texts: list[str], refs: list[str]) -> None:
 
 
 def _message_item(message: Any) -> Item:
-    if type(message) is dict and len(message) == 2:
-        role, content = message.get("role"), message.get("content")
-        if type(role) is str and type(content) is str and 0 < len(role) <= 32:
-            return (role, content, (), "message")
+    fast = plain(message)
+    if fast is not None:
+        return fast
     texts: list[str] = []
     refs: list[str] = []
     _blocks(_get(message, "content"), texts, refs)
@@ -107,12 +107,7 @@ class AnthropicAdapter:
         budget = _int(_get(thinking, "budget_tokens")) if thinking is not None else None
         if budget is not None and max_tokens is not None:
             view.reply_room = max(0, max_tokens - budget)
-        tools = _get(kwargs, "tools")
-        if isinstance(tools, (list, tuple)):
-            try:
-                view.tools = [json.dumps(t, sort_keys=True, default=_jsonable, ensure_ascii=False) for t in tools]
-            except Exception as exc:
-                view.unreadable = f"tools could not be read ({type(exc).__name__})"
+        schemas(_get(kwargs, "tools"), view)
         system = _get(kwargs, "system")
         if system is not None:
             texts: list[str] = []
@@ -121,17 +116,7 @@ class AnthropicAdapter:
             text = "\n".join(texts)
             if text.strip():
                 view.items.append(("system", text, tuple(refs), "instructions"))
-        messages = _get(kwargs, "messages")
-        if not isinstance(messages, (list, tuple)):
-            view.unreadable = f"messages is not a list ({type(messages).__name__})"
-            return view
-        for index, message in enumerate(messages):
-            try:
-                view.items.append(_message_item(message))
-            except Exception as exc:
-                view.items = []
-                view.unreadable = f"message {index} could not be read ({type(exc).__name__})"
-                break
+        items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message")
         return view
 
     def read_response(self, api: str, result: Any) -> Reply | None:

@@ -8,11 +8,15 @@ covered through it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from ..payload import Item, Reply, RequestView
+from ._read import as_int as _int
+from ._read import as_str as _str
+from ._read import get as _get
+from ._read import items, plain, schemas
+from ._read import role as _role
 
 __all__ = ["ADAPTER", "SUPPORTED", "TARGETS"]
 
@@ -33,41 +37,6 @@ TARGETS = (
     (_RESPONSES, "AsyncResponses.create", "responses"),
     (_RESPONSES, "AsyncResponses.parse", "responses"),
 )
-
-_SENTINELS = frozenset({"NotGiven", "Omit"})
-_ROLE_MAX = 32
-
-
-def _get(obj: Any, key: str) -> Any:
-    value = obj.get(key) if type(obj) is dict or isinstance(obj, Mapping) else getattr(obj, key, None)
-    return None if type(value).__name__ in _SENTINELS else value
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _jsonable(obj: Any) -> Any:
-    dump = getattr(obj, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json", exclude_unset=True)
-    return str(obj)
-
-
-def _tools(kwargs: Mapping[str, Any]) -> list[str]:
-    tools = _get(kwargs, "tools") or _get(kwargs, "functions")
-    if not isinstance(tools, (list, tuple)):
-        return []
-    return [json.dumps(tool, sort_keys=True, default=_jsonable, ensure_ascii=False) for tool in tools]
-
-
-def _role(value: Any, default: str) -> str:
-    return value[:_ROLE_MAX] if isinstance(value, str) and value else default
-
 
 def _parts(content: Any, texts: list[str], refs: list[str]) -> None:
     """Text of every content part; non-text parts as references (never their bytes)."""
@@ -109,11 +78,9 @@ def _parts(content: Any, texts: list[str], refs: list[str]) -> None:
 
 
 def _chat_item(message: Any) -> Item:
-    if type(message) is dict and len(message) == 2:
-        # The common case, {"role": ..., "content": "text"}, without the generic walk.
-        role, content = message.get("role"), message.get("content")
-        if type(role) is str and type(content) is str and 0 < len(role) <= _ROLE_MAX:
-            return (role, content, (), "message")
+    fast = plain(message)
+    if fast is not None:
+        return fast
     texts: list[str] = []
     refs: list[str] = []
     _parts(_get(message, "content"), texts, refs)
@@ -179,11 +146,7 @@ class OpenAIAdapter:
             items=[],
             stream=_get(kwargs, "stream") is True,
         )
-        try:
-            view.tools = _tools(kwargs)
-        except Exception as exc:  # a tool schema that will not serialise is the app's business
-            view.tools = []
-            view.unreadable = f"tools could not be read ({type(exc).__name__})"
+        schemas(_get(kwargs, "tools") or _get(kwargs, "functions"), view)
         if api == "responses":
             self._responses(kwargs, view)
         else:
@@ -192,18 +155,7 @@ class OpenAIAdapter:
 
     def _chat(self, kwargs: Mapping[str, Any], view: RequestView) -> None:
         view.max_output_tokens = _int(_get(kwargs, "max_completion_tokens")) or _int(_get(kwargs, "max_tokens"))
-        messages = _get(kwargs, "messages")
-        if not isinstance(messages, (list, tuple)):
-            # Never iterate a generator: that would consume the app's own argument.
-            view.unreadable = f"messages is not a list ({type(messages).__name__})"
-            return
-        for index, message in enumerate(messages):
-            try:
-                view.items.append(_chat_item(message))
-            except Exception as exc:
-                view.items = []
-                view.unreadable = f"message {index} could not be read ({type(exc).__name__})"
-                return
+        items(_get(kwargs, "messages"), _chat_item, view, name="messages", noun="message")
 
     def _responses(self, kwargs: Mapping[str, Any], view: RequestView) -> None:
         view.max_output_tokens = _int(_get(kwargs, "max_output_tokens"))
@@ -224,16 +176,7 @@ class OpenAIAdapter:
         if isinstance(raw, str):
             view.items.append(("user", raw, (), "message"))
             return
-        if not isinstance(raw, (list, tuple)):
-            view.unreadable = f"input is not a list ({type(raw).__name__})"
-            return
-        for index, item in enumerate(raw):
-            try:
-                view.items.append(_response_item(item))
-            except Exception as exc:
-                view.items = []
-                view.unreadable = f"input item {index} could not be read ({type(exc).__name__})"
-                return
+        items(raw, _response_item, view, name="input", noun="input item")
 
     def read_response(self, api: str, result: Any) -> Reply | None:
         if api == "responses":

@@ -1,0 +1,75 @@
+"""Reading SDK arguments, shared by the provider modules: dicts, pydantic objects,
+TypedDicts and the SDKs' "not given" sentinels all read the same way."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..payload import Item, RequestView
+
+_SENTINELS = frozenset({"NotGiven", "Omit"})
+ROLE_MAX = 32
+
+
+def get(obj: Any, key: str) -> Any:
+    value = obj.get(key) if type(obj) is dict or isinstance(obj, Mapping) else getattr(obj, key, None)
+    return None if type(value).__name__ in _SENTINELS else value
+
+
+def as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def as_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def role(value: Any, default: str) -> str:
+    return value[:ROLE_MAX] if isinstance(value, str) and value else default
+
+
+def jsonable(obj: Any) -> Any:
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json", exclude_unset=True)
+    return str(obj)
+
+
+def canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, default=jsonable, ensure_ascii=False)
+
+
+def schemas(tools: Any, view: RequestView) -> None:
+    """Tool schemas as canonical JSON (they count against the budget)."""
+    if not isinstance(tools, (list, tuple)):
+        return
+    try:
+        view.tools = [canonical(tool) for tool in tools]
+    except Exception as exc:  # a tool schema that will not serialise is the app's business
+        view.unreadable = f"tools could not be read ({type(exc).__name__})"
+
+
+def plain(message: Any) -> Item | None:
+    """The common ``{"role": ..., "content": "text"}`` message, without the generic walk."""
+    if type(message) is dict and len(message) == 2:
+        r, content = message.get("role"), message.get("content")
+        if type(r) is str and type(content) is str and 0 < len(r) <= ROLE_MAX:
+            return (r, content, (), "message")
+    return None
+
+
+def items(seq: Any, read: Callable[[Any], Item], view: RequestView, *, name: str, noun: str) -> None:
+    """Append every element of ``seq`` read as an Item; on any failure the view says why."""
+    if not isinstance(seq, (list, tuple)):
+        # Never iterate a generator: that would consume the app's own argument.
+        view.unreadable = f"{name} is not a list ({type(seq).__name__})"
+        return
+    for index, element in enumerate(seq):
+        try:
+            view.items.append(read(element))
+        except Exception as exc:
+            view.items = []
+            view.unreadable = f"{noun} {index} could not be read ({type(exc).__name__})"
+            return
