@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import anthropic
 import pytest
 from anthropic.resources.messages.messages import AsyncMessages, Messages
@@ -154,6 +156,8 @@ def test_sdk_errors_pass_through(harness, llm, claude):
     assert info.value.status_code == 529
 
 
+@pytest.mark.skipif("open_telemetry" not in inspect.signature(anthropic.Anthropic.__init__).parameters,
+                    reason="this anthropic release records no spans of its own (0.x)")
 def test_anthropics_own_span_is_a_child_of_ctxguards(harness, llm):
     """The chosen behaviour: one ctxguard CLIENT span per call; the SDK's span nests under it."""
     harness.start(mode="observe")
