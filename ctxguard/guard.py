@@ -120,7 +120,6 @@ class Guard:
             return "fact writes of this conversation were lost while the ledger was unavailable"
         if not sinks.usable():
             return "fact ledger unavailable (circuit open)"
-        reason = "fact ledger unavailable"
         with guarded("ledger"):
             try:
                 state = sinks.ledger.state(scope, sinks.clock())
@@ -140,7 +139,7 @@ class Guard:
                 sinks.index,
                 lambda: [self.words(m.digest, n) for m, n in zip(payload.messages, norms, strict=True)],
             )
-        return reason
+        return "fact ledger unavailable"
 
     def before(self, adapter: Adapter, api: str, kwargs: Mapping[str, Any]) -> Call | None:
         """Inspect a request about to be sent. Raises only ``ContextViolation`` (enforce)."""
@@ -493,8 +492,8 @@ def _fact_attributes(view: FactView) -> dict[str, Any]:
     state = view.state
     present = tuple(v.label for v in state.active.values() if view.sent(v))
     missing = tuple(v.label for fid, v in state.active.items() if fid not in view.too_short and not view.sent(v))
-    stale = tuple(v.label for vs in state.stale.values() for v in vs if len(v.norm) >= 3 and view.sent(v))
-    leaked = [v.label for vs in state.forgotten.values() for v in vs if len(v.norm) >= 3 and view.sent(v)]
+    stale = tuple(v.label for vs in state.stale.values() for v in vs if view.sent(v))
+    leaked = [v.label for vs in state.forgotten.values() for v in vs if view.sent(v)]
     leaked.extend(f"{v.fact_id}@foreign" for _, v in view.foreign)
     return {
         attr.FACTS_PRESENT: present,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..facts.evaluate import FactView
 from ..facts.ledger import Version
+from ..facts.matching import MIN_MATCH_CHARS
 from ..payload import Payload
 from ..violations import Violation
 from .base import Context, Skip
@@ -54,7 +55,7 @@ def fact_current(payload: Payload, ctx: Context) -> list[Violation] | Skip:
         active = view.state.active[fact_id]
         if fact_id in view.too_short or view.sent(active):
             continue
-        sent = [v for v in stale if len(v.norm) >= 3 and view.sent(v)]
+        sent = [v for v in stale if view.sent(v)]
         if sent:
             stage, observed = view.divergence(fact_id, active)
             violations.append(
@@ -73,7 +74,7 @@ def fact_forgotten(payload: Payload, ctx: Context) -> list[Violation] | Skip:
     violations = []
     for fact_id, versions in view.state.forgotten.items():
         for version in versions:
-            if len(version.norm) >= 3 and view.sent(version):
+            if view.sent(version):
                 stage, observed = view.divergence(fact_id, None)
                 violations.append(
                     Violation("fact_forgotten", f"{version.label} was deleted or expired but is still sent",
@@ -102,7 +103,7 @@ def answer_consistent(view: FactView, answer_norm: str) -> list[Violation]:
         active = view.state.active[fact_id]
         if fact_id in view.too_short or not view.sent(active) or active.norm in answer_norm:
             continue
-        said = [v for v in stale if len(v.norm) >= 3 and v.norm in answer_norm]
+        said = [v for v in stale if len(v.norm) >= MIN_MATCH_CHARS and v.norm in answer_norm]
         if said:
             violations.append(
                 Violation("answer_consistent", f"answer states {said[-1].label}; {active.label} was sent",

@@ -46,11 +46,15 @@ class FactView:
         self._digest_set: frozenset[str] | None = None
 
     def sent(self, version: Version) -> bool:
+        """Whether the payload carries ``version``; never for values too short to match reliably."""
         label = version.label
         known = self._sent.get(label)
         if known is not None:
             return known
         found = False
+        if len(version.norm) < MIN_MATCH_CHARS:
+            self._sent[label] = found
+            return found
         where = self.locations.get(label)
         if where is not None:
             if self._digest_set is None:
