@@ -121,6 +121,8 @@ def test_stream_helper_text_unchanged_and_span_completed(harness, llm, claude):
                                     messages=[{"role": "user", "content": "to Pune please"}]) as stream:
             text = "".join(stream.text_stream)
     assert text == "it ships to Mumbai"
+    # The helper sends on __enter__, outside the wrapped call: the wire is not observed, and says so.
+    assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="skip") == 1
     a = only(harness).attributes
     assert a["gen_ai.response.id"].startswith("msg_fake")
     assert list(a["ctxguard.violations"]) == ["answer_consistent"]
