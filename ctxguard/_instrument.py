@@ -16,12 +16,13 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from . import facts
 from . import providers as _providers
 from ._isolation import report_internal_error, set_error_counter
+from .capture import CaptureWriter, Redact
 from .config import Config
 from .guard import Guard
 from .policy import Policy
 from .telemetry import otlp as _otlp
 
-__all__ = ["instrument", "uninstrument"]
+__all__ = ["active_guard", "instrument", "uninstrument"]
 
 logger = logging.getLogger("ctxguard")
 _lock = threading.Lock()
@@ -95,6 +96,8 @@ def instrument(
     conversation_id: Callable[[Mapping[str, Any]], str | None] | None = None,
     clock: Callable[[], datetime] | None = None,
     otlp_endpoint: str | None = None,
+    capture_path: str | None = None,
+    capture_redact: Redact | None = None,
 ) -> Guard | None:
     """Guard every call of the installed (or later imported) LLM SDKs.
 
@@ -135,6 +138,11 @@ def instrument(
     from its ``child_exit`` hook (gunicorn: ``def child_exit(server, worker):
     mark_process_dead(worker.pid)``) so that a dead worker's live gauges go away;
     its counters and histograms stay in the aggregate, as counters must.
+
+    ``capture_path`` (or ``CTXGUARD_CAPTURE_PATH``) appends every request body as
+    sent, and every fact event, to a JSON Lines file for ``ctxguard check`` /
+    ``report`` (staging, not production: the file holds raw content).
+    ``capture_redact(line) -> line | None`` rewrites or drops each line first.
     """
     global _guard, _server, _tracing
     if Config.disabled():
@@ -145,7 +153,11 @@ def instrument(
             logger.debug("ctxguard: instrument() called again; keeping the active guard")
             return _guard
         config = Config.resolve(
-            mode=mode, digest_key=digest_key, capture_content=capture_content, metrics_port=metrics_port
+            mode=mode,
+            digest_key=digest_key,
+            capture_content=capture_content,
+            metrics_port=metrics_port,
+            capture_path=capture_path,
         )
         tracing = _start_tracing(otlp_endpoint) if tracer_provider is None else None
         try:
@@ -165,9 +177,21 @@ def instrument(
                 tracing.shutdown(timeout=0)
             raise
         _tracing = tracing
+        set_error_counter(guard.metrics.count_error)
+        if config.capture_path is not None:
+            try:
+                guard.start_capture(CaptureWriter(config.capture_path, redact=capture_redact))
+            except OSError as exc:
+                logger.warning("ctxguard: capture file %s not opened: %s", config.capture_path, exc)
+                report_internal_error("capture", exc)
         _providers.install(guard, only=providers)
         _guard = guard
         return guard
+
+
+def active_guard() -> Guard | None:
+    """The guard ``instrument()`` returned, while it is active."""
+    return _guard
 
 
 def uninstrument() -> None:
@@ -180,6 +204,8 @@ def uninstrument() -> None:
     global _guard, _server, _tracing
     with _lock:
         _providers.uninstall()
+        if _guard is not None:
+            _guard.stop_capture()
         set_error_counter(None)
         facts.configure(None, None)  # facts recorded from now on go to the process default
         _guard = None

@@ -37,6 +37,7 @@ WHERE = (
     "stream",
     "callback",
     "ledger",
+    "capture",
 )
 
 ErrorHook = Callable[[str, BaseException], None]

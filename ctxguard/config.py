@@ -12,6 +12,7 @@ from typing import Literal
 
 __all__ = [
     "ENV_CAPTURE_CONTENT",
+    "ENV_CAPTURE_PATH",
     "ENV_DIGEST_KEY",
     "ENV_DISABLED",
     "ENV_MAX_CONVERSATIONS",
@@ -31,6 +32,8 @@ ENV_CAPTURE_CONTENT = "CTXGUARD_CAPTURE_CONTENT"
 ENV_METRICS_PORT = "CTXGUARD_METRICS_PORT"
 #: ``1`` makes ``instrument()`` a no-op.
 ENV_DISABLED = "CTXGUARD_DISABLED"
+#: Append every request body (as sent) and fact event to this JSON Lines file (opt-in; raw content).
+ENV_CAPTURE_PATH = "CTXGUARD_CAPTURE_PATH"
 #: How many conversations are remembered for eviction detection (LRU; default 10000).
 ENV_MAX_CONVERSATIONS = "CTXGUARD_MAX_CONVERSATIONS"
 
@@ -64,6 +67,7 @@ class Config:
     capture_content: bool = False
     metrics_port: int | None = None
     max_conversations: int = 10_000
+    capture_path: str | None = None
 
     @staticmethod
     def disabled() -> bool:
@@ -77,6 +81,7 @@ class Config:
         digest_key: str | bytes | None = None,
         capture_content: bool = False,
         metrics_port: int | None = None,
+        capture_path: str | None = None,
     ) -> Config:
         mode = os.environ.get(ENV_MODE, "").strip().lower() or mode
         if mode not in ("observe", "enforce"):
@@ -91,4 +96,5 @@ class Config:
             capture_content=capture_content if capture is None else capture,
             metrics_port=metrics_port if port is None else port,
             max_conversations=max_conv if max_conv and max_conv > 0 else 10_000,
+            capture_path=os.environ.get(ENV_CAPTURE_PATH, "").strip() or capture_path,
         )

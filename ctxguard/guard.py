@@ -8,6 +8,7 @@ only ``ContextViolation``, before the request is sent.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -20,7 +21,8 @@ from prometheus_client import CollectorRegistry
 
 from . import budget as budget_mod
 from . import facts as facts_mod
-from ._isolation import guarded, set_error_counter
+from ._isolation import guarded
+from .capture import CaptureWriter, capture_body
 from .checks import CHECK_NAMES, Context, Outcome, run_checks
 from .checks.facts import answer_consistent
 from .checks.wire import wire_intact
@@ -65,7 +67,9 @@ class Guard:
         ledger: object | None = None,
         conversation_id: Callable[[Mapping[str, Any]], str | None] | None = None,
         clock: Callable[[], datetime] | None = None,
+        sinks: facts_mod.Sinks | None = None,
     ) -> None:
+        """``sinks``: private fact sinks (offline checking), instead of making ``ledger`` the process's."""
         self.config = config
         self.policy = policy if policy is not None else Policy()
         self.metrics: Metrics = metrics_for(registry, CHECK_NAMES)
@@ -74,11 +78,12 @@ class Guard:
         self.calibration = Calibration()
         self.measurer = Measurer(Digester(config.digest_key), default_counter(), self.calibration)
         self.memory = ConversationMemory(config.max_conversations)
-        self.facts = facts_mod.configure(ledger, clock)  # type: ignore[arg-type]
+        self.facts = sinks if sinks is not None else facts_mod.configure(ledger, clock)  # type: ignore[arg-type]
         self._norms: TwoGenerationCache[str, str] = TwoGenerationCache(20_000)
         self._words: TwoGenerationCache[str, frozenset[str]] = TwoGenerationCache(4_096)
         self._conversation_id = conversation_id
-        set_error_counter(self.metrics.count_error)
+        #: Where request bodies and fact events are being captured, if anywhere (opt-in).
+        self.capture: CaptureWriter | None = None
 
     @property
     def enforce(self) -> bool:
@@ -108,6 +113,20 @@ class Guard:
             cached = words(norm)
             self._words.put(digest, cached)
         return cached
+
+    def start_capture(self, writer: CaptureWriter) -> None:
+        """Capture every request body (as sent) and fact event to ``writer`` until ``stop_capture``."""
+        if self.capture is not None:
+            raise RuntimeError(f"already capturing to {self.capture.path}")
+        self.capture = writer
+        self.facts.capture = writer
+
+    def stop_capture(self) -> None:
+        writer, self.capture = self.capture, None
+        if self.facts.capture is writer:
+            self.facts.capture = None
+        if writer is not None:
+            writer.close()
 
     def fact_view(self, scope: Scope | None, payload: Payload) -> FactView | str:
         if scope is None:
@@ -152,6 +171,8 @@ class Guard:
         if payload is None:
             return None
         call = Call(self, adapter, api, payload, self._scope(kwargs), started)
+        if self.capture is not None:
+            call.request = kwargs  # captured from the wire, or from these if the wire is not seen
         with guarded("checks"):
             call.evaluate()
         with guarded("telemetry"):
@@ -176,6 +197,7 @@ class Call:
         "late_fails",
         "outcomes",
         "payload",
+        "request",
         "scope",
         "span",
         "started",
@@ -199,6 +221,7 @@ class Call:
         self.fact_evictions = 0
         self.late_fails: list[str] = []  # checks judged after sending that failed
         self.wire_hash: str | None = None
+        self.request: Mapping[str, Any] | None = None
         self.outcomes: list[Outcome] = []
         self.violations: list[Violation] = []
         self.span: trace.Span | None = None
@@ -429,6 +452,9 @@ class Call:
                 # The transport was not observed (a helper that sends later, another HTTP stack):
                 # counted as a skip, so every call still yields one outcome per check.
                 self._late("wire_intact", None)
+        if self.request is not None and self.wire_hash is None:
+            with guarded("capture"):
+                self._capture(capture_body(self.request))
         with guarded("telemetry"):
             self.elapsed += _perf() - started
             self._end(reply=reply)
@@ -451,7 +477,16 @@ class Call:
             return
         sent = bytes(body)
         self.wire_hash = self.guard.measurer.digester.bytes(sent)
+        if self.request is not None:
+            with guarded("capture"):
+                self._capture(json.loads(sent))
         self._late("wire_intact", wire_intact(self.payload, self.ctx, sent), {attr.WIRE_HASH: self.wire_hash})
+
+    def _capture(self, body: Any) -> None:
+        writer = self.guard.capture
+        self.request = None
+        if writer is not None:
+            writer.request(self.scope[0] if self.scope is not None else None, self.payload.provider, body)
 
     def _late(self, check: str, violations: list[Violation] | None, extra: dict[str, Any] | None = None) -> None:
         """Record a check judged after the request left (``None``: skipped). It never blocks:

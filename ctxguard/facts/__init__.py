@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._isolation import guarded, report_internal_error
 from ..conversation import current_conversation
@@ -23,12 +23,16 @@ from .ledger import FactEvent, FactState, Ledger, MemoryLedger, Scope, Version, 
 from .matching import normalise, text_of, value_text
 from .stages import STAGES, StageBook
 
+if TYPE_CHECKING:
+    from ..capture import CaptureWriter
+
 __all__ = [
     "STAGES",
     "FactEvent",
     "FactState",
     "Ledger",
     "MemoryLedger",
+    "Sinks",
     "Version",
     "checkpoint",
     "forget_fact",
@@ -49,7 +53,7 @@ def _utc_now() -> datetime:
 RETRY_AFTER_S = 5.0
 
 
-class _Sinks:
+class Sinks:
     """Where fact events and checkpoints go, the clock that judges expiry, and the
     circuit breaker that keeps a failing ledger off the call path."""
 
@@ -61,6 +65,7 @@ class _Sinks:
         self.down_until = 0.0
         # Conversations whose fact writes were lost: judging them would raise false alarms.
         self.lost: OrderedDict[Scope, None] = OrderedDict()
+        self.capture: CaptureWriter | None = None  # set while a capture file records fact events
         self._lock = threading.Lock()
 
     def usable(self) -> bool:
@@ -86,20 +91,32 @@ class _Sinks:
             self.failed(event.scope)
             raise
 
+    def record(self, event: FactEvent) -> None:
+        """A fact event from the app: written to the ledger, and a value also to the
+        cross-conversation index. Failures are swallowed and counted (``where="ledger"``)."""
+        with guarded("ledger"):
+            self.write(event)
+        if self.capture is not None:
+            with guarded("capture"):
+                self.capture.fact(event)
+        if event.value is not None:
+            with guarded("ledger"):
+                self.index.add(event.scope, Version(event.fact_id, event.value, normalise(event.value), 0))
+
 
 #: The process default: facts recorded before (or between) instrument() calls are kept.
-_DEFAULT = _Sinks()
+_DEFAULT = Sinks()
 SINKS = _DEFAULT
 
 
-def configure(ledger: Ledger | None, clock: Callable[[], datetime] | None) -> _Sinks:
+def configure(ledger: Ledger | None, clock: Callable[[], datetime] | None) -> Sinks:
     """Called by ``instrument()``: the given ledger (with its own index), else the process default."""
     global SINKS
     if ledger is None:
         _DEFAULT.clock = clock or _utc_now
         SINKS = _DEFAULT
     else:
-        SINKS = _Sinks(ledger, clock)
+        SINKS = Sinks(ledger, clock)
     return SINKS
 
 
@@ -144,20 +161,13 @@ def record_fact(
         raise ValueError("sequence must be an int")
     if expires_at is not None and (not isinstance(expires_at, datetime) or expires_at.tzinfo is None):
         raise ValueError("expires_at must be a timezone-aware datetime")
-    scope = _scope(conversation, "record_fact")
-    sinks = SINKS
-    with guarded("ledger"):
-        sinks.write(FactEvent(scope, fact_id, text, sequence, expires_at, bool(required)))
-    with guarded("ledger"):
-        sinks.index.add(scope, Version(fact_id, text, normalise(text), 0))
+    SINKS.record(FactEvent(_scope(conversation, "record_fact"), fact_id, text, sequence, expires_at, bool(required)))
 
 
 def forget_fact(fact_id: str, *, conversation: str | None = None) -> None:
     """Delete a fact: from now on its values must be absent from payloads."""
     fact_id = _fact_id(fact_id)
-    scope = _scope(conversation, "forget_fact")
-    with guarded("ledger"):
-        SINKS.write(FactEvent(scope, fact_id, None))
+    SINKS.record(FactEvent(_scope(conversation, "forget_fact"), fact_id, None))
 
 
 def checkpoint(stage: str, content: Any, *, conversation: str | None = None) -> None:

@@ -9,13 +9,13 @@ from typing import Any
 
 from ..payload import Item, RequestView
 
-_SENTINELS = frozenset({"NotGiven", "Omit"})
+SENTINELS = frozenset({"NotGiven", "Omit"})
 ROLE_MAX = 32
 
 
 def get(obj: Any, key: str) -> Any:
     value = obj.get(key) if type(obj) is dict or isinstance(obj, Mapping) else getattr(obj, key, None)
-    return None if type(value).__name__ in _SENTINELS else value
+    return None if type(value).__name__ in SENTINELS else value
 
 
 def as_int(value: Any) -> int | None:

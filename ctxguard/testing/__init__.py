@@ -1,7 +1,32 @@
-"""Testing toolkit: a loopback fake LLM server and pytest fixtures (``ctxguard.testing.plugin``)."""
+"""Testing toolkit (``ctxguard.testing``): a loopback fake LLM server, retention-test helpers,
+capture, and the pytest plugin (``ctxguard.testing.plugin``: ``fake_llm``, ``ctxguard_guard``)."""
 
 from __future__ import annotations
 
 from .fake_llm import FakeLLM, RecordedRequest, Reply
+from .helpers import (
+    ClaimProblem,
+    ClaimsMismatch,
+    FactLost,
+    FlipPoint,
+    assert_claims,
+    assert_fact_survives,
+    find_flip_point,
+    payload_contains,
+    record,
+)
 
-__all__ = ["FakeLLM", "RecordedRequest", "Reply"]
+__all__ = [
+    "ClaimProblem",
+    "ClaimsMismatch",
+    "FactLost",
+    "FakeLLM",
+    "FlipPoint",
+    "RecordedRequest",
+    "Reply",
+    "assert_claims",
+    "assert_fact_survives",
+    "find_flip_point",
+    "payload_contains",
+    "record",
+]

@@ -3,6 +3,11 @@
     def test_system_prompt_survives(fake_llm, ctxguard_guard):
         client = openai.OpenAI(base_url=fake_llm.base_url, api_key="x", max_retries=0)
         client.chat.completions.create(model="gpt-4o", messages=history)   # raises ContextViolation if not
+
+``ctxguard_guard`` runs in enforce mode; ``@pytest.mark.ctxguard(mode="collect")``
+(or ``ctxguard_guard.start(mode="collect")``) lets every call through and
+collects what failed in ``ctxguard_guard.violations``. Other keyword arguments
+of the marker go to ``instrument()`` (``policy=...``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from prometheus_client import CollectorRegistry
 from .._instrument import instrument, uninstrument
 from ..facts import MemoryLedger
 from ..guard import Guard
+from ..telemetry.spans import VIOLATION_EVENT
+from ..violations import Violation
 from .fake_llm import FakeLLM
 
 __all__ = ["GuardHarness", "ctxguard_guard", "fake_llm"]
@@ -38,7 +45,11 @@ class GuardHarness:
         self.guard: Guard | None = None
 
     def start(self, *, mode: str = "enforce", **kwargs: Any) -> Guard:
+        """Re-instrument; ``mode`` is ``enforce``, ``observe`` or ``collect`` (observe, and read
+        the violations back with ``violations``)."""
         uninstrument()
+        if mode == "collect":
+            mode = "observe"
         kwargs.setdefault("digest_key", b"ctxguard-tests")
         kwargs.setdefault("ledger", MemoryLedger())  # facts never leak from one test into another
         guard = instrument(
@@ -51,6 +62,21 @@ class GuardHarness:
     def spans(self) -> list[ReadableSpan]:
         return list(self.exporter.get_finished_spans())
 
+    @property
+    def violations(self) -> list[Violation]:
+        """Every violation of the finished calls so far, from their spans' events, in order."""
+        found = []
+        for span in self.spans():
+            for event in span.events:
+                if event.name == VIOLATION_EVENT:
+                    a = event.attributes or {}
+                    fact_id, stage = a.get("fact_id"), a.get("stage")
+                    found.append(Violation(
+                        str(a.get("check")), str(a.get("detail")),
+                        str(fact_id) if fact_id is not None else None, str(stage) if stage is not None else None,
+                    ))
+        return found
+
     def metric(self, name: str, **labels: str) -> float:
         value = self.registry.get_sample_value(name, labels)
         return 0.0 if value is None else value
@@ -58,6 +84,12 @@ class GuardHarness:
     def stop(self) -> None:
         uninstrument()
         self.tracer_provider.shutdown()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "ctxguard(mode='enforce'|'observe'|'collect', **instrument_kwargs): configure ctxguard_guard"
+    )
 
 
 @pytest.fixture
@@ -68,10 +100,12 @@ def fake_llm() -> Iterator[FakeLLM]:
 
 
 @pytest.fixture
-def ctxguard_guard() -> Iterator[GuardHarness]:
-    """ctxguard instrumented in enforce mode with a fresh registry and span exporter."""
+def ctxguard_guard(request: pytest.FixtureRequest) -> Iterator[GuardHarness]:
+    """ctxguard instrumented with a fresh registry and span exporter; enforce mode unless
+    the test is marked ``@pytest.mark.ctxguard(mode="collect")``."""
+    marker = request.node.get_closest_marker("ctxguard")
     harness = GuardHarness()
-    harness.start()
+    harness.start(**(marker.kwargs if marker is not None else {}))
     try:
         yield harness
     finally:

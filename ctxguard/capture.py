@@ -1,0 +1,253 @@
+"""Capture files: one JSON line per request body, for offline checking (SPEC §7).
+
+A request line::
+
+    {"conversation_id": "order-41", "turn": 3, "ts": "2026-11-29T14:03:11.208+00:00",
+     "provider": "openai", "body": {...the request body as sent...}}
+
+Fact events are captured too, as lines with ``fact`` instead of ``body``, so that
+``ctxguard check`` and ``ctxguard report`` can judge the fact checks offline::
+
+    {"conversation_id": "order-41", "ts": "...", "fact": {"id": "shipping_city", "value": "Lyon"}}
+
+(``"value": null`` is a deletion; ``sequence`` and ``required`` are kept when given.)
+
+Writing is opt-in (``instrument(capture_path=...)`` or ``ctxguard.testing.record``):
+a capture holds raw content, which is why it is a local file and never telemetry.
+A ``redact`` hook sees every line before it is written and may rewrite or drop it.
+Reading streams the file line by line in constant memory and names the line of
+any input it cannot use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import IO, Any
+
+from .facts.ledger import FactEvent, Scope
+
+__all__ = [
+    "MAX_LINE_BYTES",
+    "CaptureError",
+    "CaptureWriter",
+    "FactLine",
+    "Redact",
+    "RequestLine",
+    "capture_body",
+    "read_capture",
+]
+
+#: A line longer than this is refused instead of being read into memory.
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+#: ``redact(line) -> line | None``: rewrite a line before it is written, or drop it.
+Redact = Callable[[dict[str, Any]], "dict[str, Any] | None"]
+
+_MAX_TURN_COUNTERS = 100_000
+
+
+#: Keyword arguments of the SDK call that are HTTP options, not part of the body.
+_NOT_BODY = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
+
+
+def capture_body(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The body as the app passed it, when the transport's bytes were not seen:
+    sentinels and HTTP options left out, SDK objects as JSON."""
+    from .providers._read import SENTINELS, jsonable
+
+    body = {k: v for k, v in kwargs.items() if k not in _NOT_BODY and type(v).__name__ not in SENTINELS}
+    extra = kwargs.get("extra_body")
+    if isinstance(extra, Mapping):
+        body.update(extra)
+    loaded: dict[str, Any] = json.loads(json.dumps(body, default=jsonable, ensure_ascii=False))
+    return loaded
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class CaptureWriter:
+    """Appends capture lines to ``path``; thread-safe, one ``write`` + flush per line."""
+
+    def __init__(self, path: str, *, redact: Redact | None = None) -> None:
+        self.path = path
+        self.redact = redact
+        self._file: IO[str] | None = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        self._lock = threading.Lock()
+        self._turns: OrderedDict[str | None, int] = OrderedDict()  # bounded (LRU)
+
+    def request(self, conversation_id: str | None, provider: str, body: Any) -> None:
+        with self._lock:
+            turn = self._turns.pop(conversation_id, 0) + 1
+            self._turns[conversation_id] = turn
+            if len(self._turns) > _MAX_TURN_COUNTERS:
+                self._turns.popitem(last=False)
+        self._write(
+            {"conversation_id": conversation_id, "turn": turn, "ts": _now(), "provider": provider, "body": body}
+        )
+
+    def fact(self, event: FactEvent) -> None:
+        fact: dict[str, Any] = {"id": event.fact_id, "value": event.value}
+        if event.sequence is not None:
+            fact["sequence"] = event.sequence
+        if not event.required:
+            fact["required"] = False
+        if event.expires_at is not None:
+            fact["expires_at"] = event.expires_at.isoformat()
+        line: dict[str, Any] = {"conversation_id": event.scope[0], "ts": _now(), "fact": fact}
+        if event.scope[1] is not None:
+            line["tenant"] = event.scope[1]
+        self._write(line)
+
+    def _write(self, line: dict[str, Any]) -> None:
+        if self.redact is not None:
+            redacted = self.redact(line)
+            if redacted is None:
+                return
+            line = redacted
+        text = json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+        with self._lock:
+            if self._file is not None:
+                self._file.write(text)
+                self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+
+class CaptureError(ValueError):
+    """A capture line that cannot be used; ``str()`` names the line."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"line {line}: {reason}")
+        self.line = line
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLine:
+    line: int
+    conversation_id: str | None
+    turn: int
+    provider: str
+    body: Mapping[str, Any]
+    ts: str | None
+    tenant: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FactLine:
+    line: int
+    event: FactEvent
+
+
+def _text_or_none(record: Mapping[str, Any], key: str, line: int) -> str | None:
+    value = record.get(key)
+    if value is not None and not isinstance(value, str):
+        raise CaptureError(line, f"{key!r} must be a string or null, got {type(value).__name__}")
+    return value
+
+
+def _fact_line(record: Mapping[str, Any], line: int) -> FactLine:
+    fact = record["fact"]
+    if not isinstance(fact, Mapping):
+        raise CaptureError(line, "'fact' must be an object")
+    conversation = _text_or_none(record, "conversation_id", line)
+    if not conversation:
+        raise CaptureError(line, "a fact line needs a conversation_id")
+    fact_id, value, sequence = fact.get("id"), fact.get("value"), fact.get("sequence")
+    if not isinstance(fact_id, str) or not fact_id.strip():
+        raise CaptureError(line, "'fact.id' must be a non-empty string")
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise CaptureError(line, "'fact.value' must be a non-empty string, or null for a deletion")
+    if sequence is not None and (not isinstance(sequence, int) or isinstance(sequence, bool)):
+        raise CaptureError(line, "'fact.sequence' must be an integer")
+    expires_at = None
+    if fact.get("expires_at") is not None:
+        try:
+            expires_at = datetime.fromisoformat(str(fact["expires_at"]))
+        except ValueError:
+            raise CaptureError(line, "'fact.expires_at' is not an ISO-8601 timestamp") from None
+        if expires_at.tzinfo is None:
+            raise CaptureError(line, "'fact.expires_at' needs a time zone")
+    scope: Scope = (conversation, _text_or_none(record, "tenant", line))
+    required = fact.get("required", True) is not False
+    return FactLine(line, FactEvent(scope, fact_id, value, sequence, expires_at, required))
+
+
+def _parse(raw: bytes, line: int, providers: frozenset[str]) -> RequestLine | FactLine | None:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CaptureError(line, "not UTF-8 text (is this a capture file?)") from None
+    if not text.strip():
+        return None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CaptureError(line, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(record, dict):
+        raise CaptureError(line, f"expected a JSON object, got {type(record).__name__}")
+    if "fact" in record:
+        return _fact_line(record, line)
+    body = record.get("body")
+    if not isinstance(body, dict):
+        missing = body is None
+        raise CaptureError(line, "missing 'body' (the request body object)" if missing else "'body' must be an object")
+    provider = record.get("provider", "openai")
+    if provider not in providers:
+        raise CaptureError(line, f"unknown provider {provider!r} (known: {', '.join(sorted(providers))})")
+    turn = record.get("turn")
+    if turn is not None and (not isinstance(turn, int) or isinstance(turn, bool) or turn < 0):
+        raise CaptureError(line, "'turn' must be a non-negative integer")
+    return RequestLine(
+        line=line,
+        conversation_id=_text_or_none(record, "conversation_id", line),
+        turn=turn if turn is not None else 0,
+        provider=provider,
+        body=body,
+        ts=_text_or_none(record, "ts", line),
+        tenant=_text_or_none(record, "tenant", line),
+    )
+
+
+def read_capture(
+    source: IO[bytes], providers: frozenset[str], *, progress: Callable[[int], None] | None = None
+) -> Iterator[RequestLine | FactLine]:
+    """Yield the lines of a capture file, streaming; raise ``CaptureError`` naming a bad line.
+
+    ``turn`` 0 means the line had none: the reader numbers such requests per
+    conversation in file order. ``progress`` is called with the bytes read so far.
+    """
+    turns: dict[str | None, int] = {}
+    number = 0
+    done = 0
+    while True:
+        raw = source.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        number += 1
+        done += len(raw)
+        if len(raw) > MAX_LINE_BYTES:
+            raise CaptureError(number, f"line longer than {MAX_LINE_BYTES // (1024 * 1024)} MiB")
+        if progress is not None:
+            progress(done)
+        parsed = _parse(raw, number, providers)
+        if parsed is None:
+            continue
+        if isinstance(parsed, RequestLine):
+            seen = turns.get(parsed.conversation_id, 0)
+            if parsed.turn == 0:
+                parsed = dataclasses.replace(parsed, turn=seen + 1)
+            turns[parsed.conversation_id] = max(seen, parsed.turn)
+        yield parsed

@@ -1,0 +1,193 @@
+"""Checking captured request bodies offline: the engine behind ``ctxguard check`` and ``report``.
+
+Each captured body goes through the same pipeline as a live call (the provider
+module's normalise, measure, the checks), in a private ``Guard`` that touches
+nothing of the process: its own fact sinks, registry and a non-recording tracer.
+Fact lines of the capture feed its ledger, so the fact checks judge each turn
+against the facts recorded before it. Checks judged only after sending
+(``wire_intact``: the capture *is* the wire body; ``answer_consistent``: no
+answer is captured) are not part of offline results.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.trace import NoOpTracerProvider
+from prometheus_client import CollectorRegistry
+
+from . import facts as facts_mod
+from .budget import Budget
+from .capture import FactLine, RequestLine
+from .checks import CHECKS
+from .config import Config
+from .conversation import conversation
+from .facts.evaluate import FactView
+from .guard import Call, Guard
+from .policy import Pinned, Policy
+from .providers import anthropic as anthropic_provider
+from .providers import openai as openai_provider
+from .providers.base import Adapter
+from .violations import Violation
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+
+__all__ = ["OFFLINE_CHECKS", "PROVIDERS", "Checker", "TurnResult", "load_policy"]
+
+#: Providers whose captured body reads like the SDK's keyword arguments.
+PROVIDERS: dict[str, Adapter] = {
+    "openai": openai_provider.ADAPTER,
+    "anthropic": anthropic_provider.ADAPTER,
+}
+
+#: The checks judged offline, in contract order.
+OFFLINE_CHECKS: tuple[str, ...] = tuple(CHECKS)
+
+#: Per-turn status of a fact, worst first (the grid shows one word per fact per turn).
+#: ``deleted``: forgotten, and correctly absent.
+FACT_STATUSES = ("leaked", "stale", "missing", "present", "deleted")
+
+
+@dataclass(slots=True)
+class TurnResult:
+    """What the checks found in one captured request."""
+
+    line: int
+    conversation_id: str | None
+    turn: int
+    provider: str
+    model: str | None
+    messages: int
+    head_role: str | None
+    tokens: int
+    #: The budget line: tokens the input may take (window minus the reservations), if known.
+    input_limit: int | None
+    window: int | None
+    outcomes: dict[str, str]  # check -> "pass" | "fail" | "skip"
+    violations: list[Violation] = field(default_factory=list)
+    #: fact id -> one of FACT_STATUSES (``leaked`` also covers another conversation's value)
+    facts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[str]:
+        return [check for check, outcome in self.outcomes.items() if outcome == "fail"]
+
+
+def _api(provider: str, body: Mapping[str, Any]) -> str:
+    if provider == "anthropic":
+        return "messages"
+    return "responses" if "messages" not in body and ("input" in body or "instructions" in body) else "chat.completions"
+
+
+class Checker:
+    """Feeds capture lines, in file order, through a private guard.
+
+    >>> checker = Checker(Policy())                      # doctest: +SKIP
+    >>> result = checker.request(line)                   # doctest: +SKIP
+    """
+
+    def __init__(self, policy: Policy | None = None, *, digest_key: bytes | None = None) -> None:
+        self.sinks = facts_mod.Sinks()
+        self.guard = Guard(
+            Config(digest_key=digest_key or os.urandom(16)),
+            policy=policy,
+            registry=CollectorRegistry(),
+            tracer_provider=NoOpTracerProvider(),
+            sinks=self.sinks,
+        )
+
+    def fact(self, line: FactLine) -> None:
+        self.sinks.record(line.event)
+
+    def request(self, line: RequestLine) -> TurnResult | None:
+        """Judge one captured body; None when it is not a request the provider module can read."""
+        adapter = PROVIDERS[line.provider]
+        if line.conversation_id is None:
+            call = self.guard.before(adapter, _api(line.provider, line.body), line.body)
+        else:
+            with conversation(line.conversation_id, tenant=line.tenant):
+                call = self.guard.before(adapter, _api(line.provider, line.body), line.body)
+        if call is None or call.ctx is None:
+            return None
+        call.answer(None)  # closes the (non-recording) span and detaches its context
+        return _result(line, call)
+
+
+def _result(line: RequestLine, call: Call) -> TurnResult:
+    payload, ctx = call.payload, call.ctx
+    assert ctx is not None
+    budget = ctx.budget
+    window = input_limit = None
+    if not isinstance(budget, str):
+        window = budget.breakdown.window
+        input_limit = window - budget.reserved
+    head = payload.head
+    return TurnResult(
+        line=line.line,
+        conversation_id=line.conversation_id,
+        turn=line.turn,
+        provider=line.provider,
+        model=payload.model,
+        messages=len(payload.messages),
+        head_role=head.role if head is not None else None,
+        tokens=payload.tokens,
+        input_limit=input_limit,
+        window=window,
+        outcomes={o.check: o.outcome for o in call.outcomes},
+        violations=list(call.violations),
+        facts=_fact_statuses(ctx.facts) if isinstance(ctx.facts, FactView) else {},
+    )
+
+
+def _fact_statuses(view: FactView) -> dict[str, str]:
+    state = view.state
+    status: dict[str, str] = {}
+
+    def worse(fact_id: str, word: str) -> None:
+        old = status.get(fact_id)
+        if old is None or FACT_STATUSES.index(word) < FACT_STATUSES.index(old):
+            status[fact_id] = word
+
+    for fact_id, version in state.active.items():
+        if fact_id not in view.too_short:
+            worse(fact_id, "present" if view.sent(version) else "missing")
+    for fact_id, versions in state.stale.items():
+        if any(view.sent(v) for v in versions):
+            worse(fact_id, "stale")
+    for fact_id, versions in state.forgotten.items():
+        if any(view.sent(v) for v in versions):
+            worse(fact_id, "leaked")
+        else:
+            worse(fact_id, "deleted")
+    for _, version in view.foreign:
+        worse(version.fact_id, "leaked")
+    return status
+
+
+def load_policy(path: str) -> Policy:
+    """A ``Policy`` from TOML: top-level ``system_at_head``/``require_facts``, tables
+    ``[pinned]`` and ``[budget]`` with the constructor's argument names."""
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    known = {"system_at_head", "require_facts", "pinned", "budget"}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"unknown policy keys {sorted(unknown)}; known: {sorted(known)}")
+    pinned = data.get("pinned")
+    budget = data.get("budget")
+    try:
+        return Policy(
+            system_at_head=bool(data.get("system_at_head", True)),
+            require_facts=bool(data.get("require_facts", True)),
+            pinned=Pinned(**pinned) if isinstance(pinned, dict) else None,
+            budget=Budget(**budget) if isinstance(budget, dict) else None,
+        )
+    except TypeError as exc:  # an unknown argument name in a table
+        raise ValueError(str(exc)) from None
