@@ -39,7 +39,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
-__all__ = ["OFFLINE_CHECKS", "PROVIDERS", "Checker", "TurnResult", "load_policy"]
+__all__ = ["OFFLINE_CHECKS", "PROVIDERS", "Checker", "TurnResult", "load_policy", "request_api"]
 
 #: Providers whose captured body reads like the SDK's keyword arguments.
 PROVIDERS: dict[str, Adapter] = {
@@ -80,7 +80,7 @@ class TurnResult:
         return [check for check, outcome in self.outcomes.items() if outcome == "fail"]
 
 
-def _api(provider: str, body: Mapping[str, Any]) -> str:
+def request_api(provider: str, body: Mapping[str, Any]) -> str:
     if provider == "anthropic":
         return "messages"
     return "responses" if "messages" not in body and ("input" in body or "instructions" in body) else "chat.completions"
@@ -110,10 +110,10 @@ class Checker:
         """Judge one captured body; None when it is not a request the provider module can read."""
         adapter = PROVIDERS[line.provider]
         if line.conversation_id is None:
-            call = self.guard.before(adapter, _api(line.provider, line.body), line.body)
+            call = self.guard.before(adapter, request_api(line.provider, line.body), line.body)
         else:
             with conversation(line.conversation_id, tenant=line.tenant):
-                call = self.guard.before(adapter, _api(line.provider, line.body), line.body)
+                call = self.guard.before(adapter, request_api(line.provider, line.body), line.body)
         if call is None or call.ctx is None:
             return None
         call.answer(None)  # closes the (non-recording) span and detaches its context

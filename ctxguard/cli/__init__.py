@@ -1,4 +1,4 @@
-"""``ctxguard`` command line: ``demo`` and ``budget`` (SPEC §7)."""
+"""``ctxguard`` command line (SPEC §7): ``demo``, ``budget``, ``check``, ``diff``, ``report``."""
 
 from __future__ import annotations
 
@@ -26,6 +26,11 @@ def _parser() -> argparse.ArgumentParser:
     budget.add_argument("--max-tokens", type=int, default=0, help="reserved output (max_tokens)")
     budget.add_argument("--reasoning", type=int, default=0, help="reasoning reserved outside max_tokens")
     budget.add_argument("--median-turn", type=int, help="median tokens per turn, to count the turns that fit")
+
+    from . import check, diff
+
+    check.add_arguments(verbs.add_parser("check", help="run the checks offline over a capture file"))
+    diff.add_arguments(verbs.add_parser("diff", help="compare two request payloads message by message"))
     return parser
 
 
@@ -35,6 +40,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .demo import run_demo
 
         return run_demo(turns=args.turns, serve=args.serve)
+    if args.verb == "check":
+        from .check import run_check
+
+        return run_check(args)
+    if args.verb == "diff":
+        from .diff import run_diff
+
+        return run_diff(args)
     from .budget import run_budget
 
     return run_budget(args)

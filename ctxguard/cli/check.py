@@ -1,0 +1,140 @@
+"""``ctxguard check FILE.jsonl [--policy P.toml] [--json]``: the checks, offline, over a capture.
+
+Prints one line per conversation, in order of first appearance::
+
+    order-41: first violation at turn 5: system_at_head, pinned_present
+    order-42: ok (12 turns)
+
+then a summary line. Exit 0 clean, 1 on violations, 2 on unreadable input (the
+line is named). The file is streamed: memory grows with the number of
+conversations, not of lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from ..capture import CaptureError, RequestLine, read_capture
+from ..offline import PROVIDERS, Checker, TurnResult, load_policy
+
+__all__ = ["NO_CONVERSATION", "add_arguments", "open_capture", "progress_bar", "run_check"]
+
+#: How a request without a conversation id is listed.
+NO_CONVERSATION = "(no conversation id)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE.jsonl", help="capture file (one request per line)")
+    parser.add_argument("--policy", metavar="P.toml", help="policy: [pinned] and [budget] tables, top-level flags")
+    parser.add_argument("--json", action="store_true", help="one JSON document on stdout instead of text")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bar on stderr (default: when stderr is a terminal and the file is large)")
+
+
+@dataclass
+class _Conversation:
+    turns: int = 0
+    first: TurnResult | None = None
+    checks: dict[str, int] = field(default_factory=dict)  # failed check -> turns it failed in
+
+
+def fail(message: str) -> int:
+    print(f"ctxguard: {message}", file=sys.stderr)
+    return 2
+
+
+def progress_bar(total: int, enabled: bool | None, stream: IO[str] = sys.stderr) -> Callable[[int], None] | None:
+    """A ``progress(done_bytes)`` callback drawing a bar, or None when not wanted."""
+    if enabled is None:
+        enabled = stream.isatty() and total >= 8 * 1024 * 1024
+    if not enabled or total <= 0:
+        return None
+    shown = [-1]
+
+    def progress(done: int) -> None:
+        percent = min(100, done * 100 // total)
+        if percent != shown[0]:
+            shown[0] = percent
+            bar = "#" * (percent // 4)
+            stream.write(f"\r[{bar:<25}] {percent:3d}% {done / 1e6:.1f}/{total / 1e6:.1f} MB")
+            if percent == 100:
+                stream.write("\n")
+            stream.flush()
+
+    return progress
+
+
+def open_capture(path: str) -> tuple[IO[bytes], int]:
+    handle = open(path, "rb")  # noqa: SIM115 (the caller closes it)
+    return handle, os.fstat(handle.fileno()).st_size
+
+
+def run_check(args: argparse.Namespace) -> int:
+    try:
+        policy = load_policy(args.policy) if args.policy else None
+    except (OSError, ValueError) as exc:
+        return fail(f"{args.policy}: {exc}")
+    try:
+        handle, size = open_capture(args.file)
+    except OSError as exc:
+        return fail(f"{args.file}: {exc.strerror or exc}")
+    checker = Checker(policy)
+    conversations: dict[str | None, _Conversation] = {}
+    requests = 0
+    with handle:
+        try:
+            for line in read_capture(handle, frozenset(PROVIDERS), progress=progress_bar(size, args.progress)):
+                if not isinstance(line, RequestLine):
+                    checker.fact(line)
+                    continue
+                result = checker.request(line)
+                requests += 1
+                seen = conversations.setdefault(line.conversation_id, _Conversation())
+                seen.turns += 1
+                if result is not None and result.failed:
+                    for check in result.failed:
+                        seen.checks[check] = seen.checks.get(check, 0) + 1
+                    if seen.first is None:
+                        seen.first = result
+        except CaptureError as exc:
+            return fail(f"{args.file}: {exc}")
+    if requests == 0:
+        return fail(f"{args.file}: no request lines")
+    violating = sum(1 for c in conversations.values() if c.first is not None)
+    if args.json:
+        print(json.dumps(_document(args.file, requests, conversations, violating), indent=2))
+    else:
+        for cid, seen in conversations.items():
+            name = cid if cid is not None else NO_CONVERSATION
+            if seen.first is None:
+                print(f"{name}: ok ({seen.turns} turn{'' if seen.turns == 1 else 's'})")
+            else:
+                print(f"{name}: first violation at turn {seen.first.turn}: {', '.join(seen.first.failed)}")
+        print(f"checked {requests} requests in {len(conversations)} conversations: {violating} with violations")
+    return 1 if violating else 0
+
+
+def _document(path: str, requests: int, conversations: dict[str | None, _Conversation], violating: int) -> Any:
+    out = []
+    for cid, seen in conversations.items():
+        entry: dict[str, Any] = {"conversation_id": cid, "turns": seen.turns, "first_violation": None,
+                                 "failed_turns_by_check": seen.checks}
+        first = seen.first
+        if first is not None:
+            entry["first_violation"] = {
+                "turn": first.turn,
+                "line": first.line,
+                "checks": first.failed,
+                "violations": [
+                    {"check": v.check, "detail": v.detail, "fact_id": v.fact_id, "stage": v.stage}
+                    for v in first.violations
+                ],
+            }
+        out.append(entry)
+    return {"file": path, "requests": requests, "conversations": out, "violating_conversations": violating}

@@ -1,0 +1,181 @@
+"""``ctxguard diff A.json B.json``: diff the request, not the response.
+
+Compares two request payloads message by message, by keyed digest: each message
+is ``kept`` (same content, same relative order), ``moved`` (same content, out of
+order), ``changed`` (same role and place, other content), ``added`` or
+``removed``. Prints the head role of each payload; exit 0 when the payloads carry
+the same messages in the same order, 1 when they differ, 2 on unreadable input.
+A file holds a request body, or one capture line (``{"provider": ..., "body": ...}``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..digest import Digester
+from ..measure import Measurer
+from ..offline import PROVIDERS, request_api
+from ..payload import Payload
+from ..tokens import Calibration, default_counter
+from .check import fail
+
+__all__ = ["Row", "add_arguments", "diff_payloads", "run_diff"]
+
+STATUSES = ("kept", "moved", "changed", "added", "removed")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("a", metavar="A.json", help="the earlier request body (or capture line)")
+    parser.add_argument("b", metavar="B.json", help="the later request body (or capture line)")
+    parser.add_argument("--provider", choices=sorted(PROVIDERS), help="default: the capture line's, else guessed")
+    parser.add_argument("--json", action="store_true", help="one JSON document on stdout instead of text")
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    status: str
+    role: str
+    a: int | None  # index in A
+    b: int | None  # index in B
+    a_digest: str | None
+    b_digest: str | None
+
+
+def _lcs(a: list[str], b: list[str]) -> list[tuple[int, int]]:
+    """Index pairs of a longest common subsequence (O(len(a)·len(b)); payloads are hundreds long)."""
+    n, m = len(a), len(b)
+    table = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        row, below = table[i], table[i + 1]
+        for j in range(m - 1, -1, -1):
+            row[j] = below[j + 1] + 1 if a[i] == b[j] else max(below[j], row[j + 1])
+    pairs, i, j = [], 0, 0
+    while i < n and j < m:
+        if a[i] == b[j]:
+            pairs.append((i, j))
+            i, j = i + 1, j + 1
+        elif table[i + 1][j] >= table[i][j + 1]:
+            i += 1
+        else:
+            j += 1
+    return pairs
+
+
+def diff_payloads(a: Payload, b: Payload) -> list[Row]:
+    """One row per message of either payload, in B's order with removals where they were."""
+    ra, rb = [m.role for m in a.messages], [m.role for m in b.messages]
+    da, db = a.digests, b.digests
+    match_a: dict[int, tuple[str, int]] = {}  # A index -> (status, B index)
+    for i, j in _lcs(da, db):
+        match_a[i] = ("kept", j)
+    matched_b = {j for _, j in match_a.values()}
+    free_a: dict[str, list[int]] = {}
+    for i, d in enumerate(da):
+        if i not in match_a:
+            free_a.setdefault(d, []).append(i)
+    for j, d in enumerate(db):
+        if j not in matched_b and free_a.get(d):
+            match_a[free_a[d].pop(0)] = ("moved", j)
+            matched_b.add(j)
+    # Unmatched messages of the same role pair up as "changed": at the same index first,
+    # then in order between consecutive kept anchors.
+    for i in range(min(len(da), len(db))):
+        if i not in match_a and i not in matched_b and ra[i] == rb[i]:
+            match_a[i] = ("changed", i)
+            matched_b.add(i)
+    anchors = sorted((i, j) for i, (s, j) in match_a.items() if s == "kept")
+    bounds = [(-1, -1), *anchors, (len(da), len(db))]
+    for (i0, j0), (i1, j1) in itertools.pairwise(bounds):
+        gap_b = [j for j in range(j0 + 1, j1) if j not in matched_b]
+        for i in (i for i in range(i0 + 1, i1) if i not in match_a):
+            j = next((j for j in gap_b if rb[j] == ra[i]), None)
+            if j is not None:
+                gap_b.remove(j)
+                match_a[i] = ("changed", j)
+                matched_b.add(j)
+    keyed: list[tuple[float, Row]] = []
+    for i in range(len(da)):
+        if i in match_a:
+            status, j = match_a[i]
+            keyed.append((j, Row(status, rb[j], i, j, da[i], db[j])))
+    for j in range(len(db)):
+        if j not in matched_b:
+            keyed.append((j, Row("added", rb[j], None, j, None, db[j])))
+    b_of = {i: j for i, (_, j) in match_a.items()}
+    for i in range(len(da)):
+        if i not in match_a:
+            before = [b_of[k] for k in range(i) if k in b_of]
+            keyed.append(((max(before) if before else -1) + 0.5, Row("removed", ra[i], i, None, da[i], None)))
+    keyed.sort(key=lambda kr: (kr[0], kr[1].a if kr[1].a is not None else -1))
+    return [row for _, row in keyed]
+
+
+def _guess_provider(body: Mapping[str, Any]) -> str:
+    system = body.get("system")
+    if system is not None and "messages" in body:
+        return "anthropic"
+    return "openai"
+
+
+def _load(path: str, provider: str | None, measurer: Measurer) -> Payload | str:
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read().decode("utf-8"))
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return f"{path}: not a JSON request body ({exc})"
+    if not isinstance(data, dict):
+        return f"{path}: expected a JSON object (a request body or a capture line)"
+    body = data.get("body") if isinstance(data.get("body"), dict) else data
+    name = provider or (data.get("provider") if body is not data else None) or _guess_provider(body)
+    if name not in PROVIDERS:
+        return f"{path}: unknown provider {name!r} (known: {', '.join(sorted(PROVIDERS))})"
+    view = PROVIDERS[name].normalise(request_api(name, body), body)
+    if view.unreadable is not None:
+        return f"{path}: {view.unreadable}"
+    return measurer.measure(view)
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    key = os.environ.get("CTXGUARD_DIGEST_KEY", "ctxguard-diff").encode()
+    measurer = Measurer(Digester(key), default_counter(), Calibration())
+    a = _load(args.a, args.provider, measurer)
+    b = _load(args.b, args.provider, measurer)
+    for loaded in (a, b):
+        if isinstance(loaded, str):
+            return fail(loaded)
+    assert isinstance(a, Payload) and isinstance(b, Payload)
+    rows = diff_payloads(a, b)
+    heads = [p.head.role if p.head is not None else None for p in (a, b)]
+    counts = {s: sum(1 for r in rows if r.status == s) for s in STATUSES}
+    same = counts["kept"] == len(a.messages) == len(b.messages)
+    if args.json:
+        print(json.dumps({
+            "a": {"file": args.a, "messages": len(a.messages), "head_role": heads[0], "hash": a.digest},
+            "b": {"file": args.b, "messages": len(b.messages), "head_role": heads[1], "hash": b.digest},
+            "messages": [{"status": r.status, "role": r.role, "a": r.a, "b": r.b,
+                          "a_hash": r.a_digest, "b_hash": r.b_digest} for r in rows],
+            "counts": counts,
+        }, indent=2))
+        return 0 if same else 1
+    print(f"A {args.a}: {len(a.messages)} messages, head role {heads[0] or '(none)'}")
+    print(f"B {args.b}: {len(b.messages)} messages, head role {heads[1] or '(none)'}")
+    print(f"{'A':>4} {'B':>4}  {'role':<10} {'status':<8} digest")
+    for r in rows:
+        ia = "-" if r.a is None else str(r.a)
+        ib = "-" if r.b is None else str(r.b)
+        digest = (r.b_digest or r.a_digest or "")[:12]
+        if r.status == "changed":
+            digest = f"{(r.a_digest or '')[:12]} -> {(r.b_digest or '')[:12]}"
+        print(f"{ia:>4} {ib:>4}  {r.role:<10} {r.status:<8} {digest}")
+    summary = ", ".join(f"{counts[s]} {s}" for s in STATUSES)
+    head = heads[0] if heads[0] == heads[1] else f"{heads[0]} -> {heads[1]}"
+    print(f"{summary}; head role {head}")
+    return 0 if same else 1
