@@ -94,11 +94,11 @@ def diff_payloads(a: Payload, b: Payload) -> list[Row]:
     for (i0, j0), (i1, j1) in itertools.pairwise(bounds):
         gap_b = [j for j in range(j0 + 1, j1) if j not in matched_b]
         for i in (i for i in range(i0 + 1, i1) if i not in match_a):
-            j = next((j for j in gap_b if rb[j] == ra[i]), None)
-            if j is not None:
-                gap_b.remove(j)
-                match_a[i] = ("changed", j)
-                matched_b.add(j)
+            pair = next((j for j in gap_b if rb[j] == ra[i]), None)
+            if pair is not None:
+                gap_b.remove(pair)
+                match_a[i] = ("changed", pair)
+                matched_b.add(pair)
     keyed: list[tuple[float, Row]] = []
     for i in range(len(da)):
         if i in match_a:
@@ -133,7 +133,8 @@ def _load(path: str, provider: str | None, measurer: Measurer) -> Payload | str:
         return f"{path}: not a JSON request body ({exc})"
     if not isinstance(data, dict):
         return f"{path}: expected a JSON object (a request body or a capture line)"
-    body = data.get("body") if isinstance(data.get("body"), dict) else data
+    inner = data.get("body")
+    body: dict[str, Any] = inner if isinstance(inner, dict) else data
     name = provider or (data.get("provider") if body is not data else None) or _guess_provider(body)
     if name not in PROVIDERS:
         return f"{path}: unknown provider {name!r} (known: {', '.join(sorted(PROVIDERS))})"
