@@ -49,8 +49,9 @@ def fail(message: str) -> int:
     return 2
 
 
-def progress_bar(total: int, enabled: bool | None, stream: IO[str] = sys.stderr) -> Callable[[int], None] | None:
-    """A ``progress(done_bytes)`` callback drawing a bar, or None when not wanted."""
+def progress_bar(total: int, enabled: bool | None, stream: IO[str] | None = None) -> Callable[[int], None] | None:
+    """A ``progress(done_bytes)`` callback drawing a bar on stderr, or None when not wanted."""
+    stream = stream if stream is not None else sys.stderr
     if enabled is None:
         enabled = stream.isatty() and total >= 8 * 1024 * 1024
     if not enabled or total <= 0:

@@ -240,7 +240,7 @@ class FactLost(AssertionError):
         self.length = length
         self.turn = turn
         self.survived = survived
-        at = f" (absent from request {turn} of {length})" if turn is not None else ""
+        at = f" (absent from request {turn})" if turn is not None else ""
         kept = f"; it survived {', '.join(map(str, survived))} turns" if survived else ""
         super().__init__(f"{value_label} lost in the {length}-turn conversation{at}{kept}")
 

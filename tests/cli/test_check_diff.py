@@ -1,0 +1,279 @@
+"""Capture real SDK traffic, then ``ctxguard check`` / ``ctxguard diff`` it offline.
+
+The capture is written by ``ctxguard.testing.record`` while the real openai and
+anthropic SDKs talk to the loopback fake; every captured body is compared with
+the body that arrived there, and the offline verdict with the live guard's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import deque
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+
+import ctxguard
+from ctxguard.cli import main
+from ctxguard.testing import FakeLLM, record
+from ctxguard.testing.plugin import GuardHarness
+
+SYSTEM = {"role": "system", "content": "You are the order assistant of Acme Shop."}
+
+
+def buggy_turns(client: openai.OpenAI, turns: int, keep: int = 6) -> None:
+    """The classic bug: the system prompt lives inside a deque(maxlen=keep)."""
+    history: deque[dict[str, str]] = deque([SYSTEM], maxlen=keep)
+    for n in range(1, turns + 1):
+        history.append({"role": "user", "content": f"question {n} about order A-1041"})
+        reply = client.chat.completions.create(model="gpt-4o", messages=list(history))
+        history.append({"role": "assistant", "content": reply.choices[0].message.content or ""})
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ctxguard.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def lines_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# -- capture ---------------------------------------------------------------------------
+
+
+def test_record_captures_each_body_as_it_arrived_and_the_fact_events(
+    tmp_path: Path, llm: FakeLLM, client: openai.OpenAI, harness: GuardHarness
+):
+    harness.start(mode="observe")
+    path = tmp_path / "cap.jsonl"
+    with record(str(path)), ctxguard.conversation("order-41"):
+        ctxguard.record_fact("shipping_city", "Pune")
+        buggy_turns(client, 3)
+        ctxguard.forget_fact("shipping_city")
+    with ctxguard.conversation("order-41"):
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM])  # after the block: not captured
+    lines = lines_of(path)
+    requests = [line for line in lines if "body" in line]
+    assert [r["body"] for r in requests] == [r.json for r in llm.requests[:3]]
+    assert [(r["conversation_id"], r["turn"], r["provider"]) for r in requests] == [
+        ("order-41", 1, "openai"), ("order-41", 2, "openai"), ("order-41", 3, "openai")]
+    assert all(r["ts"].endswith("+00:00") for r in requests)
+    facts = [line["fact"] for line in lines if "fact" in line]
+    assert facts == [{"id": "shipping_city", "value": "Pune"}, {"id": "shipping_city", "value": None}]
+    assert len(llm.requests) == 4
+
+
+def test_record_applies_the_redaction_hook_before_writing(
+    tmp_path: Path, llm: FakeLLM, client: openai.OpenAI, harness: GuardHarness
+):
+    harness.start(mode="observe")
+
+    def redact(line: dict) -> dict | None:
+        if "fact" in line:
+            return None  # drop fact lines
+        text = json.dumps(line["body"]).replace("+33 6 12 34 56 78", "[phone]")
+        return {**line, "body": json.loads(text)}
+
+    path = tmp_path / "cap.jsonl"
+    with record(str(path), redact=redact), ctxguard.conversation("c"):
+        ctxguard.record_fact("phone", "+33 6 12 34 56 78")
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": "call +33 6 12 34 56 78"}])
+    text = path.read_text()
+    assert "+33 6 12 34 56 78" not in text and "[phone]" in text
+    assert "+33 6 12 34 56 78" in llm.requests[0].body.decode()  # the request itself is untouched
+
+
+def test_anthropic_stream_helper_is_captured_from_the_arguments(tmp_path: Path, llm: FakeLLM, harness: GuardHarness):
+    harness.start(mode="observe")
+    path = tmp_path / "cap.jsonl"
+    client = anthropic.Anthropic(base_url=llm.base_url, api_key="x", max_retries=0)
+    with record(str(path)), ctxguard.conversation("a-1"):
+        client.messages.create(model="claude-sonnet-4-20250514", max_tokens=64, system="Be brief.",
+                               messages=[{"role": "user", "content": "hello"}])
+        with client.messages.stream(model="claude-sonnet-4-20250514", max_tokens=64, system="Be brief.",
+                                    messages=[{"role": "user", "content": "again"}]) as stream:
+            assert "".join(stream.text_stream)
+    requests = [line for line in lines_of(path) if "body" in line]
+    assert [r["provider"] for r in requests] == ["anthropic", "anthropic"]
+    assert requests[0]["body"] == llm.requests[0].json
+    sent = llm.requests[1].json
+    assert {k: requests[1]["body"][k] for k in ("model", "max_tokens", "system", "messages")} == {
+        k: sent[k] for k in ("model", "max_tokens", "system", "messages")}
+
+
+def test_instrument_capture_path_writes_until_uninstrument(tmp_path: Path, llm: FakeLLM, client: openai.OpenAI):
+    path = tmp_path / "staging.jsonl"
+    ctxguard.instrument(capture_path=str(path), registry=GuardHarness().registry, digest_key=b"k",
+                        ledger=ctxguard.MemoryLedger())
+    client.chat.completions.create(model="gpt-4o", messages=[SYSTEM])
+    ctxguard.uninstrument()
+    client.chat.completions.create(model="gpt-4o", messages=[SYSTEM])
+    requests = lines_of(path)
+    assert len(requests) == 1 and requests[0]["conversation_id"] is None
+    assert requests[0]["body"] == llm.requests[0].json
+
+
+def test_record_needs_an_active_guard(tmp_path: Path):
+    with pytest.raises(RuntimeError, match="instrument"), record(str(tmp_path / "x.jsonl")):
+        pass
+
+
+# -- check -----------------------------------------------------------------------------
+
+
+def test_check_finds_the_same_flip_point_as_the_live_guard(
+    tmp_path: Path, llm: FakeLLM, client: openai.OpenAI, harness: GuardHarness
+):
+    harness.start(mode="observe")
+    path = tmp_path / "cap.jsonl"
+    with record(str(path)):
+        with ctxguard.conversation("buggy"):
+            buggy_turns(client, 6)
+        with ctxguard.conversation("fine"):
+            buggy_turns(client, 2)
+    live = [
+        s.attributes.get("ctxguard.violations") for s in harness.spans() if s.attributes["gen_ai.conversation.id"] == "buggy"
+    ]
+    live_flip = next(i for i, v in enumerate(live, 1) if v)
+    out = run_cli("check", str(path))
+    assert out.returncode == 1, out.stderr
+    assert out.stdout.splitlines() == [
+        f"buggy: first violation at turn {live_flip}: system_at_head",
+        "fine: ok (2 turns)",
+        "checked 8 requests in 2 conversations: 1 with violations",
+    ]
+    assert live_flip == 4  # deque(maxlen=6): the system prompt falls out before the fourth call
+
+
+def test_check_judges_facts_from_the_captured_fact_events(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    path = tmp_path / "cap.jsonl"
+    body = {"model": "gpt-4o", "messages": [SYSTEM, {"role": "user", "content": "ship it to Pune please"}]}
+    path.write_text("\n".join(json.dumps(x) for x in [
+        {"conversation_id": "c", "fact": {"id": "city", "value": "Pune"}},
+        {"conversation_id": "c", "turn": 1, "provider": "openai", "body": body},
+        {"conversation_id": "c", "fact": {"id": "city", "value": "Lyon"}},
+        {"conversation_id": "c", "turn": 2, "provider": "openai", "body": body},
+    ]) + "\n")
+    assert main(["check", str(path), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    first = doc["conversations"][0]["first_violation"]
+    assert first["turn"] == 2 and first["line"] == 4
+    assert set(first["checks"]) == {"fact_present", "fact_current"}
+    assert "Pune" not in json.dumps(doc) and "Lyon" not in json.dumps(doc)
+
+
+def test_check_uses_the_policy_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    path = tmp_path / "cap.jsonl"
+    messages = [SYSTEM, {"role": "user", "content": "word " * 400}]
+    path.write_text(json.dumps({"conversation_id": "c", "body": {"model": "gpt-4o", "messages": messages}}) + "\n")
+    assert main(["check", str(path)]) == 0
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[budget]\nwindow = 300\nreserved_output = 50\n\n[pinned]\nmarker = "Pinned facts"\n')
+    assert main(["check", str(path), "--policy", str(policy)]) == 1
+    assert "c: first violation at turn 1: pinned_present, payload_under_budget" in capsys.readouterr().out
+    policy.write_text("[budget]\nwindw = 300\n")
+    assert main(["check", str(path), "--policy", str(policy)]) == 2
+    assert "windw" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "reason"),
+    [
+        (b'{"body": {"model": "gpt-4o", "messages": []}}\n{"body": {"model": ', 2, "not valid JSON"),
+        (b'{"body": {"messages": []}}\n\n[1, 2]\n', 3, "expected a JSON object"),
+        (b'{"conversation_id": "c"}\n', 1, "missing 'body'"),
+        (b'{"provider": "cohere", "body": {"message": "hi"}}\n', 1, "unknown provider 'cohere'"),
+        (b'{"body": {"messages": []}}\n\x89PNG\r\n\x1a\n\x00\x00\xff\xfe\n', 2, "not UTF-8"),
+        (b'{"conversation_id": "c", "fact": {"id": "x", "value": 5}}\n', 1, "fact.value"),
+        (b'{"turn": "two", "body": {"messages": []}}\n', 1, "'turn'"),
+        (b"", None, "no request lines"),
+    ],
+)
+def test_check_names_the_line_of_unreadable_input_and_exits_2(tmp_path: Path, content: bytes, line, reason):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(content)
+    out = run_cli("check", str(path))
+    assert out.returncode == 2
+    assert reason in out.stderr
+    if line is not None:
+        assert f"line {line}:" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_check_refuses_a_line_longer_than_the_limit(tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.setattr("ctxguard.capture.MAX_LINE_BYTES", 1000)
+    path = tmp_path / "long.jsonl"
+    path.write_text('{"body": {"messages": []}}\n' + json.dumps({"body": {"x": "y" * 5000}}) + "\n")
+    assert main(["check", str(path)]) == 2
+    assert "line 2: line longer than" in capsys.readouterr().err
+
+
+def test_check_missing_file_exits_2():
+    out = run_cli("check", "/nonexistent/cap.jsonl")
+    assert out.returncode == 2 and "No such file" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_check_draws_a_progress_bar_when_asked(tmp_path: Path, capsys):
+    path = tmp_path / "cap.jsonl"
+    path.write_text("".join(json.dumps({"conversation_id": f"c{i}", "body": {"model": "gpt-4o", "messages": [SYSTEM]}}) + "\n"
+                            for i in range(50)))
+    assert main(["check", str(path), "--progress"]) == 0
+    err = capsys.readouterr().err
+    assert "100%" in err and "\r[" in err
+    assert main(["check", str(path)]) == 0  # not a terminal: no bar
+    assert capsys.readouterr().err == ""
+
+
+# -- diff ------------------------------------------------------------------------------
+
+
+def _write(path: Path, obj: object) -> str:
+    path.write_text(json.dumps(obj))
+    return str(path)
+
+
+def test_diff_reports_each_message_and_the_head_roles(tmp_path: Path):
+    u1, a1, u2 = ({"role": "user", "content": "ship to Pune"}, {"role": "assistant", "content": "ok"},
+                  {"role": "user", "content": "when?"})
+    a = _write(tmp_path / "a.json", {"model": "gpt-4o", "messages": [SYSTEM, u1, a1, u2]})
+    b = _write(tmp_path / "b.json", {"conversation_id": "c", "provider": "openai", "body": {
+        "model": "gpt-4o",
+        "messages": [u2, u1, {"role": "assistant", "content": "ok, Lyon"}, {"role": "user", "content": "new"}]}})
+    out = run_cli("diff", a, b)
+    assert out.returncode == 1, out.stderr
+    rows = [line.split()[:4] for line in out.stdout.splitlines()[3:-1]]
+    assert rows == [
+        ["0", "-", "system", "removed"],
+        ["3", "0", "user", "kept"],
+        ["1", "1", "user", "moved"],
+        ["2", "2", "assistant", "changed"],
+        ["-", "3", "user", "added"],
+    ]
+    assert out.stdout.splitlines()[0].endswith("4 messages, head role system")
+    assert out.stdout.splitlines()[1].endswith("4 messages, head role user")
+    assert out.stdout.splitlines()[-1] == "1 kept, 1 moved, 1 changed, 1 added, 1 removed; head role system -> user"
+    assert "Pune" not in out.stdout and "Lyon" not in out.stdout
+
+
+def test_diff_of_identical_payloads_exits_0_and_json_is_complete(tmp_path: Path, capsys):
+    body = {"model": "claude-sonnet-4-20250514", "max_tokens": 10, "system": "Be brief.",
+            "messages": [{"role": "user", "content": "hi"}]}
+    a, b = _write(tmp_path / "a.json", body), _write(tmp_path / "b.json", body)
+    assert main(["diff", a, b, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["a"]["head_role"] == "system" and doc["a"]["hash"] == doc["b"]["hash"]
+    assert [m["status"] for m in doc["messages"]] == ["kept", "kept"]
+
+
+def test_diff_bad_input_exits_2(tmp_path: Path):
+    good = _write(tmp_path / "a.json", {"messages": [SYSTEM]})
+    (tmp_path / "bad.json").write_bytes(b"\x00\x01garbage")
+    for other in (str(tmp_path / "bad.json"), _write(tmp_path / "list.json", [1]), "/nonexistent.json"):
+        out = run_cli("diff", good, other)
+        assert out.returncode == 2 and other in out.stderr and "Traceback" not in out.stderr
+    out = run_cli("diff", good, _write(tmp_path / "p.json", {"provider": "cohere", "body": {"messages": []}}))
+    assert out.returncode == 2 and "unknown provider 'cohere'" in out.stderr
