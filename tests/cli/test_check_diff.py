@@ -81,7 +81,8 @@ def test_record_applies_the_redaction_hook_before_writing(
     path = tmp_path / "cap.jsonl"
     with record(str(path), redact=redact), ctxguard.conversation("c"):
         ctxguard.record_fact("phone", "+33 6 12 34 56 78")
-        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": "call +33 6 12 34 56 78"}])
+        user = {"role": "user", "content": "call +33 6 12 34 56 78"}
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, user])
     text = path.read_text()
     assert "+33 6 12 34 56 78" not in text and "[phone]" in text
     assert "+33 6 12 34 56 78" in llm.requests[0].body.decode()  # the request itself is untouched
@@ -135,9 +136,8 @@ def test_check_finds_the_same_flip_point_as_the_live_guard(
             buggy_turns(client, 6)
         with ctxguard.conversation("fine"):
             buggy_turns(client, 2)
-    live = [
-        s.attributes.get("ctxguard.violations") for s in harness.spans() if s.attributes["gen_ai.conversation.id"] == "buggy"
-    ]
+    spans = [s.attributes for s in harness.spans()]
+    live = [a.get("ctxguard.violations") for a in spans if a["gen_ai.conversation.id"] == "buggy"]
     live_flip = next(i for i, v in enumerate(live, 1) if v)
     out = run_cli("check", str(path))
     assert out.returncode == 1, out.stderr
@@ -219,8 +219,8 @@ def test_check_missing_file_exits_2():
 
 def test_check_draws_a_progress_bar_when_asked(tmp_path: Path, capsys):
     path = tmp_path / "cap.jsonl"
-    path.write_text("".join(json.dumps({"conversation_id": f"c{i}", "body": {"model": "gpt-4o", "messages": [SYSTEM]}}) + "\n"
-                            for i in range(50)))
+    body = {"model": "gpt-4o", "messages": [SYSTEM]}
+    path.write_text("".join(json.dumps({"conversation_id": f"c{i}", "body": body}) + "\n" for i in range(50)))
     assert main(["check", str(path), "--progress"]) == 0
     err = capsys.readouterr().err
     assert "100%" in err and "\r[" in err
