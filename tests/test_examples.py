@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,3 +26,37 @@ def test_retention_example_suite_passes():
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "5 passed" in out.stdout
+
+
+def _suite(bug: str | None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "SHOP_BUG"}
+    if bug is not None:
+        env["SHOP_BUG"] = bug
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf",
+                           "examples/test_retention_suite.py"], cwd=ROOT, capture_output=True, text=True, timeout=180,
+                          env=env)
+
+
+def test_retention_suite_example_passes_the_fixed_app():
+    out = _suite(None)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "5 passed" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("bug", "caught_by"),
+    [
+        ("revert", "test_a_correction_wins"),
+        ("undelete", "test_a_deleted_phone_number_stays_deleted"),
+        ("shared", "test_customers_never_see_each_others_facts"),
+        ("uncapped", "test_the_pinned_block_stays_under_its_cap"),
+        ("rotating", "test_the_system_prompt_survives_4_8_16_32_turns"),
+    ],
+)
+def test_retention_suite_example_catches_each_bug(bug: str, caught_by: str):
+    out = _suite(bug)
+    assert out.returncode == 1, out.stdout + out.stderr
+    failed = {line.split("::")[1].split(" ")[0] for line in out.stdout.splitlines() if line.startswith("FAILED")}
+    assert caught_by in failed
+    if bug != "rotating":  # an app without its system prompt fails nearly everything
+        assert failed == {caught_by}
