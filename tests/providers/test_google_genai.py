@@ -12,7 +12,7 @@ import pytest
 
 genai = pytest.importorskip("google.genai", reason="google-genai is not installed (extra 'google')")
 
-from google.genai import errors, types  # noqa: E402
+from google.genai import _api_client, errors, types  # noqa: E402
 from google.genai.models import AsyncModels, Models  # noqa: E402
 
 import ctxguard  # noqa: E402
@@ -22,6 +22,8 @@ from tests.conftest import KEY, message_digest  # noqa: E402
 
 MODEL = "gemini-2.5-flash"
 SYSTEM = "You are the order assistant.\nAnswer in English."
+# The HTTP library this google-genai release is built on (httpx2 for 3.x, httpx for 1.x).
+http = getattr(_api_client, "httpx2", None) or _api_client.httpx
 CALL_SITES = [(cls, name) for cls in (Models, AsyncModels) for name in ("generate_content", "generate_content_stream")]
 
 
@@ -181,13 +183,11 @@ def test_stream_output_identical_to_uninstrumented_and_wire_observed(harness, ll
 
 @pytest.mark.asyncio
 async def test_async_generate_and_stream(harness, llm):
-    import httpx2
-
     harness.start(mode="observe")
     llm.script("one", "two")
-    async with httpx2.AsyncClient() as http:
+    async with http.AsyncClient() as transport:
         client = genai.Client(api_key="t", http_options={"base_url": llm.gemini_base_url,
-                                                         "httpx_async_client": http})
+                                                         "httpx_async_client": transport})
         reply = await client.aio.models.generate_content(model=MODEL, contents="hi")
         stream = await client.aio.models.generate_content_stream(model=MODEL, contents="hi",
                                                                  config={"system_instruction": SYSTEM})
@@ -201,22 +201,19 @@ async def test_async_generate_and_stream(harness, llm):
 
 def drop_system_instruction(request) -> None:
     """A transport hook that loses the system instruction after the SDK built the body."""
-    import httpx2
-
     body = json.loads(request.content)
     body.pop("systemInstruction")
     raw = json.dumps(body).encode()
-    request.stream = httpx2.ByteStream(raw)
+    request.stream = http.ByteStream(raw)
     request._content = raw
     request.headers["Content-Length"] = str(len(raw))
 
 
 def test_instruction_dropped_below_the_sdk_fails_wire_intact(harness, llm):
-    import httpx2
-
     harness.start(mode="enforce")  # judged after sending: recorded, never blocking
-    with httpx2.Client(event_hooks={"request": [drop_system_instruction]}) as http:
-        client = genai.Client(api_key="t", http_options={"base_url": llm.gemini_base_url, "httpx_client": http})
+    with http.Client(event_hooks={"request": [drop_system_instruction]}) as transport:
+        client = genai.Client(api_key="t", http_options={"base_url": llm.gemini_base_url,
+                                                         "httpx_client": transport})
         client.models.generate_content(model=MODEL, contents="hi", config={"system_instruction": SYSTEM})
     assert "systemInstruction" not in llm.bodies()[0]
     assert list(only(harness).attributes["ctxguard.violations"]) == ["wire_intact"]
