@@ -62,7 +62,7 @@ class GuardHarness:
 
 @pytest.fixture
 def fake_llm() -> Iterator[FakeLLM]:
-    """A loopback fake OpenAI/Anthropic server recording every request body."""
+    """A loopback fake OpenAI/Anthropic/Gemini server recording every request body."""
     with FakeLLM() as server:
         yield server
 
