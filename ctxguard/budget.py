@@ -68,9 +68,15 @@ MODEL_WINDOWS: dict[str, int] = {
     "claude-sonnet-4-5": 200_000,
     "claude-haiku-4-5": 200_000,
     "claude-opus-4-5": 200_000,
+    # Google Gemini: the published input token limit (output has its own, separate limit,
+    # so input + reserved output against this window errs on the safe side).
+    "gemini-2.0-flash": 1_048_576,
+    "gemini-2.0-flash-lite": 1_048_576,
+    "gemini-2.5-pro": 1_048_576,
+    "gemini-2.5-flash": 1_048_576,
 }
 
-_SNAPSHOT = re.compile(r"^(.+?)-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4}|latest)$")
+_SNAPSHOT = re.compile(r"^(.+?)-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4}|\d{3}|latest)$")
 
 
 def window_for(model: str | None) -> int | None:

@@ -410,8 +410,9 @@ class Call:
             span.end()
         self.guard.metrics.duration.observe(self.elapsed)
 
-    def finished(self, result: Any) -> Any:
-        """The SDK returned ``result``; returns it (or a transparent stream proxy)."""
+    def finished(self, result: Any, *, asynchronous: bool = False) -> Any:
+        """The SDK returned ``result`` (to an ``async`` call site if ``asynchronous``); returns it
+        (or a transparent stream proxy)."""
         started = _perf()
         with guarded("telemetry"):
             self._detach()
@@ -424,7 +425,7 @@ class Call:
         if self.payload.stream and _is_stream(result):
             with guarded("stream"):
                 reader = self.adapter.stream_reader(self.api)
-                proxy = wrap_stream(result, self, reader)
+                proxy = wrap_stream(result, self, reader, asynchronous=asynchronous)
                 self.elapsed += _perf() - started
                 return proxy
         reply = None

@@ -9,9 +9,11 @@ that fails is isolated (a broken hook would otherwise break the app's
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import sys
 import threading
+from collections.abc import Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,8 @@ import wrapt
 
 from .._isolation import guarded
 from . import anthropic as anthropic_provider
+from . import google_genai as google_provider
+from . import litellm as litellm_provider
 from . import openai as openai_provider
 from . import wire
 from .base import Adapter
@@ -30,25 +34,44 @@ __all__ = ["install", "uninstall"]
 
 logger = logging.getLogger("ctxguard")
 
-#: distribution -> (adapter, targets, supported majors)
-INTEGRATIONS: dict[str, tuple[Adapter, tuple[tuple[str, str, str], ...], tuple[int, int]]] = {
-    "openai": (openai_provider.ADAPTER, openai_provider.TARGETS, openai_provider.SUPPORTED),
-    "anthropic": (anthropic_provider.ADAPTER, anthropic_provider.TARGETS, anthropic_provider.SUPPORTED),
+#: distribution -> (import name, adapter, targets, supported majors). A target is
+#: (module, "Class.method" or "function", api).
+INTEGRATIONS: dict[str, tuple[str, Adapter, tuple[tuple[str, str, str], ...], tuple[int, int]]] = {
+    "openai": ("openai", openai_provider.ADAPTER, openai_provider.TARGETS, openai_provider.SUPPORTED),
+    "anthropic": ("anthropic", anthropic_provider.ADAPTER, anthropic_provider.TARGETS, anthropic_provider.SUPPORTED),
+    "google-genai": ("google.genai", google_provider.ADAPTER, google_provider.TARGETS, google_provider.SUPPORTED),
+    "litellm": ("litellm", litellm_provider.ADAPTER, litellm_provider.TARGETS, litellm_provider.SUPPORTED),
 }
 
 _lock = threading.RLock()
 _active: Guard | None = None
 _hooked: set[str] = set()
-#: (owner class, attribute, original function) for every patched call site
-_patched: list[tuple[type, str, Any]] = []
+#: (owner class or module, attribute, original function) for every patched call site
+_patched: list[tuple[Any, str, Any]] = []
+
+
+def _guard_for(adapter: Adapter) -> Guard | None:
+    """The active guard, unless this call runs inside a delegating call already in flight
+    (LiteLLM running the openai SDK): then it is part of that call, not a second one."""
+    outer = wire.IN_FLIGHT.get()
+    if outer is not None and getattr(outer.adapter, "delegates", False):
+        return None
+    return _active
+
+
+def _request(adapter: Adapter, args: Any, kwargs: Any) -> Mapping[str, Any]:
+    """The call's arguments by name (SDK methods are keyword-only; some functions are not)."""
+    if not args:
+        return kwargs  # type: ignore[no-any-return]
+    return {**dict(zip(getattr(adapter, "positional", ()), args, strict=False)), **kwargs}
 
 
 def _sync_wrapper(adapter: Adapter, api: str) -> Any:
     def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        guard = _active
+        guard = _guard_for(adapter)
         if guard is None:
             return wrapped(*args, **kwargs)
-        call = guard.before(adapter, api, kwargs)
+        call = guard.before(adapter, api, _request(adapter, args, kwargs))
         if call is None:
             return wrapped(*args, **kwargs)
         token = wire.IN_FLIGHT.set(call)
@@ -66,10 +89,10 @@ def _sync_wrapper(adapter: Adapter, api: str) -> Any:
 
 def _async_wrapper(adapter: Adapter, api: str) -> Any:
     async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        guard = _active
+        guard = _guard_for(adapter)
         if guard is None:
             return await wrapped(*args, **kwargs)
-        call = guard.before(adapter, api, kwargs)
+        call = guard.before(adapter, api, _request(adapter, args, kwargs))
         if call is None:
             return await wrapped(*args, **kwargs)
         token = wire.IN_FLIGHT.set(call)
@@ -80,7 +103,7 @@ def _async_wrapper(adapter: Adapter, api: str) -> Any:
             raise
         finally:
             wire.IN_FLIGHT.reset(token)
-        return call.finished(result)
+        return call.finished(result, asynchronous=True)
 
     return wrapper
 
@@ -93,7 +116,7 @@ def _major(distribution: str) -> int | None:
 
 
 def _patch(distribution: str) -> None:
-    adapter, targets, (low, high) = INTEGRATIONS[distribution]
+    _, adapter, targets, (low, high) = INTEGRATIONS[distribution]
     major = _major(distribution)
     if major is None or not low <= major <= high:
         logger.warning(
@@ -105,9 +128,10 @@ def _patch(distribution: str) -> None:
         )
         return
     for module_name, attribute, api in targets:
-        class_name, method = attribute.split(".")
+        class_name, _, method = attribute.rpartition(".")
         try:
-            owner = getattr(importlib.import_module(module_name), class_name)
+            module = importlib.import_module(module_name)
+            owner = getattr(module, class_name) if class_name else module
         except (ImportError, AttributeError):
             logger.debug("ctxguard: %s.%s not found; skipped", module_name, attribute)
             continue
@@ -116,7 +140,10 @@ def _patch(distribution: str) -> None:
             continue
         # Async clients' call sites return coroutines (often through a plain-def decorator, so
         # inspect cannot tell), except stream helpers, which return a context manager at once.
-        is_async = class_name.startswith("Async") and not api.endswith(".stream")
+        # Module functions (LiteLLM) are plain ``async def``.
+        is_async = (class_name.startswith("Async") and not api.endswith(".stream")) or (
+            not class_name and inspect.iscoroutinefunction(original)
+        )
         wrapper = (_async_wrapper if is_async else _sync_wrapper)(adapter, api)
         setattr(owner, method, wrapt.FunctionWrapper(original, wrapper))
         _patched.append((owner, method, original))
@@ -158,13 +185,14 @@ def install(guard: Guard, *, only: list[str] | None = None) -> None:
         for distribution in (*INTEGRATIONS, *wire.TARGETS):
             if only is not None and distribution in INTEGRATIONS and distribution not in only:
                 continue
+            name = INTEGRATIONS[distribution][0] if distribution in INTEGRATIONS else distribution
             if distribution in _hooked:
-                module = sys.modules.get(distribution)
+                module = sys.modules.get(name)
                 if module is not None:
                     _on_import(distribution)(module)
                 continue
             _hooked.add(distribution)
-            wrapt.register_post_import_hook(_on_import(distribution), distribution)
+            wrapt.register_post_import_hook(_on_import(distribution), name)
 
 
 def uninstall() -> None:

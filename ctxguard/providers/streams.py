@@ -15,6 +15,7 @@ import wrapt
 from .._isolation import guarded
 from ..payload import Reply
 from .base import StreamReader
+from .wire import IN_FLIGHT
 
 if TYPE_CHECKING:
     from ..guard import Call
@@ -48,6 +49,9 @@ class _SyncStream(_Observed):
         return self
 
     def __next__(self) -> Any:
+        # A generator (google-genai) sends its request on the first chunk: the transport
+        # must still see this call in flight.
+        token = IN_FLIGHT.set(self._self_call)
         try:
             chunk = self.__wrapped__.__next__()
         except StopIteration:
@@ -56,6 +60,8 @@ class _SyncStream(_Observed):
         except BaseException as exc:
             self._self_finish(exc)
             raise
+        finally:
+            IN_FLIGHT.reset(token)
         self._self_call.stream_chunk(self._self_reader, chunk)
         return chunk
 
@@ -81,6 +87,7 @@ class _AsyncStream(_Observed):
         return self
 
     async def __anext__(self) -> Any:
+        token = IN_FLIGHT.set(self._self_call)
         try:
             chunk = await self.__wrapped__.__anext__()
         except StopAsyncIteration:
@@ -89,6 +96,8 @@ class _AsyncStream(_Observed):
         except BaseException as exc:
             self._self_finish(exc)
             raise
+        finally:
+            IN_FLIGHT.reset(token)
         self._self_call.stream_chunk(self._self_reader, chunk)
         return chunk
 
@@ -166,7 +175,9 @@ def wrap_manager(manager: Any, call: Call, final: Callable[[Any], Reply | None])
     return _Manager(manager, call, final)
 
 
-def wrap_stream(stream: Any, call: Call, reader: StreamReader) -> Any:
-    if hasattr(type(stream), "__anext__"):
+def wrap_stream(stream: Any, call: Call, reader: StreamReader, *, asynchronous: bool) -> Any:
+    # Some streams iterate both ways (LiteLLM's CustomStreamWrapper): the call site decides.
+    cls = type(stream)
+    if hasattr(cls, "__anext__") and (asynchronous or not hasattr(cls, "__next__")):
         return _AsyncStream(stream, call, reader)
     return _SyncStream(stream, call, reader)

@@ -21,7 +21,7 @@ from .._isolation import WHERE
 
 __all__ = ["EVICTION_KINDS", "OPERATIONS", "PROVIDERS", "ROLES", "Metrics", "metrics_for"]
 
-PROVIDERS = ("openai", "anthropic")
+PROVIDERS = ("openai", "anthropic", "gcp.gen_ai", "litellm")
 OPERATIONS = ("chat",)
 OUTCOMES = ("pass", "fail", "skip")
 EVICTION_KINDS = ("system", "pinned", "fact")

@@ -1,4 +1,4 @@
-"""A loopback fake LLM server that speaks the OpenAI and Anthropic wire formats.
+"""A loopback fake LLM server that speaks the OpenAI, Anthropic and Gemini wire formats.
 
 Tests that mock the SDK objects never exercise what ctxguard actually depends
 on: the bytes the real SDKs put on the wire and the way they parse replies,
@@ -39,6 +39,10 @@ ReplyFn = Callable[["RecordedRequest"], "Reply | str"]
 _CHAT = "/chat/completions"
 _RESPONSES = "/responses"
 _MESSAGES = "/messages"
+# Gemini (google-genai): POST .../models/{model}:generateContent, and
+# :streamGenerateContent?alt=sse for SSE; the model is in the path, not the body.
+_GENERATE = ":generateContent"
+_STREAM_GENERATE = ":streamGenerateContent"
 
 # Error "type" strings per status, so SDK code that branches on them (or on the
 # exception subclass chosen from the status) sees what the real service sends.
@@ -62,6 +66,22 @@ _ANTHROPIC_ERROR_TYPES: dict[int, str] = {
 }
 # OpenAI-style finish reasons are the lingua franca of ``Reply``; Anthropic
 # callers get the equivalent stop_reason so one script can drive both APIs.
+_GEMINI_STATUSES: dict[int, str] = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
+_GEMINI_FINISH_REASONS: dict[str, str] = {
+    "stop": "STOP",
+    "length": "MAX_TOKENS",
+    "tool_calls": "STOP",
+    "function_call": "STOP",
+    "content_filter": "SAFETY",
+}
 _ANTHROPIC_STOP_REASONS: dict[str, str] = {
     "stop": "end_turn",
     "length": "max_tokens",
@@ -253,7 +273,8 @@ class _Handler(BaseHTTPRequestHandler):
         n = fake._record(req)
 
         route = self.path.split("?", 1)[0].rstrip("/")
-        kind = next((s for s in (_CHAT, _RESPONSES, _MESSAGES) if route.endswith(s)), None)
+        kinds = (_CHAT, _RESPONSES, _MESSAGES, _GENERATE, _STREAM_GENERATE)
+        kind = next((s for s in kinds if route.endswith(s)), None)
         if kind is None or self.command != "POST":
             self._send_json(404, _openai_error(404, f"No fake route for {self.command} {self.path}"))
             return
@@ -278,8 +299,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(reply.status, _error_body(kind, reply.status, message))
             return
 
-        ctx = _Ctx(n=n, reply=reply, payload=payload, body_len=len(body))
-        if payload.get("stream") is True:
+        ctx = _Ctx(n=n, reply=reply, payload=payload, body_len=len(body), route=route)
+        if kind == _GENERATE:
+            self._send_json(200, _gemini_body(ctx, ctx.reply.text, final=True))
+        elif kind == _STREAM_GENERATE:
+            self._send_sse(_gemini_stream(ctx))
+        elif payload.get("stream") is True:
             if kind == _CHAT:
                 self._send_sse(_chat_stream(ctx))
             elif kind == _RESPONSES:
@@ -337,10 +362,13 @@ class _Ctx:
     reply: Reply
     payload: dict[str, Any]
     body_len: int
+    route: str = ""
 
     @property
     def model(self) -> str:
-        return self.reply.model or str(self.payload.get("model") or "fake-model")
+        # Gemini names the model in the path (".../models/gemini-2.5-flash:generateContent").
+        in_path = self.route.rpartition("models/")[2].partition(":")[0] if ":" in self.route else ""
+        return self.reply.model or str(self.payload.get("model") or in_path or "fake-model")
 
     @property
     def input_tokens(self) -> int:
@@ -375,8 +403,16 @@ def _anthropic_error(status: int, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": err_type, "message": message}}
 
 
+def _gemini_error(status: int, message: str) -> dict[str, Any]:
+    return {"error": {"code": status, "message": message, "status": _GEMINI_STATUSES.get(status, "UNKNOWN")}}
+
+
 def _error_body(kind: str, status: int, message: str) -> dict[str, Any]:
-    return _anthropic_error(status, message) if kind == _MESSAGES else _openai_error(status, message)
+    if kind == _MESSAGES:
+        return _anthropic_error(status, message)
+    if kind in (_GENERATE, _STREAM_GENERATE):
+        return _gemini_error(status, message)
+    return _openai_error(status, message)
 
 
 def _chat_usage(ctx: _Ctx) -> dict[str, Any]:
@@ -693,11 +729,41 @@ def _messages_stream(ctx: _Ctx) -> Iterator[tuple[str | None, Any]]:
     yield ev("message_stop")
 
 
+def _gemini_body(ctx: _Ctx, text: str, *, final: bool, tools: bool = True) -> dict[str, Any]:
+    """A GenerateContentResponse; stream chunks carry a piece of text, the last one the rest."""
+    parts: list[dict[str, Any]] = [{"text": text}] if text or not ctx.reply.tool_calls else []
+    if tools:
+        for _, name, args in ctx.tools():
+            try:
+                parsed = json.loads(args) if args else {}
+            except ValueError:
+                parsed = {}
+            parts.append({"functionCall": {"name": name, "args": parsed}})
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    body: dict[str, Any] = {"candidates": [candidate], "modelVersion": ctx.model, "responseId": f"gen-fake-{ctx.n}"}
+    if final:
+        reason = ctx.reply.finish_reason
+        candidate["finishReason"] = _GEMINI_FINISH_REASONS.get(reason, reason)
+        body["usageMetadata"] = {
+            "promptTokenCount": ctx.input_tokens,
+            "candidatesTokenCount": ctx.output_tokens,
+            "totalTokenCount": ctx.input_tokens + ctx.output_tokens,
+        }
+    return body
+
+
+def _gemini_stream(ctx: _Ctx) -> Iterator[tuple[str | None, Any]]:
+    pieces = _split(ctx.reply.text) or [""]
+    for piece in pieces[:-1]:
+        yield None, _gemini_body(ctx, piece, final=False, tools=False)
+    yield None, _gemini_body(ctx, pieces[-1], final=True)
+
+
 # -- public server ------------------------------------------------------------
 
 
 class FakeLLM:
-    """Loopback server standing in for OpenAI / Anthropic endpoints.
+    """Loopback server standing in for OpenAI / Anthropic / Gemini endpoints.
 
     Reply precedence is: scripted replies (FIFO), then the ``reply`` callable,
     then a default ``"ok N"`` that makes request ordering visible in asserts.
@@ -786,6 +852,12 @@ class FakeLLM:
     @property
     def anthropic_base_url(self) -> str:
         """Anthropic SDK ``base_url``; that SDK appends ``/v1/messages`` itself."""
+        return self.origin
+
+    @property
+    def gemini_base_url(self) -> str:
+        """google-genai ``http_options={"base_url": ...}``; the SDK appends
+        ``/v1beta/models/{model}:generateContent`` itself."""
         return self.origin
 
     # -- scripting & inspection ----------------------------------------------

@@ -94,7 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def fake_llm() -> Iterator[FakeLLM]:
-    """A loopback fake OpenAI/Anthropic server recording every request body."""
+    """A loopback fake OpenAI/Anthropic/Gemini server recording every request body."""
     with FakeLLM() as server:
         yield server
 

@@ -1,0 +1,196 @@
+"""Google GenAI SDK (``google-genai``): ``models.generate_content`` / ``generate_content_stream``, translated.
+
+Chat sessions (``client.chats.create(...).send_message``) call the same two methods with
+the whole curated history, so they are covered through them. ``config.system_instruction``
+is the head instruction (like Anthropic's ``system``); role ``model`` reads as ``assistant``.
+Bare parts in ``contents`` (strings, ``Part`` objects) are grouped into one turn, as the
+SDK groups them before sending. Inline bytes become a digest-only reference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from ..payload import Item, Reply, RequestView
+from ._read import as_int as _int
+from ._read import as_str as _str
+from ._read import canonical, items, schemas
+from ._read import get as _get
+from ._read import role as _role
+
+__all__ = ["ADAPTER", "SUPPORTED", "TARGETS"]
+
+#: Supported ``google-genai`` releases, as (lowest major, highest major) inclusive.
+SUPPORTED = (1, 3)
+
+_MODELS = "google.genai.models"
+
+#: (module, "Class.method", api)
+TARGETS = (
+    (_MODELS, "Models.generate_content", "generate_content"),
+    (_MODELS, "Models.generate_content_stream", "generate_content_stream"),
+    (_MODELS, "AsyncModels.generate_content", "generate_content"),
+    (_MODELS, "AsyncModels.generate_content_stream", "generate_content_stream"),
+)
+
+
+def _field(obj: Any, name: str) -> Any:
+    """A field by its Python name, or by the camelCase alias a dict may use instead."""
+    value = _get(obj, name)
+    if value is None and isinstance(obj, Mapping):
+        head, *rest = name.split("_")
+        value = _get(obj, head + "".join(word.title() for word in rest))
+    return value
+
+
+def _parts(parts: Any, texts: list[str], refs: list[str]) -> None:
+    for part in parts if isinstance(parts, (list, tuple)) else (parts,):
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        text = _str(_get(part, "text"))
+        call = _field(part, "function_call")
+        result = _field(part, "function_response")
+        blob = _field(part, "inline_data")
+        file = _field(part, "file_data")
+        code = _field(part, "executable_code")
+        output = _field(part, "code_execution_result")
+        if text is not None:
+            texts.append(text)
+        elif call is not None:
+            texts.append(f"{_get(call, 'name') or ''} {canonical(_get(call, 'args'))}")
+            refs.append(f"id:function_call={_get(call, 'name')}")
+        elif result is not None:
+            texts.append(canonical(_get(result, "response")))
+            refs.append(f"id:function_response={_get(result, 'name')}")
+        elif blob is not None:
+            data = _get(blob, "data")
+            raw = data if isinstance(data, bytes) else str(data).encode()
+            # The bytes themselves never leave this function; only a digest of them does.
+            refs.append(f"inline:{_field(blob, 'mime_type')}:{hashlib.blake2b(raw, digest_size=16).hexdigest()}")
+        elif file is not None:
+            refs.append(_str(_field(file, "file_uri")) or "file")
+        elif code is not None:
+            texts.append(_str(_get(code, "code")) or "")
+        elif output is not None:
+            texts.append(_str(_get(output, "output")) or "")
+        else:
+            refs.append(f"id:part={type(part).__name__}")
+
+
+def _is_content(element: Any) -> bool:
+    return _get(element, "parts") is not None or _get(element, "role") is not None
+
+
+def _turns(contents: Any) -> Any:
+    """``contents`` as the SDK sends it: one turn per Content, consecutive bare parts as one turn."""
+    if isinstance(contents, str) or not isinstance(contents, (list, tuple)):
+        return [contents]
+    turns: list[Any] = []
+    run: list[Any] | None = None
+    for element in contents:
+        if _is_content(element):
+            turns.append(element)
+            run = None
+        else:
+            if run is None:
+                run = []
+                turns.append(run)
+            run.append(element)
+    return turns
+
+
+def _turn_item(turn: Any) -> Item:
+    texts: list[str] = []
+    refs: list[str] = []
+    if isinstance(turn, list):  # bare parts: a model turn only if they are function calls
+        _parts(turn, texts, refs)
+        role = "assistant" if any(_field(p, "function_call") is not None for p in turn) else "user"
+        return (role, "\n".join(texts), tuple(refs), "message")
+    if _is_content(turn):
+        _parts(_get(turn, "parts") or (), texts, refs)
+        role = _role(_get(turn, "role"), "user")
+        return ("assistant" if role == "model" else role, "\n".join(texts), tuple(refs), "message")
+    _parts(turn, texts, refs)
+    return ("user", "\n".join(texts), tuple(refs), "message")
+
+
+class GoogleGenAIAdapter:
+    provider = "gcp.gen_ai"
+
+    def normalise(self, api: str, kwargs: Mapping[str, Any]) -> RequestView:
+        config = _get(kwargs, "config")
+        view = RequestView(
+            provider=self.provider,
+            operation="chat",
+            model=_str(_get(kwargs, "model")),
+            items=[],
+            stream=api == "generate_content_stream",
+        )
+        if config is not None:
+            view.max_output_tokens = _int(_field(config, "max_output_tokens"))
+            schemas(_get(config, "tools"), view)
+            if _field(config, "cached_content") is not None:
+                view.history_elsewhere = "history is provider-managed (cached_content)"
+            instruction = _field(config, "system_instruction")
+            if instruction is not None:
+                texts: list[str] = []
+                refs: list[str] = []
+                _parts(_get(instruction, "parts") if _is_content(instruction) else instruction, texts, refs)
+                text = "\n".join(texts)
+                if text.strip():
+                    view.items.append(("system", text, tuple(refs), "instructions"))
+        items(_turns(_get(kwargs, "contents")), _turn_item, view, name="contents", noun="content")
+        return view
+
+    def read_response(self, api: str, result: Any) -> Reply | None:
+        if _get(result, "candidates") is None and _get(result, "usage_metadata") is None:
+            return None
+        reader = _Responses()
+        reader.feed(result)
+        return reader.reply()
+
+    def stream_reader(self, api: str) -> _Responses:
+        return _Responses()
+
+
+class _Responses:
+    """One ``GenerateContentResponse``, or the chunks of a stream (each one a response)."""
+
+    def __init__(self) -> None:
+        self._reply = Reply()
+        self._texts: list[str] = []
+
+    def feed(self, response: Any) -> None:
+        reply = self._reply
+        reply.id = reply.id or _str(_get(response, "response_id"))
+        reply.model = reply.model or _str(_get(response, "model_version"))
+        reasons = []
+        for index, candidate in enumerate(_get(response, "candidates") or ()):
+            content = _get(candidate, "content")
+            if index == 0 and content is not None:
+                for part in _get(content, "parts") or ():
+                    text = _str(_get(part, "text"))
+                    if text and not _get(part, "thought"):
+                        self._texts.append(text)
+            reason = _get(candidate, "finish_reason")
+            value = _str(getattr(reason, "value", reason))
+            if value:
+                reasons.append(value)
+        if reasons:
+            reply.finish_reasons = reasons
+        usage = _get(response, "usage_metadata")
+        if usage is not None:
+            reply.input_tokens = _int(_get(usage, "prompt_token_count"))
+            output = _int(_get(usage, "candidates_token_count"))
+            # Thinking tokens are generated and billed as output too.
+            reply.output_tokens = None if output is None else output + (_int(_get(usage, "thoughts_token_count")) or 0)
+
+    def reply(self) -> Reply:
+        self._reply.text = "".join(self._texts)
+        return self._reply
+
+
+ADAPTER = GoogleGenAIAdapter()

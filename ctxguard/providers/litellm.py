@@ -1,0 +1,80 @@
+"""LiteLLM: ``litellm.completion`` / ``acompletion``, OpenAI-shaped messages routed to any provider.
+
+Requests and answers are OpenAI Chat Completions shaped, so the OpenAI module
+translates them; this one only adds the provider label from LiteLLM's routing.
+LiteLLM runs other SDKs underneath (the openai SDK for Azure, say): the adapter
+``delegates``, so while its call is in flight those SDKs' call sites are part of it
+(one evaluation, one span), and the body they send feeds this call's ``wire_intact``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from ..payload import Reply, RequestView
+from . import openai as openai_provider
+from ._read import as_str as _str
+from ._read import get as _get
+from .base import StreamReader
+
+__all__ = ["ADAPTER", "SUPPORTED", "TARGETS"]
+
+#: Supported ``litellm`` releases, as (lowest major, highest major) inclusive.
+SUPPORTED = (1, 1)
+
+#: (module, "function", api): module-level functions, patched on the ``litellm`` package,
+#: which is where ``litellm.completion(...)`` looks them up.
+TARGETS = (
+    ("litellm", "completion", "chat.completions"),
+    ("litellm", "acompletion", "chat.completions"),
+)
+
+#: LiteLLM's provider names -> ctxguard's provider label (a bounded set); others are "litellm".
+_LABELS = {
+    "openai": "openai",
+    "text-completion-openai": "openai",
+    "anthropic": "anthropic",
+    "gemini": "gcp.gen_ai",
+    "vertex_ai": "gcp.gen_ai",
+    "vertex_ai_beta": "gcp.gen_ai",
+}
+
+
+def _routed(kwargs: Mapping[str, Any]) -> str:
+    litellm = sys.modules.get("litellm")
+    model = _str(_get(kwargs, "model"))
+    if litellm is None or model is None:
+        return "litellm"
+    try:
+        routed = litellm.get_llm_provider(
+            model=model,
+            custom_llm_provider=_str(_get(kwargs, "custom_llm_provider")),
+            api_base=_str(_get(kwargs, "api_base")),
+        )[1]
+    except Exception:  # a model LiteLLM cannot route: its own call raises the error the app sees
+        return "litellm"
+    return _LABELS.get(str(routed), "litellm")
+
+
+class LiteLLMAdapter:
+    provider = "litellm"
+    #: Runs other SDKs underneath: their call sites, reached during this call, are part of it.
+    delegates = True
+    #: ``completion(model, messages, ...)`` may be called positionally.
+    positional = ("model", "messages")
+
+    def normalise(self, api: str, kwargs: Mapping[str, Any]) -> RequestView:
+        view = openai_provider.ADAPTER.normalise(api, kwargs)
+        view.provider = _routed(kwargs)
+        return view
+
+    def read_response(self, api: str, result: Any) -> Reply | None:
+        return openai_provider.ADAPTER.read_response(api, result)
+
+    def stream_reader(self, api: str) -> StreamReader:
+        return openai_provider.ADAPTER.stream_reader(api)
+
+
+ADAPTER = LiteLLMAdapter()

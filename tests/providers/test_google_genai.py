@@ -1,0 +1,287 @@
+"""The Google GenAI SDK (google-genai), driven for real over loopback HTTP."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+genai = pytest.importorskip("google.genai", reason="google-genai is not installed (extra 'google')")
+
+from google.genai import _api_client, errors, types  # noqa: E402
+from google.genai.models import AsyncModels, Models  # noqa: E402
+
+import ctxguard  # noqa: E402
+from ctxguard.digest import Digester  # noqa: E402
+from ctxguard.testing import FakeLLM, Reply  # noqa: E402
+from tests.conftest import KEY, message_digest  # noqa: E402
+
+MODEL = "gemini-2.5-flash"
+SYSTEM = "You are the order assistant.\nAnswer in English."
+# The HTTP library this google-genai release is built on (httpx2 for 3.x, httpx for 1.x).
+http = getattr(_api_client, "httpx2", None) or _api_client.httpx
+CALL_SITES = [(cls, name) for cls in (Models, AsyncModels) for name in ("generate_content", "generate_content_stream")]
+
+
+@pytest.fixture
+def gemini(llm):
+    return genai.Client(api_key="t", http_options={"base_url": llm.gemini_base_url})
+
+
+def ours(harness):
+    return [s for s in harness.spans() if s.attributes.get("ctxguard.payload.hash")]
+
+
+def only(harness):
+    spans = ours(harness)
+    assert len(spans) == 1, [s.name for s in harness.spans()]
+    return spans[0]
+
+
+def body_digests(body):
+    """Per message, the digest of what arrived: systemInstruction first, then each content."""
+    def text(content):
+        return "\n".join(p["text"] for p in content["parts"] if "text" in p)
+
+    digests = [message_digest("system", text(body["systemInstruction"]))] if "systemInstruction" in body else []
+    roles = {"model": "assistant"}
+    return digests + [message_digest(roles.get(c["role"], c["role"]), text(c)) for c in body["contents"]]
+
+
+def test_system_instruction_is_the_head_and_span_matches_the_body(harness, llm, gemini):
+    harness.start(mode="observe")
+    with ctxguard.conversation("g1"):
+        reply = gemini.models.generate_content(
+            model=MODEL,
+            contents=[types.Content(role="user", parts=[types.Part(text="where is my parcel?")]),
+                      {"role": "model", "parts": [{"text": "Which order?"}]},
+                      "A-1041"],
+            config=types.GenerateContentConfig(system_instruction=SYSTEM, max_output_tokens=300),
+        )
+    assert reply.text == "ok 1"
+    sent = llm.bodies(":generateContent")[0]
+    a = only(harness).attributes
+    assert a["gen_ai.provider.name"] == "gcp.gen_ai"
+    assert a["gen_ai.request.model"] == MODEL == llm.requests[0].path.split("models/")[1].split(":")[0]
+    assert list(a["ctxguard.message.roles"]) == ["system", "user", "assistant", "user"]
+    assert list(a["ctxguard.message.hashes"]) == body_digests(sent)
+    assert a["ctxguard.budget.window"] == 1_048_576
+    assert a["ctxguard.budget.reserved_output"] == sent["generationConfig"]["maxOutputTokens"] == 300
+    assert a["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[0].body)
+    assert a["gen_ai.response.id"] == "gen-fake-1"
+    assert list(a["gen_ai.response.finish_reasons"]) == ["STOP"]
+    assert a["gen_ai.usage.input_tokens"] > 0
+    assert list(a["ctxguard.violations"]) == []
+    assert harness.metric("ctxguard_calls_total", provider="gcp.gen_ai", operation="chat") == 1
+    assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
+
+
+def test_missing_system_instruction_fails_and_enforce_sends_nothing(harness, llm, gemini):
+    harness.start(mode="enforce")
+    with pytest.raises(ctxguard.ContextViolation):
+        gemini.models.generate_content(model=MODEL, contents="hi")
+    with pytest.raises(ctxguard.ContextViolation):
+        gemini.models.generate_content(model=MODEL, contents="hi", config={"system_instruction": [" "]})
+    assert llm.requests == []
+    assert harness.metric("ctxguard_blocked_total", check="system_at_head") == 2
+    gemini.models.generate_content(model=MODEL, contents="hi",
+                                   config={"system_instruction": {"parts": [{"text": SYSTEM}]}})
+    assert len(llm.requests) == 1
+
+
+def test_chat_session_turns_and_fact_checks(harness, llm, gemini):
+    harness.start(mode="observe")
+    with ctxguard.conversation("chat-1"):
+        ctxguard.record_fact("city", "Pune")
+        chat = gemini.chats.create(model=MODEL, config={"system_instruction": SYSTEM})
+        chat.send_message("please ship to Pune")
+        ctxguard.record_fact("order_id", "A-1041")  # never mentioned: fact_present fails
+        chat.send_message("thanks")
+        ctxguard.forget_fact("city")  # still in the history the session resends: fact_forgotten fails
+        chat.send_message("bye")
+    spans = ours(harness)
+    assert len(spans) == 3 == len(llm.bodies(":generateContent"))
+    for span, body in zip(spans, llm.bodies(":generateContent"), strict=True):
+        assert list(span.attributes["ctxguard.message.hashes"]) == body_digests(body)
+    last = spans[-1].attributes
+    assert list(last["ctxguard.message.roles"]) == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert last["ctxguard.messages.added"] == 2
+    assert [list(s.attributes["ctxguard.violations"]) for s in spans] == [
+        [], ["fact_present"], ["fact_present", "fact_forgotten"]]
+    assert list(spans[0].attributes["ctxguard.facts.present"]) == ["city@1"]
+    assert list(last["ctxguard.facts.leaked"]) == ["city@1"]
+    assert "Pune" not in json.dumps({k: list(v) if isinstance(v, tuple) else v for k, v in last.items()})
+
+
+def test_pinned_checks_and_budget(harness, llm, gemini):
+    harness.start(mode="observe", policy=ctxguard.Policy(pinned=ctxguard.Pinned(max_tokens=40)))
+    block = ctxguard.render_pinned({"city": "Pune", "order": "A-1041"}, max_tokens=40)
+    config = {"system_instruction": [SYSTEM, block], "max_output_tokens": 100}
+    gemini.models.generate_content(model=MODEL, contents="hi", config=config)
+    gemini.models.generate_content(model=MODEL, contents="hi", config={"system_instruction": SYSTEM})
+    cut = "\n".join(block.splitlines()[:-1])
+    gemini.models.generate_content(model=MODEL, contents=[cut, "hi"], config={"system_instruction": SYSTEM})
+    big = ctxguard.render_pinned({f"k{i}": "v" * 20 for i in range(20)}, max_tokens=10_000)
+    gemini.models.generate_content(model=MODEL, contents=[big], config={"system_instruction": SYSTEM})
+    gemini.models.generate_content(model=MODEL, contents="hi",
+                                   config={"system_instruction": [SYSTEM, block], "max_output_tokens": 1_048_576})
+    gemini.models.generate_content(model="gemini-unreleased", contents="hi",
+                                   config={"system_instruction": [SYSTEM, block]})
+    spans = ours(harness)
+    assert [list(s.attributes["ctxguard.violations"]) for s in spans] == [
+        [], ["pinned_present"], ["pinned_intact"], ["pinned_capped"], ["payload_under_budget"], []]
+    assert spans[0].attributes["ctxguard.pinned.present"] is True
+    assert "payload_under_budget: " in "\n".join(spans[-1].attributes["ctxguard.checks.skipped"])
+    assert harness.metric("ctxguard_violations_total", check="pinned_present", provider="gcp.gen_ai") == 1
+
+
+def test_parts_are_read_and_bytes_never_recorded(harness, llm, gemini):
+    harness.start(mode="observe")
+    image = b"\x89PNG\r\n\x1a\n" + b"secret-pixels" * 40
+    with ctxguard.conversation("parts"):
+        ctxguard.record_fact("order_id", "A-1041")
+        gemini.models.generate_content(model=MODEL, config={"system_instruction": SYSTEM}, contents=[
+            types.Content(role="user", parts=[types.Part.from_text(text="what is this?"),
+                                              types.Part.from_bytes(data=image, mime_type="image/png"),
+                                              types.Part.from_uri(file_uri="gs://b/doc.pdf",
+                                                                  mime_type="application/pdf")]),
+            types.Content(role="model", parts=[types.Part.from_function_call(name="lookup",
+                                                                             args={"order": "A-1041"})]),
+            types.Content(role="user", parts=[types.Part.from_function_response(name="lookup",
+                                                                                response={"status": "shipped"})]),
+        ])
+    a = only(harness).attributes
+    assert list(a["ctxguard.message.roles"]) == ["system", "user", "assistant", "user"]
+    assert list(a["ctxguard.facts.present"]) == ["order_id@1"]  # found in the function_call args
+    dumped = str(dict(a))
+    assert "secret-pixels" not in dumped and base64.b64encode(image).decode()[:40] not in dumped
+    assert base64.b64encode(image) in llm.requests[0].body  # the SDK did send them
+
+
+def test_stream_output_identical_to_uninstrumented_and_wire_observed(harness, llm, gemini):
+    def chunks():
+        llm.script("parcel in Pune")
+        stream = gemini.models.generate_content_stream(model=MODEL, contents="where?",
+                                                       config={"system_instruction": SYSTEM})
+        return [c.model_dump(exclude={"sdk_http_response", "response_id"}) for c in stream]
+
+    plain = chunks()
+    harness.start(mode="observe")
+    guarded = chunks()
+    assert guarded == plain
+    assert "".join(c["candidates"][0]["content"]["parts"][0]["text"] for c in guarded) == "parcel in Pune"
+    a = only(harness).attributes
+    # The SDK's stream is a generator that sends on the first chunk: still observed.
+    assert a["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[-1].body)
+    assert list(a["gen_ai.response.finish_reasons"]) == ["STOP"]
+    assert a["gen_ai.usage.output_tokens"] > 0
+
+
+@pytest.mark.asyncio
+async def test_async_generate_and_stream(harness, llm):
+    harness.start(mode="observe")
+    llm.script("one", "two")
+    async with http.AsyncClient() as transport:
+        client = genai.Client(api_key="t", http_options={"base_url": llm.gemini_base_url,
+                                                         "httpx_async_client": transport})
+        reply = await client.aio.models.generate_content(model=MODEL, contents="hi")
+        stream = await client.aio.models.generate_content_stream(model=MODEL, contents="hi",
+                                                                 config={"system_instruction": SYSTEM})
+        text = "".join([c.text async for c in stream])
+    assert (reply.text, text) == ("one", "two")
+    spans = ours(harness)
+    assert [list(s.attributes["ctxguard.violations"]) for s in spans] == [["system_at_head"], []]
+    assert [s.attributes["ctxguard.wire.hash"] for s in spans] == [
+        Digester(KEY).bytes(r.body) for r in llm.requests]
+
+
+def drop_system_instruction(request) -> None:
+    """A transport hook that loses the system instruction after the SDK built the body."""
+    body = json.loads(request.content)
+    body.pop("systemInstruction")
+    raw = json.dumps(body).encode()
+    request.stream = http.ByteStream(raw)
+    request._content = raw
+    request.headers["Content-Length"] = str(len(raw))
+
+
+def test_instruction_dropped_below_the_sdk_fails_wire_intact(harness, llm):
+    harness.start(mode="enforce")  # judged after sending: recorded, never blocking
+    with http.Client(event_hooks={"request": [drop_system_instruction]}) as transport:
+        client = genai.Client(api_key="t", http_options={"base_url": llm.gemini_base_url,
+                                                         "httpx_client": transport})
+        client.models.generate_content(model=MODEL, contents="hi", config={"system_instruction": SYSTEM})
+    assert "systemInstruction" not in llm.bodies()[0]
+    assert list(only(harness).attributes["ctxguard.violations"]) == ["wire_intact"]
+    assert harness.metric("ctxguard_violations_total", check="wire_intact", provider="gcp.gen_ai") == 1
+
+
+def test_sdk_errors_pass_through(harness, llm, gemini):
+    harness.start(mode="observe")
+    llm.script(Reply(status=429, text="slow down"))
+    with pytest.raises(errors.ClientError) as info:
+        gemini.models.generate_content(model=MODEL, contents="hi", config={"system_instruction": SYSTEM})
+    assert info.value.code == 429
+    assert only(harness).attributes["error.type"] == "ClientError"
+
+
+def test_bad_input_never_crashes(harness, llm, gemini):
+    harness.start(mode="observe")
+    with pytest.raises(ValueError, match="contents"):
+        gemini.models.generate_content(model=MODEL, contents=[], config={"system_instruction": SYSTEM})
+    assert list(ours(harness)[-1].attributes["ctxguard.message.roles"]) == ["system"]
+    with pytest.raises(ValueError, match="max_output_tokens"):  # the SDK's own validation, unchanged
+        gemini.models.generate_content(model=MODEL, contents="hi", config={"system_instruction": [],
+                                                                            "max_output_tokens": "many"})
+    a = ours(harness)[-1].attributes
+    assert list(a["ctxguard.violations"]) == ["system_at_head"]
+    assert "gen_ai.request.max_tokens" not in a
+    with pytest.raises(ValueError):  # the SDK refuses these; ctxguard read them without failing
+        gemini.models.generate_content(model=MODEL, contents=[{"role": "user", "parts": [{"unknown": 1}]}, 7],
+                                       config={"system_instruction": SYSTEM})
+    assert list(ours(harness)[-1].attributes["ctxguard.message.roles"]) == ["system", "user", "user"]
+    assert llm.requests == []
+
+
+def test_uninstrument_restores_identity(harness):
+    originals = {(cls, name): cls.__dict__[name] for cls, name in CALL_SITES}
+    harness.start(mode="observe")
+    assert all(cls.__dict__[name] is not fn for (cls, name), fn in originals.items())
+    ctxguard.uninstrument()
+    assert all(cls.__dict__[name] is fn for (cls, name), fn in originals.items())
+
+
+def test_instrument_before_importing_google_genai():
+    with FakeLLM() as llm:
+        script = textwrap.dedent(f"""
+            import sys
+            import ctxguard
+            from prometheus_client import CollectorRegistry
+            registry = CollectorRegistry()
+            ctxguard.instrument(registry=registry, digest_key="k")
+            assert "google.genai" not in sys.modules and "litellm" not in sys.modules
+            from google import genai
+            client = genai.Client(api_key="x", http_options={{"base_url": "{llm.gemini_base_url}"}})
+            client.models.generate_content(model="gemini-2.5-flash", contents="hi")
+            print(registry.get_sample_value("ctxguard_violations_total",
+                                            {{"check": "system_at_head", "provider": "gcp.gen_ai"}}))
+        """)
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1.0"
+
+
+def test_unsupported_version_logs_one_warning_and_is_left_untouched(harness, monkeypatch, caplog):
+    from ctxguard import providers
+
+    monkeypatch.setattr(providers, "_major", lambda distribution: 9 if distribution == "google-genai" else 1)
+    originals = {(cls, name): cls.__dict__[name] for cls, name in CALL_SITES}
+    with caplog.at_level("WARNING", logger="ctxguard"):
+        harness.start(mode="observe", providers=["google-genai"])
+    assert all(cls.__dict__[name] is fn for (cls, name), fn in originals.items())
+    warnings = [r for r in caplog.records if "google-genai" in r.getMessage()]
+    assert len(warnings) == 1 and "not supported" in warnings[0].getMessage()

@@ -1,0 +1,183 @@
+"""LiteLLM, driven for real over loopback HTTP (``api_base`` pointed at the fake server).
+
+LiteLLM fetches its model cost map from the network at import unless
+``LITELLM_LOCAL_MODEL_COST_MAP=True``: set here before the import (and in scripts/test).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+litellm = pytest.importorskip("litellm", reason="litellm is not installed (extra 'litellm'; needs openai>=2)")
+
+import ctxguard  # noqa: E402
+from ctxguard.digest import Digester  # noqa: E402
+from ctxguard.testing import Reply  # noqa: E402
+from tests.conftest import KEY, message_digest  # noqa: E402
+
+SYSTEM = {"role": "system", "content": "You are the order assistant.\nAnswer in English."}
+USER = {"role": "user", "content": "where is my parcel?"}
+
+
+def ours(harness):
+    return [s for s in harness.spans() if s.attributes.get("ctxguard.payload.hash")]
+
+
+def only(harness):
+    spans = ours(harness)
+    assert len(spans) == 1, [s.name for s in harness.spans()]
+    return spans[0]
+
+
+def calls(harness):
+    return sum(harness.metric("ctxguard_calls_total", provider=p, operation="chat")
+               for p in ("openai", "anthropic", "gcp.gen_ai", "litellm"))
+
+
+def test_openai_route_span_matches_the_body(harness, llm):
+    harness.start(mode="observe")
+    with ctxguard.conversation("l1"):
+        reply = litellm.completion(model="openai/gpt-4o", messages=[SYSTEM, USER], max_tokens=300,
+                                   api_base=llm.base_url, api_key="t")
+    assert reply.choices[0].message.content == "ok 1"
+    sent = llm.bodies("/chat/completions")[0]
+    a = only(harness).attributes
+    assert a["gen_ai.provider.name"] == "openai"  # LiteLLM's routing, not the wrapper's name
+    assert a["gen_ai.request.model"] == "openai/gpt-4o" and sent["model"] == "gpt-4o"
+    assert list(a["ctxguard.message.roles"]) == [m["role"] for m in sent["messages"]]
+    assert list(a["ctxguard.message.hashes"]) == [message_digest(m["role"], m["content"]) for m in sent["messages"]]
+    assert a["ctxguard.budget.window"] == 128_000
+    assert a["ctxguard.budget.reserved_output"] == sent["max_tokens"] == 300
+    assert a["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[0].body)
+    assert a["gen_ai.response.id"] == "chatcmpl-fake-1"
+    assert list(a["ctxguard.violations"]) == []
+    assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 1 == calls(harness)
+
+
+def test_azure_route_runs_the_openai_sdk_underneath_one_evaluation_one_span(harness, llm):
+    """LiteLLM's Azure route calls openai's chat.completions.create: that call site is patched too,
+    and must not count the same app call twice; its transport body feeds the outer wire_intact."""
+    harness.start(mode="enforce")
+    litellm.completion(model="azure/gpt-4o", messages=[SYSTEM, USER], api_base=llm.origin, api_key="t",
+                       api_version="2024-10-21")
+    assert "/openai/deployments/gpt-4o/chat/completions" in llm.requests[0].path
+    a = only(harness).attributes
+    assert a["gen_ai.provider.name"] == "litellm"
+    assert calls(harness) == 1
+    assert harness.metric("ctxguard_checks_total", check="system_at_head", outcome="pass") == 1
+    assert a["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[0].body)
+    with pytest.raises(ctxguard.ContextViolation):
+        litellm.completion(model="azure/gpt-4o", messages=[USER], api_base=llm.origin, api_key="t",
+                           api_version="2024-10-21")
+    assert len(llm.requests) == 1
+    assert harness.metric("ctxguard_blocked_total", check="system_at_head") == 1
+
+
+def test_anthropic_route_moves_the_system_message_and_wire_is_intact(harness, llm):
+    harness.start(mode="observe")
+    litellm.completion(model="anthropic/claude-sonnet-4-20250514", messages=[SYSTEM, USER], max_tokens=50,
+                       api_base=llm.anthropic_base_url, api_key="t")
+    sent = llm.bodies("/messages")[0]
+    assert [b["text"] for b in sent["system"]] == [SYSTEM["content"]]  # LiteLLM's translation
+    a = only(harness).attributes
+    assert a["gen_ai.provider.name"] == "anthropic"
+    assert list(a["ctxguard.message.roles"]) == ["system", "user"]
+    assert a["ctxguard.budget.window"] == 200_000
+    assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
+
+
+def test_system_pinned_budget_and_fact_checks(harness, llm):
+    harness.start(mode="observe", policy=ctxguard.Policy(pinned=ctxguard.Pinned(max_tokens=40)))
+    block = {"role": "system", "content": ctxguard.render_pinned({"city": "Pune"}, max_tokens=40)}
+    cut = {"role": "system", "content": "\n".join(block["content"].splitlines()[:-1])}
+    kw = dict(model="openai/gpt-4o", api_base=llm.base_url, api_key="t")
+    with ctxguard.conversation("l2"):
+        ctxguard.record_fact("city", "Pune")
+        litellm.completion(messages=[SYSTEM, block, USER], **kw)
+        litellm.completion(messages=[USER, block], **kw)
+        litellm.completion(messages=[SYSTEM, cut, USER], **kw)
+        litellm.completion(messages=[SYSTEM, USER], **kw)
+        litellm.completion(messages=[SYSTEM, block, USER], max_tokens=128_000, **kw)
+        ctxguard.forget_fact("city")
+        litellm.completion(messages=[SYSTEM, block, USER], **kw)
+        litellm.completion(messages=[SYSTEM, {"role": "system", "content": "Pinned facts"}, USER], **kw)
+    assert [list(s.attributes["ctxguard.violations"]) for s in ours(harness)] == [
+        [],
+        ["system_at_head"],
+        ["pinned_intact"],
+        ["pinned_present", "fact_present"],
+        ["payload_under_budget"],
+        ["fact_forgotten"],
+        [],
+    ]
+    assert harness.metric("ctxguard_violations_total", check="fact_forgotten", provider="openai") == 1
+
+
+def test_positional_model_and_messages_are_read(harness, llm):
+    harness.start(mode="observe")
+    litellm.completion("openai/gpt-4o", [SYSTEM, USER], api_base=llm.base_url, api_key="t")
+    a = only(harness).attributes
+    assert list(a["ctxguard.message.roles"]) == ["system", "user"]
+    assert a["gen_ai.request.model"] == "openai/gpt-4o"
+
+
+def test_stream_chunks_identical_to_uninstrumented(harness, llm):
+    def chunks():
+        llm.script("parcel in Pune")
+        stream = litellm.completion(model="openai/gpt-4o", messages=[SYSTEM, USER], stream=True,
+                                    stream_options={"include_usage": True}, api_base=llm.base_url, api_key="t")
+        return stream, [c.model_dump(exclude={"id", "created"}) for c in stream]
+
+    _, plain = chunks()
+    harness.start(mode="observe")
+    stream, guarded = chunks()
+    assert isinstance(stream, litellm.CustomStreamWrapper)
+    assert guarded == plain
+    a = only(harness).attributes
+    assert a["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[-1].body)
+    assert a["gen_ai.usage.output_tokens"] > 0
+    assert list(a["gen_ai.response.finish_reasons"]) == ["stop"]
+
+
+@pytest.mark.asyncio
+async def test_acompletion_and_async_stream(harness, llm):
+    harness.start(mode="observe")
+    llm.script("one", "two")
+    reply = await litellm.acompletion(model="openai/gpt-4o", messages=[USER], api_base=llm.base_url, api_key="t")
+    stream = await litellm.acompletion(model="openai/gpt-4o", messages=[SYSTEM, USER], stream=True,
+                                       api_base=llm.base_url, api_key="t")
+    text = "".join([c.choices[0].delta.content or "" async for c in stream])
+    assert (reply.choices[0].message.content, text) == ("one", "two")
+    spans = ours(harness)
+    assert [list(s.attributes["ctxguard.violations"]) for s in spans] == [["system_at_head"], []]
+    assert [s.attributes["ctxguard.wire.hash"] for s in spans] == [Digester(KEY).bytes(r.body) for r in llm.requests]
+
+
+def test_sdk_errors_pass_through(harness, llm):
+    harness.start(mode="observe")
+    llm.script(Reply(status=429, text="slow down"))
+    with pytest.raises(litellm.RateLimitError):
+        litellm.completion(model="openai/gpt-4o", messages=[SYSTEM, USER], api_base=llm.base_url, api_key="t",
+                           max_retries=0)
+    assert only(harness).attributes["error.type"] == "RateLimitError"
+
+
+def test_unroutable_model_is_labelled_litellm_and_the_error_is_litellms(harness, llm):
+    harness.start(mode="observe")
+    with pytest.raises(litellm.BadRequestError):
+        litellm.completion(model="no-such-model-xyz", messages=[SYSTEM, USER], api_base=llm.base_url)
+    a = only(harness).attributes
+    assert a["gen_ai.provider.name"] == "litellm"
+    assert "payload_under_budget: " in "\n".join(a["ctxguard.checks.skipped"])
+
+
+def test_uninstrument_restores_identity(harness):
+    originals = (litellm.completion, litellm.acompletion)
+    harness.start(mode="observe")
+    assert litellm.completion is not originals[0] and litellm.acompletion is not originals[1]
+    ctxguard.uninstrument()
+    assert (litellm.completion, litellm.acompletion) == originals
+    assert litellm.completion is originals[0] and litellm.acompletion is originals[1]
