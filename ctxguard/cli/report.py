@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 
 from ..capture import CaptureError, read_capture
@@ -57,7 +58,8 @@ def run_report(args: argparse.Namespace) -> int:
     report = Report()
     with handle:
         try:
-            lines = read_capture(handle, frozenset(PROVIDERS), progress=progress_bar(size, args.progress))
+            # sys.stderr passed explicitly: progress_bar's default was bound at import time
+            lines = read_capture(handle, frozenset(PROVIDERS), progress=progress_bar(size, args.progress, sys.stderr))
             for line, result in Checker(policy).judge(lines):
                 report.add(line, result)
         except CaptureError as exc:
