@@ -88,13 +88,18 @@ class _Elements(HTMLParser):
         super().__init__()
         self.elements: list[tuple[str, dict[str, str]]] = []
         self.text: list[str] = []
+        self.inside = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.elements.append((tag, {k: v or "" for k, v in attrs}))
+        self.inside = True
+
+    def handle_endtag(self, tag: str) -> None:
+        self.inside = False
 
     def handle_data(self, data: str) -> None:
         self.text.append(data)
-        if self.elements:  # the text right after a start tag, as "#text"
+        if self.inside:  # the text between a start tag and the next tag, as "#text"
             attrs = self.elements[-1][1]
             attrs["#text"] = attrs.get("#text", "") + data
 
