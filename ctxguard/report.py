@@ -245,13 +245,13 @@ table.grid th.label{text-align:left;padding-right:.6em;white-space:nowrap;font-w
 .head.system{background:#c8e6c9}.head.other{background:#ffcdd2;font-weight:600}.head.none{background:#eee}
 .checks.failed{background:#ffebee;color:#b71c1c;font-weight:600}
 th.unread{background:#eee;color:#888}
-[data-flip="true"]{outline:3px solid #111;outline-offset:-3px}
-th[data-flip="true"]{background:#111;color:#fff}
+[data-flip="true"]{outline:3px solid #7b1fa2;outline-offset:-3px}
+th[data-flip="true"]{background:#7b1fa2;color:#fff}
 th[data-flip="true"]::after,td[data-flip="true"]::after{content:"⚑";font-size:9px;vertical-align:super}
 .legend span{display:inline-block;min-width:1.4em;text-align:center;border:1px solid #ccc}
-.flip-sample{outline:3px solid #111;outline-offset:-3px}
+.flip-sample{outline:3px solid #7b1fa2;outline-offset:-3px}
 figure.chart{margin:.6em 0}figcaption{font-size:12px;color:#555}
-svg rect.tokens{fill:#1976d2}svg rect.tokens.over{fill:#d32f2f}
+svg rect.tokens{fill:#1976d2}svg rect.tokens.over{fill:#e65100}
 svg line.axis{stroke:#999}
 svg line.budget{stroke:#111;stroke-width:2;stroke-dasharray:4 2}svg text{font-size:10px;fill:#555}
 .note{font-size:12px;color:#7a4b00}
