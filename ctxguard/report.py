@@ -226,7 +226,7 @@ def _chart(conv: _Conversation) -> str:
 _LEGEND = (
     "<p class='legend'>"
     + " ".join(f"<span class='fact {s}'>{_LETTER[s]}</span> {s}" for s in FACT_STATUSES)
-    + " &nbsp; <span class='flip-sample'>⚑</span> flip point: the turn a fact, the head or the checks went wrong"
+    + " &nbsp; <span data-flip='true'>⚑</span> flip point: the turn a fact, the head or the checks went wrong"
     + "</p>"
 )
 
@@ -249,7 +249,6 @@ th.unread{background:#eee;color:#888}
 th[data-flip="true"]{background:#7b1fa2;color:#fff}
 th[data-flip="true"]::after,td[data-flip="true"]::after{content:"⚑";font-size:9px;vertical-align:super}
 .legend span{display:inline-block;min-width:1.4em;text-align:center;border:1px solid #ccc}
-.flip-sample{outline:3px solid #7b1fa2;outline-offset:-3px}
 figure.chart{margin:.6em 0}figcaption{font-size:12px;color:#555}
 svg rect.tokens{fill:#1976d2}svg rect.tokens.over{fill:#e65100}
 svg line.axis{stroke:#999}
