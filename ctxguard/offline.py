@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
-__all__ = ["OFFLINE_CHECKS", "PROVIDERS", "Checker", "TurnResult", "load_policy", "request_api"]
+__all__ = ["FACT_STATUSES", "OFFLINE_CHECKS", "PROVIDERS", "Checker", "TurnResult", "load_policy", "request_api"]
 
 #: Providers whose captured body reads like the SDK's keyword arguments.
 PROVIDERS: dict[str, Adapter] = {
@@ -118,6 +118,17 @@ class Checker:
             return None
         call.answer(None)  # closes the (non-recording) span and detaches its context
         return _result(line, call)
+
+    def judge(self, lines: Iterable[RequestLine | FactLine]) -> Iterator[tuple[RequestLine, TurnResult | None]]:
+        """Feed every line in order; yield each request line with its result.
+
+        >>> for line, result in Checker().judge(read_capture(f, frozenset(PROVIDERS))): ...  # doctest: +SKIP
+        """
+        for line in lines:
+            if isinstance(line, RequestLine):
+                yield line, self.request(line)
+            else:
+                self.fact(line)
 
 
 def _result(line: RequestLine, call: Call) -> TurnResult:

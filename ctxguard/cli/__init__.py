@@ -31,6 +31,10 @@ def _parser() -> argparse.ArgumentParser:
 
     check.add_arguments(verbs.add_parser("check", help="run the checks offline over a capture file"))
     diff.add_arguments(verbs.add_parser("diff", help="compare two request payloads message by message"))
+
+    from . import report
+
+    report.add_arguments(verbs.add_parser("report", help="write a self-contained HTML fact-survival report"))
     return parser
 
 
@@ -48,6 +52,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .diff import run_diff
 
         return run_diff(args)
+    if args.verb == "report":
+        from .report import run_report
+
+        return run_report(args)
     from .budget import run_budget
 
     return run_budget(args)

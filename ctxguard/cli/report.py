@@ -1,0 +1,74 @@
+"""``ctxguard report FILE.jsonl -o report.html [--policy P.toml]``: the fact-survival page.
+
+Runs the same offline checks as ``ctxguard check`` and writes one self-contained
+HTML file (see ``ctxguard.report``), then prints
+``wrote report.html (N conversations, M requests)``. Exit 0 once written, whatever
+the checks found (the report is the product); 2 on unreadable input, naming the
+line, and then no file is written: the page goes to a temporary file in the same
+directory, renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+from ..capture import CaptureError, read_capture
+from ..offline import PROVIDERS, Checker, load_policy
+from ..report import Report
+from .check import fail, open_capture, progress_bar
+
+__all__ = ["add_arguments", "run_report", "write_atomically"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE.jsonl", help="capture file (one request per line)")
+    parser.add_argument("-o", "--output", required=True, metavar="report.html", help="where to write the page")
+    parser.add_argument("--policy", metavar="P.toml", help="policy: [pinned] and [budget] tables, top-level flags")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bar on stderr (default: when stderr is a terminal and the file is large)")
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a temp file renamed into place)."""
+    fd, temp = tempfile.mkstemp(prefix=".ctxguard-", suffix=".tmp", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temp, 0o666 & ~umask)  # mkstemp's 0600 would surprise whoever opens the report
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
+
+
+def run_report(args: argparse.Namespace) -> int:
+    try:
+        policy = load_policy(args.policy) if args.policy else None
+    except (OSError, ValueError) as exc:
+        return fail(f"{args.policy}: {exc}")
+    try:
+        handle, size = open_capture(args.file)
+    except OSError as exc:
+        return fail(f"{args.file}: {exc.strerror or exc}")
+    report = Report()
+    with handle:
+        try:
+            # sys.stderr passed explicitly: progress_bar's default was bound at import time
+            lines = read_capture(handle, frozenset(PROVIDERS), progress=progress_bar(size, args.progress, sys.stderr))
+            for line, result in Checker(policy).judge(lines):
+                report.add(line, result)
+        except CaptureError as exc:
+            return fail(f"{args.file}: {exc}")
+    if report.requests == 0:
+        return fail(f"{args.file}: no request lines")
+    try:
+        write_atomically(args.output, report.render(os.path.basename(args.file)))
+    except OSError as exc:
+        return fail(f"{args.output}: {exc.strerror or exc}")
+    print(f"wrote {args.output} ({len(report.conversations)} conversations, {report.requests} requests)")
+    return 0
