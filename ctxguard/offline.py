@@ -39,13 +39,26 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
-__all__ = ["FACT_STATUSES", "OFFLINE_CHECKS", "PROVIDERS", "Checker", "TurnResult", "load_policy", "request_api"]
+__all__ = [
+    "FACT_STATUSES",
+    "NO_CONVERSATION",
+    "OFFLINE_CHECKS",
+    "PROVIDERS",
+    "Checker",
+    "TurnResult",
+    "first_violation",
+    "load_policy",
+    "request_api",
+]
 
 #: Providers whose captured body reads like the SDK's keyword arguments.
 PROVIDERS: dict[str, Adapter] = {
     "openai": openai_provider.ADAPTER,
     "anthropic": anthropic_provider.ADAPTER,
 }
+
+#: How a request without a conversation id is listed.
+NO_CONVERSATION = "(no conversation id)"
 
 #: The checks judged offline, in contract order.
 OFFLINE_CHECKS: tuple[str, ...] = tuple(CHECKS)
@@ -129,6 +142,11 @@ class Checker:
                 yield line, self.request(line)
             else:
                 self.fact(line)
+
+
+def first_violation(name: str, result: TurnResult) -> str:
+    """The line ``ctxguard check`` prints: ``order-41: first violation at turn 5: system_at_head``."""
+    return f"{name}: first violation at turn {result.turn}: {', '.join(result.failed)}"
 
 
 def _result(line: RequestLine, call: Call) -> TurnResult:

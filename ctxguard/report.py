@@ -25,16 +25,14 @@ from dataclasses import dataclass, field
 from html import escape
 
 from .capture import RequestLine
-from .offline import FACT_STATUSES, TurnResult
+from .offline import FACT_STATUSES, NO_CONVERSATION, TurnResult, first_violation
 from .payload import SYSTEM_ROLES
 
-__all__ = ["MAX_CONVERSATIONS", "MAX_TURNS", "NO_CONVERSATION", "Report", "first_violation"]
+__all__ = ["MAX_CONVERSATIONS", "MAX_TURNS", "Report"]
 
 MAX_CONVERSATIONS = 500
 MAX_TURNS = 1000
 
-#: How a request without a conversation id is listed (as in ``ctxguard check``).
-NO_CONVERSATION = "(no conversation id)"
 
 #: Statuses that mean a fact went wrong in that turn.
 _BAD = frozenset({"leaked", "stale", "missing"})
@@ -54,11 +52,6 @@ class _Conversation:
     drawn: bool = False
     #: (turn, result) of the drawn turns; result None: a body the provider module cannot read
     columns: list[tuple[int, TurnResult | None]] = field(default_factory=list)
-
-
-def first_violation(name: str, result: TurnResult) -> str:
-    """The line ``ctxguard check`` prints: ``order-41: first violation at turn 5: system_at_head``."""
-    return f"{name}: first violation at turn {result.turn}: {', '.join(result.failed)}"
 
 
 class Report:

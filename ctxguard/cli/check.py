@@ -21,20 +21,21 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..capture import CaptureError, RequestLine, read_capture
-from ..offline import PROVIDERS, Checker, TurnResult, load_policy
+from ..offline import NO_CONVERSATION, PROVIDERS, Checker, TurnResult, first_violation, load_policy
 
-__all__ = ["NO_CONVERSATION", "add_arguments", "open_capture", "progress_bar", "run_check"]
+__all__ = ["add_arguments", "capture_arguments", "judge_capture", "open_capture", "progress_bar", "run_check"]
 
-#: How a request without a conversation id is listed.
-NO_CONVERSATION = "(no conversation id)"
+def capture_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of every verb that reads a capture (``check``, ``report``)."""
+    parser.add_argument("file", metavar="FILE.jsonl", help="capture file (one request per line)")
+    parser.add_argument("--policy", metavar="P.toml", help="policy: [pinned] and [budget] tables, top-level flags")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bar on stderr (default: when stderr is a terminal and the file is large)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", metavar="FILE.jsonl", help="capture file (one request per line)")
-    parser.add_argument("--policy", metavar="P.toml", help="policy: [pinned] and [budget] tables, top-level flags")
+    capture_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout instead of text")
-    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                        help="progress bar on stderr (default: when stderr is a terminal and the file is large)")
 
 
 @dataclass
@@ -76,7 +77,9 @@ def open_capture(path: str) -> tuple[IO[bytes], int]:
     return handle, os.fstat(handle.fileno()).st_size
 
 
-def run_check(args: argparse.Namespace) -> int:
+def judge_capture(args: argparse.Namespace, consume: Callable[[RequestLine, TurnResult | None], None]) -> int | None:
+    """Load ``args.policy``, stream ``args.file`` through the offline checks and hand each request
+    line with its result to ``consume``. Returns an exit code (2) when the input is unusable."""
     try:
         policy = load_policy(args.policy) if args.policy else None
     except (OSError, ValueError) as exc:
@@ -85,28 +88,36 @@ def run_check(args: argparse.Namespace) -> int:
         handle, size = open_capture(args.file)
     except OSError as exc:
         return fail(f"{args.file}: {exc.strerror or exc}")
-    checker = Checker(policy)
-    conversations: dict[str | None, _Conversation] = {}
     requests = 0
     with handle:
         try:
-            for line in read_capture(handle, frozenset(PROVIDERS), progress=progress_bar(size, args.progress)):
-                if not isinstance(line, RequestLine):
-                    checker.fact(line)
-                    continue
-                result = checker.request(line)
+            lines = read_capture(handle, frozenset(PROVIDERS), progress=progress_bar(size, args.progress))
+            for line, result in Checker(policy).judge(lines):
                 requests += 1
-                seen = conversations.setdefault(line.conversation_id, _Conversation())
-                seen.turns += 1
-                if result is not None and result.failed:
-                    for check in result.failed:
-                        seen.checks[check] = seen.checks.get(check, 0) + 1
-                    if seen.first is None:
-                        seen.first = result
+                consume(line, result)
         except CaptureError as exc:
             return fail(f"{args.file}: {exc}")
     if requests == 0:
         return fail(f"{args.file}: no request lines")
+    return None
+
+
+def run_check(args: argparse.Namespace) -> int:
+    conversations: dict[str | None, _Conversation] = {}
+
+    def consume(line: RequestLine, result: TurnResult | None) -> None:
+        seen = conversations.setdefault(line.conversation_id, _Conversation())
+        seen.turns += 1
+        if result is not None and result.failed:
+            for check in result.failed:
+                seen.checks[check] = seen.checks.get(check, 0) + 1
+            if seen.first is None:
+                seen.first = result
+
+    error = judge_capture(args, consume)
+    if error is not None:
+        return error
+    requests = sum(c.turns for c in conversations.values())
     violating = sum(1 for c in conversations.values() if c.first is not None)
     if args.json:
         print(json.dumps(_document(args.file, requests, conversations, violating), indent=2))
@@ -116,7 +127,7 @@ def run_check(args: argparse.Namespace) -> int:
             if seen.first is None:
                 print(f"{name}: ok ({seen.turns} turn{'' if seen.turns == 1 else 's'})")
             else:
-                print(f"{name}: first violation at turn {seen.first.turn}: {', '.join(seen.first.failed)}")
+                print(first_violation(name, seen.first))
         print(f"checked {requests} requests in {len(conversations)} conversations: {violating} with violations")
     return 1 if violating else 0
 

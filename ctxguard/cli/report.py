@@ -12,23 +12,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 
-from ..capture import CaptureError, read_capture
-from ..offline import PROVIDERS, Checker, load_policy
 from ..report import Report
-from .check import fail, open_capture, progress_bar
+from .check import capture_arguments, fail, judge_capture
 
 __all__ = ["add_arguments", "run_report", "write_atomically"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", metavar="FILE.jsonl", help="capture file (one request per line)")
+    capture_arguments(parser)
     parser.add_argument("-o", "--output", required=True, metavar="report.html", help="where to write the page")
-    parser.add_argument("--policy", metavar="P.toml", help="policy: [pinned] and [budget] tables, top-level flags")
-    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                        help="progress bar on stderr (default: when stderr is a terminal and the file is large)")
 
 
 def write_atomically(path: str, text: str) -> None:
@@ -47,25 +41,10 @@ def write_atomically(path: str, text: str) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    try:
-        policy = load_policy(args.policy) if args.policy else None
-    except (OSError, ValueError) as exc:
-        return fail(f"{args.policy}: {exc}")
-    try:
-        handle, size = open_capture(args.file)
-    except OSError as exc:
-        return fail(f"{args.file}: {exc.strerror or exc}")
     report = Report()
-    with handle:
-        try:
-            # sys.stderr passed explicitly: progress_bar's default was bound at import time
-            lines = read_capture(handle, frozenset(PROVIDERS), progress=progress_bar(size, args.progress, sys.stderr))
-            for line, result in Checker(policy).judge(lines):
-                report.add(line, result)
-        except CaptureError as exc:
-            return fail(f"{args.file}: {exc}")
-    if report.requests == 0:
-        return fail(f"{args.file}: no request lines")
+    error = judge_capture(args, report.add)
+    if error is not None:
+        return error
     try:
         write_atomically(args.output, report.render(os.path.basename(args.file)))
     except OSError as exc:
