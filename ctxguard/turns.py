@@ -17,15 +17,19 @@ from typing import Any
 __all__ = ["alternate", "split_units", "tool_calls", "tool_results"]
 
 
+_NONE: frozenset[str] = frozenset()
+
+
 def _blocks(content: Any) -> Sequence[Any]:
     return content if isinstance(content, (list, tuple)) else ()
 
 
 def tool_calls(message: Mapping[str, Any]) -> frozenset[str]:
     """Ids of the tool calls an assistant message opens (OpenAI or Anthropic form)."""
-    if message.get("role") != "assistant":
-        return frozenset()
-    ids = [call.get("id") for call in message.get("tool_calls") or () if isinstance(call, Mapping)]
+    calls = message.get("tool_calls")
+    if message.get("role") != "assistant" or (not calls and type(message.get("content")) is str):
+        return _NONE  # the common case, decided without a walk
+    ids = [call.get("id") for call in calls or () if isinstance(call, Mapping)]
     ids += [
         block.get("id")
         for block in _blocks(message.get("content"))
@@ -40,8 +44,8 @@ def tool_results(message: Mapping[str, Any]) -> frozenset[str]:
     if role == "tool":
         call_id = message.get("tool_call_id")
         return frozenset((call_id,)) if isinstance(call_id, str) else frozenset(("",))
-    if role != "user":
-        return frozenset()
+    if role != "user" or type(message.get("content")) is str:
+        return _NONE
     return frozenset(
         str(block.get("tool_use_id"))
         for block in _blocks(message.get("content"))
