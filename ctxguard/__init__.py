@@ -10,12 +10,14 @@ import logging
 
 from ._instrument import instrument, uninstrument
 from .budget import Budget, BudgetBreakdown, budget_for
+from .builder import AnthropicRequest, BudgetError, ContextBuilder
 from .conversation import conversation
 from .facts import MemoryLedger, checkpoint, forget_fact, record_fact, stage
 from .facts.redis import RedisLedger
 from .guard import Guard
 from .pinned import render_pinned
 from .policy import Pinned, Policy
+from .summaries import SUMMARY_PROMPT
 from .violations import ContextViolation, Violation
 
 __version__ = "0.1.0"
@@ -24,8 +26,12 @@ __version__ = "0.1.0"
 logging.getLogger("ctxguard").addHandler(logging.NullHandler())
 
 __all__ = [
+    "SUMMARY_PROMPT",
+    "AnthropicRequest",
     "Budget",
+    "BudgetError",
     "BudgetBreakdown",
+    "ContextBuilder",
     "ContextViolation",
     "Guard",
     "MemoryLedger",

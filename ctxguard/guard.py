@@ -38,6 +38,7 @@ from .pinned import PinnedBlock, find_block
 from .policy import Policy
 from .providers.base import Adapter, StreamReader
 from .providers.streams import wrap_manager, wrap_stream
+from .summaries import LOSSY
 from .telemetry import spans as attr
 from .telemetry.log import log_violation
 from .telemetry.metrics import Metrics, metrics_for
@@ -334,6 +335,9 @@ class Call:
             a[attr.REQUEST_MAX_TOKENS] = payload.max_output_tokens
         if self.scope is not None:
             a[attr.CONVERSATION_ID] = self.scope[0]
+            lossy = LOSSY.take(self.scope)
+            if lossy:
+                a[attr.SUMMARY_LOSSY] = lossy
         head = payload.head
         if head is not None:
             a[attr.HEAD_ROLE] = head.role

@@ -58,6 +58,7 @@ PINNED_PRESENT = "ctxguard.pinned.present"
 PINNED_TOKENS = "ctxguard.pinned.tokens"
 PINNED_ENTRIES = "ctxguard.pinned.entries"
 PINNED_HASH = "ctxguard.pinned.hash"
+SUMMARY_LOSSY = "ctxguard.summary.lossy"  # fact ids a supplied summary lost (ContextBuilder)
 FACTS_PRESENT = "ctxguard.facts.present"
 FACTS_MISSING = "ctxguard.facts.missing"
 FACTS_STALE = "ctxguard.facts.stale"

@@ -1,0 +1,78 @@
+"""Summaries of older turns: the prompt to write one, and the check that it kept the facts.
+
+ctxguard never calls a model. An app that summarises its older turns with its own
+model can start from ``SUMMARY_PROMPT``; ``ContextBuilder`` then checks the summary
+it is handed against the conversation's active facts (a paraphrase tends to lose
+exactly the digits, identifiers and names), counts a lossy one in
+``ctxguard_summary_lossy_total`` and leaves a note that the next guarded call of the
+conversation puts on its span (``ctxguard.summary.lossy``: fact ids, never values).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from .facts.ledger import Scope, Version
+from .facts.matching import MIN_MATCH_CHARS, normalise
+
+__all__ = ["LOSSY", "SUMMARY_PROMPT", "LossyNotes", "lost_facts"]
+
+#: A prompt template for a structured summary of older turns, for the app's own model:
+#: ``SUMMARY_PROMPT.format(facts=..., turns=...)``. ``facts`` is one ``id: value`` line
+#: per active fact (the values to copy verbatim), ``turns`` the transcript to summarise.
+SUMMARY_PROMPT = """\
+Summarise the conversation below for an assistant that will continue it without seeing it.
+
+Write four sections, each a short bullet list, and leave a section empty rather than invent:
+Decisions: what was decided or agreed, with the final value when a value was corrected.
+Constraints: requirements, limits and preferences the user stated that still hold.
+Commitments: what the assistant promised to do, with dates, amounts and identifiers.
+Open questions: what is still unanswered or waiting for the user.
+
+Copy every number, date, amount, identifier, address and name exactly as written; never
+round, translate or paraphrase them. Each of these values must appear verbatim:
+{facts}
+
+Leave out greetings, thanks, apologies, small talk and anything later taken back.
+
+Conversation:
+{turns}
+"""
+
+
+def lost_facts(summary: str, active: Iterable[Version]) -> list[str]:
+    """Ids of the active facts whose value the summary no longer carries.
+
+    Matched like the fact checks match a payload (normalised substring); values too
+    short to match reliably are not judged.
+    """
+    text = normalise(summary)
+    return [v.fact_id for v in active if len(v.norm) >= MIN_MATCH_CHARS and v.norm not in text]
+
+
+class LossyNotes:
+    """Per conversation, the fact ids the last supplied summary lost, until a call takes them."""
+
+    def __init__(self, max_conversations: int = 10_000) -> None:
+        self.max_conversations = max_conversations
+        self._notes: OrderedDict[Scope, tuple[str, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def note(self, scope: Scope, fact_ids: Iterable[str]) -> None:
+        with self._lock:
+            self._notes[scope] = tuple(fact_ids)
+            self._notes.move_to_end(scope)
+            if len(self._notes) > self.max_conversations:
+                self._notes.popitem(last=False)
+
+    def take(self, scope: Scope) -> tuple[str, ...]:
+        if not self._notes:  # the common case: no builder, or no lossy summary
+            return ()
+        with self._lock:
+            return self._notes.pop(scope, ())
+
+
+#: The process's notes: written by ``ContextBuilder.build``, read by the guard.
+LOSSY = LossyNotes()
