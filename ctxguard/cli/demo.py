@@ -19,7 +19,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from .. import _instrument, conversation, render_pinned
+from .. import _instrument, conversation, record_fact, render_pinned
+from ..budget import Budget
+from ..builder import ContextBuilder
 from ..policy import Pinned, Policy
 from ..testing.fake_llm import FakeLLM
 
@@ -47,15 +49,28 @@ class BuggyChat:
 
 
 class FixedChat(BuggyChat):
-    """The instruction lives outside the buffer and is always sent first."""
+    """The fix: ``ctxguard.ContextBuilder`` builds every payload (system first, the pinned
+    facts rebuilt from the ledger, the verbatim tail sized in tokens)."""
 
     def __init__(self) -> None:
-        self.system = _system_message()
-        self.history = deque(maxlen=BUFFER - 1)
+        self.builder = ContextBuilder(
+            "gpt-4o", system=SYSTEM, budget=Budget(reserved_output=200), pinned=Pinned(max_tokens=200),
+            tail_tokens=80,
+        )
+        self.log: list[dict[str, str]] = []
+        self.recorded = False
 
     def payload(self, user: str) -> list[dict[str, str]]:
-        self.history.append({"role": "user", "content": user})
-        return [self.system, *self.history]
+        if not self.recorded:  # the app tells ctxguard its facts once; the builder pins them every call
+            for fact_id, value in FACTS.items():
+                record_fact(fact_id, value)
+            self.recorded = True
+        messages = self.builder.build(self.log, {"role": "user", "content": user})
+        self.log.append({"role": "user", "content": user})
+        return messages
+
+    def remember(self, answer: str) -> None:
+        self.log.append({"role": "assistant", "content": answer})
 
 
 def _turns(
@@ -102,7 +117,7 @@ def run_demo(*, turns: int = 8, serve: int | None = None, out: Callable[[str], N
             out(f"buggy app: system prompt stored in deque(maxlen={BUFFER})")
             flip = _turns("buggy", BuggyChat(), client, exporter, turns, out)
             out(f"flip point: turn {flip}" if flip else "flip point: none (system prompt kept)")
-            out("fixed app: system prompt kept outside the buffer")
+            out("fixed app: payloads built by ctxguard.ContextBuilder")
             fixed_flip = _turns("fixed", FixedChat(), client, exporter, turns, out)
             out(f"flip point: turn {fixed_flip}" if fixed_flip else "flip point: none (system prompt kept)")
     finally:
