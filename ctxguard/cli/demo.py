@@ -9,6 +9,7 @@ line below is read back from the span ctxguard emitted for that call.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -132,8 +133,15 @@ def run_demo(*, turns: int = 8, serve: int | None = None, out: Callable[[str], N
                 out(f"  {sample.name}{{{labels}}} {sample.value:g}")
     out(f"done in {time.perf_counter() - started:.2f}s")
     if serve is not None:
+        import signal
+
         from prometheus_client import start_http_server
 
+        # Ctrl-C (and SIGTERM) stop it even when started with SIGINT ignored, as background
+        # jobs of a non-interactive shell are.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, signal.default_int_handler)
         server, _thread = start_http_server(serve, addr="127.0.0.1", registry=registry)
         out(f"serving /metrics on http://127.0.0.1:{server.server_port}/metrics (Ctrl-C to stop)")
         try:
