@@ -26,8 +26,8 @@ import prometheus_client
 
 import ctxguard
 
-SIZES = (20, 200, 2000)
-ROUNDS = {20: 2000, 200: 1000, 2000: 100}
+SIZES = (20, 200, 400, 2000)  # 400 messages = 200 user/assistant turns
+ROUNDS = {20: 2000, 200: 1000, 400: 500, 2000: 100}
 
 
 def history(n: int) -> list[dict[str, Any]]:

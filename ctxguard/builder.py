@@ -27,7 +27,7 @@ from .facts.index import words
 from .facts.ledger import Scope, Version
 from .facts.matching import normalise
 from .measure import Measurer, TwoGenerationCache
-from .payload import Message, Payload
+from .payload import Item, Payload
 from .pinned import find_block, render_pinned
 from .policy import Pinned
 from .providers.anthropic import ADAPTER as ANTHROPIC
@@ -209,7 +209,8 @@ class ContextBuilder:
         view = form.adapter.normalise(form.api, {"model": self.model, "messages": messages})
         if view.unreadable is not None:
             raise ValueError(f"history: {view.unreadable}")
-        items = [measurer.message(item) for item in view.items]
+        items = view.items  # (role, text, refs, source); measured only where tokens are needed
+        message = measurer.message
         units, _orphans = split_units(messages)
         if not units or units[-1][1] != len(messages):
             raise ValueError("new_message answers a tool call that the history does not leave open")
@@ -227,7 +228,7 @@ class ContextBuilder:
             return measurer.message(("system", text, (), "message")).tokens
 
         def unit_tokens(unit: tuple[int, int]) -> int:
-            return sum(items[i].tokens for i in range(*unit))
+            return sum(message(items[i]).tokens for i in range(*unit))
 
         budget = self.budget
         terms = {
@@ -276,7 +277,7 @@ class ContextBuilder:
         excerpts: list[str] = []
         excerpt_room = min(self.retrieved_tokens, room) - tokens(_EXCERPTS_HEADER)
         if omitted_units and excerpt_room > 0:
-            query = items[-1].text
+            query = items[-1][1]
             if retrieve is not None:
                 candidates = _call_retrieve(retrieve, query, excerpt_room)
             else:
@@ -362,26 +363,29 @@ class ContextBuilder:
         if scope is not None:
             LOSSY.note(scope, lost)
 
-    def _overlapping(self, query: str, units: list[tuple[int, int]], items: list[Message]) -> list[str]:
+    def _overlapping(self, query: str, units: list[tuple[int, int]], items: list[Item]) -> list[str]:
         """Earlier units sharing the most words with the query, best first (recency plays no part)."""
         wanted = words(normalise(query)) - _STOPWORDS
         if not wanted:
             return []
         scored = []
-        for n, unit in enumerate(units):
-            shared = sum(len(wanted & self._message_words(items[i])) for i in range(*unit))
+        text_words = self._text_words
+        for n, (start, stop) in enumerate(units):
+            shared = 0
+            for i in range(start, stop):
+                shared += len(wanted & text_words(items[i][1]))
             if shared:
                 scored.append((-shared, n))
         scored.sort()
         return [
-            "\n".join(f"{items[i].role}: {items[i].text}" for i in range(*units[n])) for _, n in scored[:MAX_EXCERPTS]
+            "\n".join(f"{items[i][0]}: {items[i][1]}" for i in range(*units[n])) for _, n in scored[:MAX_EXCERPTS]
         ]
 
-    def _message_words(self, message: Message) -> frozenset[str]:
-        cached = self._words.get(message.digest)
+    def _text_words(self, text: str) -> frozenset[str]:
+        cached = self._words.get(text)
         if cached is None:
-            cached = words(normalise(message.text))
-            self._words.put(message.digest, cached)
+            cached = words(normalise(text))
+            self._words.put(text, cached)
         return cached
 
     def _measurer(self) -> Measurer:
