@@ -118,6 +118,15 @@ def test_instrument_capture_path_writes_until_uninstrument(tmp_path: Path, llm: 
     assert requests[0]["body"] == llm.requests[0].json
 
 
+def test_capture_path_from_the_environment(tmp_path: Path, llm: FakeLLM, client: openai.OpenAI, monkeypatch):
+    path = tmp_path / "env.jsonl"
+    monkeypatch.setenv("CTXGUARD_CAPTURE_PATH", str(path))
+    ctxguard.instrument(registry=GuardHarness().registry, digest_key=b"k", ledger=ctxguard.MemoryLedger())
+    client.chat.completions.create(model="gpt-4o", messages=[SYSTEM])
+    ctxguard.uninstrument()
+    assert [line["body"] for line in lines_of(path)] == [llm.requests[0].json]
+
+
 def test_record_needs_an_active_guard(tmp_path: Path):
     with pytest.raises(RuntimeError, match="instrument"), record(str(tmp_path / "x.jsonl")):
         pass
