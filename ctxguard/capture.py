@@ -83,15 +83,16 @@ class CaptureWriter:
         self._lock = threading.Lock()
         self._turns: OrderedDict[str | None, int] = OrderedDict()  # bounded (LRU)
 
-    def request(self, conversation_id: str | None, provider: str, body: Any) -> None:
+    def request(self, conversation_id: str | None, provider: str, body: Any, model: str | None = None) -> None:
         with self._lock:
             turn = self._turns.pop(conversation_id, 0) + 1
             self._turns[conversation_id] = turn
             if len(self._turns) > _MAX_TURN_COUNTERS:
                 self._turns.popitem(last=False)
-        self._write(
-            {"conversation_id": conversation_id, "turn": turn, "ts": _now(), "provider": provider, "body": body}
-        )
+        line = {"conversation_id": conversation_id, "turn": turn, "ts": _now(), "provider": provider, "body": body}
+        if model is not None:
+            line["model"] = model  # not every body names it (Gemini's is in the URL)
+        self._write(line)
 
     def fact(self, event: FactEvent) -> None:
         fact: dict[str, Any] = {"id": event.fact_id, "value": event.value}
@@ -143,6 +144,7 @@ class RequestLine:
     body: Mapping[str, Any]
     ts: str | None
     tenant: str | None = None
+    model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +220,7 @@ def _parse(raw: bytes, line: int, providers: frozenset[str]) -> RequestLine | Fa
         body=body,
         ts=_text_or_none(record, "ts", line),
         tenant=_text_or_none(record, "tenant", line),
+        model=_text_or_none(record, "model", line),
     )
 
 

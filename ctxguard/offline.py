@@ -30,8 +30,10 @@ from .facts.evaluate import FactView
 from .guard import Call, Guard
 from .policy import Pinned, Policy
 from .providers import anthropic as anthropic_provider
+from .providers import google_genai as google_provider
 from .providers import openai as openai_provider
 from .providers.base import Adapter
+from .telemetry.metrics import PROVIDERS as metric_providers
 from .violations import Violation
 
 if sys.version_info >= (3, 11):
@@ -42,20 +44,26 @@ else:  # pragma: no cover - Python 3.10
 __all__ = [
     "FACT_STATUSES",
     "NO_CONVERSATION",
+    "CAPTURED_PROVIDERS",
     "OFFLINE_CHECKS",
     "PROVIDERS",
     "Checker",
     "TurnResult",
     "first_violation",
     "load_policy",
-    "request_api",
+    "as_call",
 ]
 
-#: Providers whose captured body reads like the SDK's keyword arguments.
+#: Providers whose captured bodies are judged offline.
 PROVIDERS: dict[str, Adapter] = {
     "openai": openai_provider.ADAPTER,
     "anthropic": anthropic_provider.ADAPTER,
+    "gcp.gen_ai": google_provider.ADAPTER,
 }
+
+#: Every provider label a capture may carry; lines of the others are refused as unknown.
+#: (``litellm`` labels routes whose body format is LiteLLM's business: read, not judged.)
+CAPTURED_PROVIDERS = frozenset(metric_providers)
 
 #: How a request without a conversation id is listed.
 NO_CONVERSATION = "(no conversation id)"
@@ -93,10 +101,24 @@ class TurnResult:
         return [check for check, outcome in self.outcomes.items() if outcome == "fail"]
 
 
-def request_api(provider: str, body: Mapping[str, Any]) -> str:
+def as_call(provider: str, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
+    """``(api, kwargs)``: a captured body as the provider module's call site would have seen it.
+
+    OpenAI and Anthropic bodies read like the SDK arguments. A Gemini REST body carries
+    the model in the URL (the capture line's ``model``) and the settings in camelCase.
+    """
     if provider == "anthropic":
-        return "messages"
-    return "responses" if "messages" not in body and ("input" in body or "instructions" in body) else "chat.completions"
+        return "messages", body
+    if provider == "gcp.gen_ai":
+        generation = body.get("generationConfig")
+        config = dict(generation) if isinstance(generation, Mapping) else {}
+        for key in ("systemInstruction", "tools", "cachedContent"):
+            if key in body:
+                config[key] = body[key]
+        return "generate_content", {"model": model or body.get("model"), "contents": body.get("contents"),
+                                    "config": config}
+    responses = "messages" not in body and ("input" in body or "instructions" in body)
+    return ("responses" if responses else "chat.completions"), body
 
 
 class Checker:
@@ -120,13 +142,17 @@ class Checker:
         self.sinks.record(line.event)
 
     def request(self, line: RequestLine) -> TurnResult | None:
-        """Judge one captured body; None when it is not a request the provider module can read."""
-        adapter = PROVIDERS[line.provider]
+        """Judge one captured body; None for a provider not judged offline, or a body its
+        provider module cannot read."""
+        adapter = PROVIDERS.get(line.provider)
+        if adapter is None:
+            return None
+        api, kwargs = as_call(line.provider, line.body, line.model)
         if line.conversation_id is None:
-            call = self.guard.before(adapter, request_api(line.provider, line.body), line.body)
+            call = self.guard.before(adapter, api, kwargs)
         else:
             with conversation(line.conversation_id, tenant=line.tenant):
-                call = self.guard.before(adapter, request_api(line.provider, line.body), line.body)
+                call = self.guard.before(adapter, api, kwargs)
         if call is None or call.ctx is None:
             return None
         call.answer(None)  # closes the (non-recording) span and detaches its context
@@ -135,7 +161,7 @@ class Checker:
     def judge(self, lines: Iterable[RequestLine | FactLine]) -> Iterator[tuple[RequestLine, TurnResult | None]]:
         """Feed every line in order; yield each request line with its result.
 
-        >>> for line, result in Checker().judge(read_capture(f, frozenset(PROVIDERS))): ...  # doctest: +SKIP
+        >>> for line, result in Checker().judge(read_capture(f, CAPTURED_PROVIDERS)): ...  # doctest: +SKIP
         """
         for line in lines:
             if isinstance(line, RequestLine):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..capture import CaptureError, RequestLine, read_capture
-from ..offline import NO_CONVERSATION, PROVIDERS, Checker, TurnResult, first_violation, load_policy
+from ..offline import CAPTURED_PROVIDERS, NO_CONVERSATION, PROVIDERS, Checker, TurnResult, first_violation, load_policy
 
 __all__ = ["add_arguments", "capture_arguments", "judge_capture", "open_capture", "progress_bar", "run_check"]
 
@@ -91,7 +91,7 @@ def judge_capture(args: argparse.Namespace, consume: Callable[[RequestLine, Turn
     requests = 0
     with handle:
         try:
-            lines = read_capture(handle, frozenset(PROVIDERS), progress=progress_bar(size, args.progress))
+            lines = read_capture(handle, CAPTURED_PROVIDERS, progress=progress_bar(size, args.progress))
             for line, result in Checker(policy).judge(lines):
                 requests += 1
                 consume(line, result)
@@ -104,10 +104,13 @@ def judge_capture(args: argparse.Namespace, consume: Callable[[RequestLine, Turn
 
 def run_check(args: argparse.Namespace) -> int:
     conversations: dict[str | None, _Conversation] = {}
+    unjudged: dict[str, int] = {}  # provider -> requests not judged offline
 
     def consume(line: RequestLine, result: TurnResult | None) -> None:
         seen = conversations.setdefault(line.conversation_id, _Conversation())
         seen.turns += 1
+        if line.provider not in PROVIDERS:
+            unjudged[line.provider] = unjudged.get(line.provider, 0) + 1
         if result is not None and result.failed:
             for check in result.failed:
                 seen.checks[check] = seen.checks.get(check, 0) + 1
@@ -120,7 +123,9 @@ def run_check(args: argparse.Namespace) -> int:
     requests = sum(c.turns for c in conversations.values())
     violating = sum(1 for c in conversations.values() if c.first is not None)
     if args.json:
-        print(json.dumps(_document(args.file, requests, conversations, violating), indent=2))
+        document = _document(args.file, requests, conversations, violating)
+        document["not_judged_offline"] = unjudged
+        print(json.dumps(document, indent=2))
     else:
         for cid, seen in conversations.items():
             name = cid if cid is not None else NO_CONVERSATION
@@ -128,7 +133,10 @@ def run_check(args: argparse.Namespace) -> int:
                 print(f"{name}: ok ({seen.turns} turn{'' if seen.turns == 1 else 's'})")
             else:
                 print(first_violation(name, seen.first))
-        print(f"checked {requests} requests in {len(conversations)} conversations: {violating} with violations")
+        judged = requests - sum(unjudged.values())
+        print(f"checked {judged} requests in {len(conversations)} conversations: {violating} with violations")
+        for provider, count in unjudged.items():
+            print(f"not judged offline: {count} {provider} requests (their body format is not read offline)")
     return 1 if violating else 0
 
 

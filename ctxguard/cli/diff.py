@@ -20,7 +20,7 @@ from typing import Any
 
 from ..digest import Digester
 from ..measure import Measurer
-from ..offline import PROVIDERS, request_api
+from ..offline import PROVIDERS, as_call
 from ..payload import Payload
 from ..tokens import Calibration, default_counter
 from .check import fail
@@ -138,7 +138,8 @@ def _load(path: str, provider: str | None, measurer: Measurer) -> Payload | str:
     name = provider or (data.get("provider") if body is not data else None) or _guess_provider(body)
     if name not in PROVIDERS:
         return f"{path}: unknown provider {name!r} (known: {', '.join(sorted(PROVIDERS))})"
-    view = PROVIDERS[name].normalise(request_api(name, body), body)
+    api, kwargs = as_call(name, body, data.get("model") if body is not data else None)
+    view = PROVIDERS[name].normalise(api, kwargs)
     if view.unreadable is not None:
         return f"{path}: {view.unreadable}"
     return measurer.measure(view)

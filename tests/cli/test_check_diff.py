@@ -18,7 +18,9 @@ import openai
 import pytest
 
 import ctxguard
+from ctxguard.capture import read_capture
 from ctxguard.cli import main
+from ctxguard.offline import CAPTURED_PROVIDERS, Checker
 from ctxguard.testing import FakeLLM, record
 from ctxguard.testing.plugin import GuardHarness
 
@@ -240,8 +242,8 @@ def test_check_draws_a_progress_bar_when_asked(tmp_path: Path, capsys):
 # -- diff ------------------------------------------------------------------------------
 
 
-def _write(path: Path, obj: object) -> str:
-    path.write_text(json.dumps(obj))
+def _write(path: Path, obj: object, text: str | None = None) -> str:
+    path.write_text(json.dumps(obj) if text is None else text)
     return str(path)
 
 
@@ -286,3 +288,51 @@ def test_diff_bad_input_exits_2(tmp_path: Path):
         assert out.returncode == 2 and other in out.stderr and "Traceback" not in out.stderr
     out = run_cli("diff", good, _write(tmp_path / "p.json", {"provider": "cohere", "body": {"messages": []}}))
     assert out.returncode == 2 and "unknown provider 'cohere'" in out.stderr
+
+
+# -- other providers -------------------------------------------------------------------
+
+
+def test_gemini_capture_is_judged_offline_like_live(tmp_path: Path, llm: FakeLLM, harness: GuardHarness):
+    genai = pytest.importorskip("google.genai")
+    types = genai.types
+
+    harness.start(mode="observe", policy=ctxguard.Policy(pinned=ctxguard.Pinned()))
+    client = genai.Client(api_key="x", http_options=types.HttpOptions(base_url=llm.gemini_base_url))
+    path = tmp_path / "gemini.jsonl"
+    config = types.GenerateContentConfig(system_instruction="Be brief.", max_output_tokens=64)
+    with record(str(path)), ctxguard.conversation("g-1"):
+        ctxguard.record_fact("city", "Lyon")
+        client.models.generate_content(model="gemini-2.5-flash", contents="ship to Lyon", config=config)
+        client.models.generate_content(model="gemini-2.5-flash", contents="and again", config=config)
+    requests = [line for line in lines_of(path) if "body" in line]
+    assert [(r["provider"], r["model"]) for r in requests] == [("gcp.gen_ai", "gemini-2.5-flash")] * 2
+    assert "systemInstruction" in requests[0]["body"] or "system_instruction" in requests[0]["body"]
+    live = [tuple(s.attributes.get("ctxguard.violations", ())) for s in harness.spans()]
+    assert live == [("pinned_present",), ("pinned_present", "fact_present")]
+    out = run_cli("check", str(path), "--policy", _write(tmp_path / "p.toml", None, '[pinned]\nmarker = "Pinned facts"\n'))
+    assert out.returncode == 1, out.stderr
+    assert out.stdout.splitlines()[0] == "g-1: first violation at turn 1: pinned_present"
+    out = run_cli("check", str(path), "--json")
+    doc = json.loads(out.stdout)
+    first = doc["conversations"][0]["first_violation"]
+    assert (first["turn"], first["checks"]) == (2, ["fact_present"])
+    with path.open("rb") as f:  # the model comes from the capture line (Gemini bodies do not name it)
+        results = [r for _, r in Checker().judge(read_capture(f, CAPTURED_PROVIDERS))]
+    assert [(r.model, r.window, r.outcomes["payload_under_budget"]) for r in results] == [
+        ("gemini-2.5-flash", 1_048_576, "pass")] * 2
+
+
+def test_check_reads_but_does_not_judge_litellm_routes(tmp_path: Path):
+    path = tmp_path / "cap.jsonl"
+    lines = [
+        {"conversation_id": "x", "provider": "litellm", "body": {"model": "cohere/command-r", "message": "hi"}},
+        {"conversation_id": "y", "provider": "openai", "body": {"model": "gpt-4o", "messages": [SYSTEM]}},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = run_cli("check", str(path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-2:] == [
+        "checked 1 requests in 2 conversations: 0 with violations",
+        "not judged offline: 1 litellm requests (their body format is not read offline)",
+    ]

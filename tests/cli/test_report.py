@@ -23,7 +23,7 @@ import pytest
 
 from ctxguard.capture import read_capture
 from ctxguard.cli import main
-from ctxguard.offline import PROVIDERS, Checker
+from ctxguard.offline import CAPTURED_PROVIDERS, Checker
 from ctxguard.report import Report
 
 REQUIRE_CHROMIUM = os.environ.get("CTXGUARD_REQUIRE_CHROMIUM") == "1" and os.geteuid() == 0
@@ -306,7 +306,7 @@ def test_conversations_beyond_the_cap_are_counted_and_said_left_out(tmp_path: Pa
         request(f"c{i}", 1, {"role": "user", "content": "hi"} if i == 2 else SYSTEM) for i in range(4)])
     report = Report(max_conversations=2)
     with capture.open("rb") as f:
-        for line, result in Checker().judge(read_capture(f, frozenset(PROVIDERS))):
+        for line, result in Checker().judge(read_capture(f, CAPTURED_PROVIDERS)):
             report.add(line, result)
     doc = parse(report.render("capture.jsonl"))
     assert [a["data-conversation"] for t, a in doc.elements if t == "section"] == ["c0", "c1"]
