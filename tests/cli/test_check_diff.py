@@ -310,7 +310,8 @@ def test_gemini_capture_is_judged_offline_like_live(tmp_path: Path, llm: FakeLLM
     assert "systemInstruction" in requests[0]["body"] or "system_instruction" in requests[0]["body"]
     live = [tuple(s.attributes.get("ctxguard.violations", ())) for s in harness.spans()]
     assert live == [("pinned_present",), ("pinned_present", "fact_present")]
-    out = run_cli("check", str(path), "--policy", _write(tmp_path / "p.toml", None, '[pinned]\nmarker = "Pinned facts"\n'))
+    policy = _write(tmp_path / "p.toml", None, '[pinned]\nmarker = "Pinned facts"\n')
+    out = run_cli("check", str(path), "--policy", policy)
     assert out.returncode == 1, out.stderr
     assert out.stdout.splitlines()[0] == "g-1: first violation at turn 1: pinned_present"
     out = run_cli("check", str(path), "--json")
