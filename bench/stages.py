@@ -1,0 +1,125 @@
+"""Per-stage cost of ctxguard's pipeline at 20 messages, in a tight loop.
+
+    .venv/bin/python bench/stages.py
+
+Each line is the mean over 20,000 runs of one stage, warmed up, gc off, with the
+same client, payload and span pipeline as bench/overhead.py (every check on, a
+recording SDK tracer whose exporter drops spans). A tight loop keeps ctxguard's code
+and data in the CPU caches, so every stage costs 2.5-4x more in situ (right after a
+real SDK call): use this for where the time goes, bench/overhead.py for what an app
+sees.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import openai
+import prometheus_client
+from openai.resources.chat.completions.completions import Completions
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import SpanKind
+
+import ctxguard
+from ctxguard.checks.wire import wire_intact
+from ctxguard.guard import Call
+from ctxguard.providers import openai as openai_provider
+
+sys.path.insert(0, str(Path(__file__).parent))
+import overhead as ov
+
+ADAPTER = openai_provider.ADAPTER
+
+
+def mean_us(fn: Callable[[], object], n: int = 20_000) -> float:
+    for _ in range(2_000):
+        fn()
+    gc.disable()
+    try:
+        started = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        return (time.perf_counter_ns() - started) / n / 1000
+    finally:
+        gc.enable()
+
+
+def main() -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(ov.DropExporter()))
+    guard = ctxguard.instrument(policy=ctxguard.Policy(pinned=ctxguard.Pinned(max_tokens=800)),
+                                registry=prometheus_client.CollectorRegistry(), tracer_provider=provider,
+                                digest_key=b"bench")
+    assert guard is not None
+    pinned = ctxguard.render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
+    kwargs: dict[str, Any] = {"model": "gpt-4o",
+                              "messages": [ov.system_message(pinned), *(ov.message(i) for i in range(1, 20))]}
+    body = json.dumps(kwargs).encode()
+    client = openai.OpenAI(api_key="x", base_url=ov.BASE_URL, max_retries=0,
+                           http_client=ov.http_lib.Client(transport=ov.http_lib.MockTransport(ov.handler)))
+    response = Completions.create.__wrapped__(client.chat.completions, **kwargs)  # type: ignore[attr-defined]
+    view = ADAPTER.normalise("chat.completions", kwargs)
+    rows: list[tuple[str, float]] = []
+
+    with ctxguard.conversation("bench-stages"):
+        def whole() -> None:
+            call = guard.before(ADAPTER, "chat.completions", kwargs)
+            assert call is not None
+            call.wire(body)
+            call.finished(response)
+
+        payload = guard.measurer.measure(view)
+
+        def evaluate() -> Call:
+            call = Call(guard, ADAPTER, "chat.completions", payload, ("bench-stages", None), 0.0)
+            call.evaluate()
+            return call
+
+        judged = evaluate()
+
+        def record() -> None:
+            judged.record()
+            judged._detach()
+            if judged.span is not None:
+                judged.span.end()
+
+        sent = guard.before(ADAPTER, "chat.completions", kwargs)
+        assert sent is not None and sent.ctx is not None
+        ctx = sent.ctx
+
+        def wire() -> None:
+            sent.wire_hash = None
+            sent.wire(body)
+
+        tracer = guard.tracer
+
+        def bare_span() -> None:
+            tracer.start_span("x", kind=SpanKind.CLIENT).end()
+        rows += [
+            ("whole call (before + wire + finished)", mean_us(whole)),
+            ("normalise (provider module)", mean_us(lambda: ADAPTER.normalise("chat.completions", kwargs))),
+            ("measure (cached digests and counts)", mean_us(lambda: guard.measurer.measure(view))),
+            ("evaluate (pinned, budget, diff, facts, checks)", mean_us(evaluate)),
+            ("record (span start/attributes/end, metrics, events)", mean_us(record)),
+            ("  of which: span attributes dict", mean_us(judged._attributes)),
+            ("  of which: bare SDK span start + end", mean_us(bare_span)),
+            ("wire (body digest, wire_intact, outcome)", mean_us(wire)),
+            ("  of which: keyed digest of the body", mean_us(lambda: guard.measurer.digester.bytes(body))),
+            ("  of which: wire_intact", mean_us(lambda: wire_intact(payload, ctx, body))),
+            ("reading the response", mean_us(lambda: ADAPTER.read_response("chat.completions", response))),
+        ]
+    ctxguard.uninstrument()
+    print(f"20 messages, body {len(body)} bytes; mean µs per run, tight loop")
+    for name, us in rows:
+        print(f"{name:<55} {us:8.1f}")
+
+
+if __name__ == "__main__":
+    main()
