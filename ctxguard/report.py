@@ -185,8 +185,12 @@ def _chart(conv: _Conversation) -> str:
     """Tokens per turn as bars, the budget line as steps; bars over the line are red."""
     measured = [(i, turn, r) for i, (turn, r) in enumerate(conv.columns) if r is not None]
     limits = [r.input_limit for _, _, r in measured if r.input_limit is not None]
-    top = max([1, *(r.tokens for _, _, r in measured), *limits])
-    width = max(1, len(conv.columns)) * _BAR + 70
+    peak = max([1, *(r.tokens for _, _, r in measured)])
+    # A payload far below its window would be an invisible bar under a line at the top:
+    # the line is drawn only when it is within 4x of the peak, else the caption says where it is.
+    drawn = bool(limits) and max(limits) <= 4 * peak
+    top = max(peak, max(limits) if drawn else 0) * 11 // 10 + 1
+    width = max(1, len(conv.columns)) * _BAR + 140
 
     def y(tokens: int) -> float:
         return round(10 + _CHART_HEIGHT * (1 - tokens / top), 1)
@@ -200,16 +204,22 @@ def _chart(conv: _Conversation) -> str:
                      f"width='{_BAR - 4}' height='{round(_CHART_HEIGHT + 10 - y(r.tokens), 1)}' data-turn='{turn}' "
                      f"data-tokens='{r.tokens}' data-limit='{limit}' data-over='{str(over).lower()}'>"
                      f"<title>turn {turn}: {r.tokens} tokens, budget line {limit or 'unknown'}</title></rect>")
-        if r.input_limit is not None:
+        if r.input_limit is not None and drawn:
             parts.append(f"<line class='budget' x1='{i * _BAR}' x2='{(i + 1) * _BAR}' y1='{y(r.input_limit)}' "
                          f"y2='{y(r.input_limit)}' data-turn='{turn}' data-limit='{r.input_limit}'/>")
     right = len(conv.columns) * _BAR + 6
-    if limits:
-        parts.append(f"<text x='{right}' y='{y(limits[-1]) + 4}'>budget {limits[-1]}</text>")
-    note = "" if limits else "<p class='note'>budget line unknown: no window for this model (set [budget] window)</p>"
+    if drawn:
+        parts.append(f"<text x='{right}' y='{y(limits[-1]) + 4}'>budget {limits[-1]:,}</text>")
+    if not limits:
+        note = "<p class='note'>budget line unknown: no window for this model (set [budget] window)</p>"
+    elif not drawn:
+        note = (f"<p class='note' data-off-scale='{limits[-1]}'>budget line at {limits[-1]:,} tokens, above the "
+                f"chart: the largest payload used {peak / limits[-1]:.2%} of it</p>")
+    else:
+        note = ""
     return (
         "<figure class='chart'><figcaption>payload tokens per turn (bars) against the budget line "
-        f"(dashed: window minus reservations); height {top} tokens</figcaption>\n"
+        f"(dashed: window minus reservations); chart height {top:,} tokens</figcaption>\n"
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{_CHART_HEIGHT + 30}' role='img'>"
         f"<line class='axis' x1='0' x2='{right - 6}' y1='{_CHART_HEIGHT + 10}' y2='{_CHART_HEIGHT + 10}'/>"
         f"{''.join(parts)}</svg>{note}</figure>"

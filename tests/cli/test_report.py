@@ -313,3 +313,19 @@ def test_conversations_beyond_the_cap_are_counted_and_said_left_out(tmp_path: Pa
     assert one(doc, "p", data_left_out="2") is not None
     assert "2 more conversations left out (the first 2 are shown); 1 of them with violations." in " ".join(doc.text)
     assert one(doc, "dd", data_summary="violating")["#text"] == "1"
+
+
+def test_a_budget_line_far_above_the_payloads_is_stated_not_drawn(tmp_path: Path) -> None:
+    """A 30-token payload under gpt-4o's 128k window: bars scaled to the payloads, the line in words."""
+    capture = tmp_path / "small.jsonl"
+    body = {"model": "gpt-4o", "messages": [{"role": "system", "content": "Be brief."},
+                                            {"role": "user", "content": "hello"}]}
+    capture.write_text(json.dumps({"conversation_id": "c", "body": body}) + "\n")
+    out = tmp_path / "r.html"
+    assert main(["report", str(capture), "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "class='budget'" not in html
+    assert "data-off-scale='128000'" in html and "budget line at 128,000 tokens, above the chart" in html
+    bar = html[html.index("<rect class='tokens'"):]
+    height = float(bar.split("height='")[1].split("'")[0])
+    assert height > 100  # the bar fills the chart instead of vanishing under a 128k scale
