@@ -7,6 +7,11 @@ body: each line of the system instruction and of the pinned block must appear
 in it, JSON-escaped as an encoder would write it. Line by line, because an SDK
 may split an instruction into blocks; on the raw bytes, because decoding and
 normalising every body would cost more than the rest of the guard.
+
+Active facts the payload carries elsewhere (a user message, a tool result) are
+held to the same rule through the line that carries them: the raw line of the
+message whose normalised text holds the value must be in the body. A value that
+spans a line break has no such line and is not judged (no false alarm).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
+from ..facts.evaluate import FactView
+from ..facts.matching import normalise
 from ..payload import Payload
 from ..violations import Violation
 from .base import Context
@@ -41,4 +48,26 @@ def wire_intact(payload: Payload, ctx: Context, body: bytes) -> list[Violation]:
         violations.append(Violation("wire_intact", "the system instruction passed is not in the body sent"))
     if ctx.pinned is not None and not _carried(ctx.pinned.text, body):
         violations.append(Violation("wire_intact", "the pinned block passed is not in the body sent"))
+    if isinstance(ctx.facts, FactView):
+        violations.extend(_facts_on_the_wire(payload, ctx, ctx.facts, body))
+    return violations
+
+
+def _facts_on_the_wire(payload: Payload, ctx: Context, view: FactView, body: bytes) -> list[Violation]:
+    """Each active fact the payload carries outside the instruction and the pinned block, by its line."""
+    system = payload.system
+    pinned = ctx.pinned.text if ctx.pinned is not None else None
+    violations = []
+    for version in view.state.active.values():
+        if not view.sent(version):
+            continue
+        for message, norm in zip(payload.messages, view.norms, strict=True):
+            if version.norm not in norm:
+                continue
+            if message is not system and (pinned is None or pinned not in message.text):  # those are checked
+                lines = [line for line in message.text.splitlines() if version.norm in normalise(line)]
+                if lines and not all(_carried(line, body) for line in lines):
+                    violations.append(Violation(
+                        "wire_intact", f"{version.label} passed is not in the body sent", version.fact_id))
+            break
     return violations

@@ -69,3 +69,47 @@ def test_unchanged_path_with_the_same_hook_machinery_passes(harness, llm):
                        http_client=http.Client(event_hooks={"request": [lambda request: None]})) as client:
         client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, USER])
     assert list(harness.spans()[-1].attributes["ctxguard.violations"]) == []
+
+
+def redact_user_city(request) -> None:
+    """A call path (a redaction proxy, say) that rewrites a user message after the SDK built it."""
+    body = json.loads(request.content)
+    for m in body["messages"]:
+        if m["role"] == "user":
+            m["content"] = m["content"].replace("Lyon", "[city]")
+    raw = json.dumps(body).encode()
+    request.stream = http.ByteStream(raw)
+    request._content = raw
+    request.headers["Content-Length"] = str(len(raw))
+
+
+def test_an_active_fact_rewritten_below_the_sdk_fails_wire_intact(harness, llm):
+    harness.start(mode="observe")
+    messages = [SYSTEM, {"role": "user", "content": "Hello.\nPlease ship to LYON,  69002.\nThanks"}]
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0,
+                       http_client=http.Client(event_hooks={"request": [redact_user_city]})) as client, \
+            ctxguard.conversation("w-1"):
+        ctxguard.record_fact("city", "lyon, 69002")
+        ctxguard.record_fact("greeting_word", "Thanks")
+        client.chat.completions.create(model="gpt-4o", messages=messages)
+    assert "Lyon" not in llm.requests[0].body.decode() and "LYON" in llm.requests[0].body.decode()  # case kept
+    span = harness.spans()[-1]
+    assert list(span.attributes["ctxguard.violations"]) == []  # the hook matched "Lyon" only: "LYON" survived
+    messages[1]["content"] = "Hello.\nPlease ship to Lyon,  69002.\nThanks"
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0,
+                       http_client=http.Client(event_hooks={"request": [redact_user_city]})) as client, \
+            ctxguard.conversation("w-1"):
+        client.chat.completions.create(model="gpt-4o", messages=messages)
+    span = harness.spans()[-1]
+    assert list(span.attributes["ctxguard.violations"]) == ["wire_intact"]
+    events = [(e.attributes["detail"], e.attributes.get("fact_id")) for e in span.events]
+    assert events == [("city@1 passed is not in the body sent", "city")]
+    assert "Lyon" not in json.dumps([dict(e.attributes) for e in span.events])
+
+
+def test_active_facts_sent_unchanged_pass_wire_intact(harness, llm, client):
+    harness.start(mode="observe")
+    with ctxguard.conversation("w-2"):
+        ctxguard.record_fact("city", "Zürich")  # non-ASCII: the SDK's JSON escapes it
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": "to ZÜRICH"}])
+    assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
