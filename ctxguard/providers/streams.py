@@ -120,7 +120,8 @@ class _AsyncStream(_Observed):
 
 class _Manager(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
     """A stream helper's context manager (``messages.stream(...)``): the request is sent on
-    enter; the answer is read from the helper's own accumulated snapshot on exit."""
+    enter (with the call in flight, so its body is judged); the answer is read from the
+    helper's own accumulated snapshot on exit."""
 
     def __init__(self, wrapped: Any, call: Call, final: Callable[[Any], Reply | None]) -> None:
         super().__init__(wrapped)
@@ -143,11 +144,14 @@ class _Manager(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
         self._self_call.answer(reply)
 
     def __enter__(self) -> Any:
+        token = IN_FLIGHT.set(self._self_call)  # the request leaves here: its body is judged
         try:
             self._self_stream = self.__wrapped__.__enter__()
         except BaseException as exc:
             self._self_finish(exc)
             raise
+        finally:
+            IN_FLIGHT.reset(token)
         return self._self_stream
 
     def __exit__(self, *exc: Any) -> Any:
@@ -157,11 +161,14 @@ class _Manager(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
             self._self_finish(exc[1] if len(exc) > 1 and isinstance(exc[1], BaseException) else None)
 
     async def __aenter__(self) -> Any:
+        token = IN_FLIGHT.set(self._self_call)
         try:
             self._self_stream = await self.__wrapped__.__aenter__()
         except BaseException as exc:
             self._self_finish(exc)
             raise
+        finally:
+            IN_FLIGHT.reset(token)
         return self._self_stream
 
     async def __aexit__(self, *exc: Any) -> Any:

@@ -90,7 +90,7 @@ def test_record_applies_the_redaction_hook_before_writing(
     assert "+33 6 12 34 56 78" in llm.requests[0].body.decode()  # the request itself is untouched
 
 
-def test_anthropic_stream_helper_is_captured_from_the_arguments(tmp_path: Path, llm: FakeLLM, harness: GuardHarness):
+def test_anthropic_stream_helper_is_captured_as_sent(tmp_path: Path, llm: FakeLLM, harness: GuardHarness):
     harness.start(mode="observe")
     path = tmp_path / "cap.jsonl"
     client = anthropic.Anthropic(base_url=llm.base_url, api_key="x", max_retries=0)
@@ -102,10 +102,30 @@ def test_anthropic_stream_helper_is_captured_from_the_arguments(tmp_path: Path, 
             assert "".join(stream.text_stream)
     requests = [line for line in lines_of(path) if "body" in line]
     assert [r["provider"] for r in requests] == ["anthropic", "anthropic"]
-    assert requests[0]["body"] == llm.requests[0].json
-    sent = llm.requests[1].json
-    assert {k: requests[1]["body"][k] for k in ("model", "max_tokens", "system", "messages")} == {
-        k: sent[k] for k in ("model", "max_tokens", "system", "messages")}
+    assert [r["body"] for r in requests] == [r.json for r in llm.requests]
+
+
+def test_an_unobserved_transport_is_captured_from_the_arguments(tmp_path: Path, llm: FakeLLM, harness: GuardHarness):
+    """Another HTTP stack (here: an httpx client whose send path bypasses the observed method)."""
+    import openai._base_client as base
+
+    harness.start(mode="observe")
+    http = getattr(base, "httpx2", None) or base.httpx
+    original = http.Client._send_single_request.__wrapped__  # below ctxguard's wire hook
+
+    class OtherStack(http.Client):  # type: ignore[misc,name-defined]
+        def _send_single_request(self, request):  # type: ignore[no-untyped-def]
+            return original(self, request)
+
+    path = tmp_path / "cap.jsonl"
+    with openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0, http_client=OtherStack()) as client, \
+            record(str(path)), ctxguard.conversation("o-1"):
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM], max_tokens=20, temperature=openai.NOT_GIVEN,
+                                       extra_headers={"x-trace": "1"})
+    assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="skip") == 1
+    (line,) = lines_of(path)
+    assert line["body"] == {"model": "gpt-4o", "messages": [SYSTEM], "max_tokens": 20}
+    assert line["body"] == llm.requests[0].json
 
 
 def test_instrument_capture_path_writes_until_uninstrument(tmp_path: Path, llm: FakeLLM, client: openai.OpenAI):

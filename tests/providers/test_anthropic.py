@@ -9,8 +9,9 @@ import pytest
 from anthropic.resources.messages.messages import AsyncMessages, Messages
 
 import ctxguard
+from ctxguard.digest import Digester
 from ctxguard.testing import Reply
-from tests.conftest import message_digest
+from tests.conftest import KEY, message_digest
 
 SYSTEM = "You are the order assistant."
 MESSAGES = [{"role": "user", "content": "where is my parcel?"}]
@@ -121,9 +122,11 @@ def test_stream_helper_text_unchanged_and_span_completed(harness, llm, claude):
                                     messages=[{"role": "user", "content": "to Pune please"}]) as stream:
             text = "".join(stream.text_stream)
     assert text == "it ships to Mumbai"
-    # The helper sends on __enter__, outside the wrapped call: the wire is not observed, and says so.
-    assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="skip") == 1
+    # The helper sends on __enter__, after the wrapped call returned: the manager proxy keeps
+    # the call in flight there, so the body sent is judged.
+    assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
     a = only(harness).attributes
+    assert a["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[0].body)
     assert a["gen_ai.response.id"].startswith("msg_fake")
     assert list(a["ctxguard.violations"]) == ["answer_consistent"]
 
@@ -148,6 +151,7 @@ async def test_async_create_and_stream_helper(harness, llm):
     assert final.content[0].text == "two"
     spans = [s for s in harness.spans() if s.attributes.get("ctxguard.payload.hash")]
     assert [list(s.attributes["ctxguard.violations"]) for s in spans] == [["system_at_head"], []]
+    assert [s.attributes["ctxguard.wire.hash"] for s in spans] == [Digester(KEY).bytes(r.body) for r in llm.requests]
 
 
 def test_sdk_errors_pass_through(harness, llm, claude):
