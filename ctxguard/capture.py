@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -74,22 +75,30 @@ def _now() -> str:
 
 
 class CaptureWriter:
-    """Appends capture lines to ``path``; thread-safe, one ``write`` + flush per line."""
+    """Appends capture lines to ``path``; thread-safe, one ``write(2)`` per line.
+
+    The file is created ``0600`` (it holds raw content) and opened ``O_APPEND``, so
+    several processes may share it and lines never interleave; ``{pid}`` in the path
+    gives each process a file of its own instead (turn numbers are per process).
+    """
 
     def __init__(self, path: str, *, redact: Redact | None = None) -> None:
-        self.path = path
+        self.path = path.replace("{pid}", str(os.getpid()))
         self.redact = redact
-        self._file: IO[str] | None = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._lock = threading.Lock()
-        self._turns: OrderedDict[str | None, int] = OrderedDict()  # bounded (LRU)
+        self._turns: OrderedDict[Scope | None, int] = OrderedDict()  # bounded (LRU)
 
-    def request(self, conversation_id: str | None, provider: str, body: Any, model: str | None = None) -> None:
+    def request(self, scope: Scope | None, provider: str, body: Any, model: str | None = None) -> None:
         with self._lock:
-            turn = self._turns.pop(conversation_id, 0) + 1
-            self._turns[conversation_id] = turn
+            turn = self._turns.pop(scope, 0) + 1
+            self._turns[scope] = turn
             if len(self._turns) > _MAX_TURN_COUNTERS:
                 self._turns.popitem(last=False)
-        line = {"conversation_id": conversation_id, "turn": turn, "ts": _now(), "provider": provider, "body": body}
+        line: dict[str, Any] = {"conversation_id": scope[0] if scope is not None else None, "turn": turn,
+                                "ts": _now(), "provider": provider, "body": body}
+        if scope is not None and scope[1] is not None:
+            line["tenant"] = scope[1]
         if model is not None:
             line["model"] = model  # not every body names it (Gemini's is in the URL)
         self._write(line)
@@ -113,17 +122,18 @@ class CaptureWriter:
             if redacted is None:
                 return
             line = redacted
-        text = json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+        data = (json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:
-            if self._file is not None:
-                self._file.write(text)
-                self._file.flush()
+            if self._fd is not None:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._fd, view):]
 
     def close(self) -> None:
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 class CaptureError(ValueError):

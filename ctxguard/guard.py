@@ -491,8 +491,7 @@ class Call:
         writer = self.guard.capture
         self.request = None
         if writer is not None:
-            payload = self.payload
-            writer.request(self.scope[0] if self.scope is not None else None, payload.provider, body, payload.model)
+            writer.request(self.scope, self.payload.provider, body, self.payload.model)
 
     def _late(self, check: str, violations: list[Violation] | None, extra: dict[str, Any] | None = None) -> None:
         """Record a check judged after the request left (``None``: skipped). It never blocks:

@@ -277,7 +277,8 @@ def assert_fact_survives(
 
 @contextlib.contextmanager
 def record(path: str, *, redact: Redact | None = None) -> Iterator[str]:
-    """Capture every request body (as sent) and fact event to ``path`` while the block runs.
+    """Capture every request body (as sent) and fact event to ``path`` while the block runs;
+    yields the file's path (``{pid}`` in ``path`` is replaced by the process id).
 
     Needs an active ``ctxguard.instrument()`` (the ``ctxguard_guard`` fixture is one).
     The file is what ``ctxguard check`` and ``ctxguard report`` read.
@@ -285,8 +286,9 @@ def record(path: str, *, redact: Redact | None = None) -> Iterator[str]:
     guard = active_guard()
     if guard is None:
         raise RuntimeError("ctxguard.testing.record() needs ctxguard.instrument() first")
-    guard.start_capture(CaptureWriter(path, redact=redact))
+    writer = CaptureWriter(path, redact=redact)
+    guard.start_capture(writer)
     try:
-        yield path
+        yield writer.path
     finally:
         guard.stop_capture()

@@ -8,6 +8,8 @@ the body that arrived there, and the offline verdict with the live guard's.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from collections import deque
@@ -357,3 +359,17 @@ def test_check_reads_but_does_not_judge_litellm_routes(tmp_path: Path):
         "checked 1 requests in 2 conversations: 0 with violations",
         "not judged offline: 1 litellm requests (their body format is not read offline)",
     ]
+
+
+def test_capture_keeps_the_tenant_and_is_private_to_its_owner(
+    tmp_path: Path, llm: FakeLLM, client: openai.OpenAI, harness: GuardHarness
+):
+    harness.start(mode="observe")
+    with record(str(tmp_path / "cap-{pid}.jsonl")) as written, ctxguard.conversation("c", tenant="acme"):
+        ctxguard.record_fact("city", "Lyon")
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM])  # the city is not sent
+    assert written == str(tmp_path / f"cap-{os.getpid()}.jsonl")
+    assert stat.S_IMODE(os.stat(written).st_mode) == 0o600  # raw content: owner only
+    assert {line.get("tenant") for line in lines_of(Path(written))} == {"acme"}
+    out = run_cli("check", written)
+    assert out.stdout.splitlines()[0] == "c: first violation at turn 1: fact_present"  # judged in the tenant's scope
