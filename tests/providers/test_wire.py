@@ -113,3 +113,48 @@ def test_active_facts_sent_unchanged_pass_wire_intact(harness, llm, client):
         ctxguard.record_fact("city", "Zürich")  # non-ASCII: the SDK's JSON escapes it
         client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": "to ZÜRICH"}])
     assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
+
+
+def test_a_large_body_is_digested_off_the_request_path(harness, llm, client):
+    import threading
+
+    harness.start(mode="observe")
+    history = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "x" * 400}
+               for i in range(199)]
+    client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, *history])
+    assert len(llm.requests[0].body) > 64 * 1024
+    a = harness.spans()[-1].attributes
+    assert a["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[0].body)
+    assert any(t.name.startswith("ctxguard-digest") for t in threading.enumerate())
+    assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
+
+
+def test_a_digest_the_worker_never_delivers_is_computed_in_place(monkeypatch):
+    from concurrent.futures import Future
+
+    from ctxguard import _background
+
+    monkeypatch.setattr(_background, "WAIT_S", 0.01)
+    pending = _background.PendingDigest(Digester(KEY), b"body" * 10_000, Future())  # e.g. lost across a fork
+    assert pending.value() == Digester(KEY).bytes(b"body" * 10_000)
+
+
+def test_a_forked_child_digests_large_bodies_with_a_worker_of_its_own(tmp_path):
+    import os
+
+    from ctxguard import _background
+
+    parent = _background.digest_body(Digester(KEY), b"a" * 100_000)
+    assert not isinstance(parent, str) and parent.value() == Digester(KEY).bytes(b"a" * 100_000)
+    out = tmp_path / "child"
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's worker thread does not exist here
+        try:
+            pending = _background.digest_body(Digester(KEY), b"b" * 100_000)
+            # Delivered by a live worker, not by the in-place fallback after WAIT_S.
+            ok = not isinstance(pending, str) and pending._future.result(timeout=0.5) == Digester(KEY).bytes(b"b" * 100_000)
+            out.write_text("ok" if ok else "wrong")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert out.read_text() == "ok"
