@@ -152,8 +152,7 @@ def test_a_forked_child_digests_large_bodies_with_a_worker_of_its_own(tmp_path):
         try:
             pending = _background.digest_body(Digester(KEY), b"b" * 100_000)
             # Delivered by a live worker, not by the in-place fallback after WAIT_S.
-            want = Digester(KEY).bytes(b"b" * 100_000)
-            ok = not isinstance(pending, str) and pending._future.result(timeout=0.5) == want
+            ok = not isinstance(pending, str) and pending._future.result(timeout=0.5) == Digester(KEY).bytes(b"b" * 100_000)
             out.write_text("ok" if ok else "wrong")
         finally:
             os._exit(0)
