@@ -21,7 +21,6 @@ from prometheus_client import CollectorRegistry
 
 from . import budget as budget_mod
 from . import facts as facts_mod
-from ._background import PendingDigest, digest_body
 from ._isolation import guarded
 from .capture import CaptureWriter, capture_body
 from .checks import CHECK_NAMES, Context, Outcome, run_checks
@@ -222,7 +221,7 @@ class Call:
         self.diff: Diff | None = None
         self.fact_evictions = 0
         self.late_fails: list[str] = []  # checks judged after sending that failed
-        self.wire_hash: str | PendingDigest | None = None  # set once the transport is seen
+        self.wire_hash: str | None = None
         self.request: Mapping[str, Any] | None = None
         self.outcomes: list[Outcome] = []
         self.violations: list[Violation] = []
@@ -409,10 +408,6 @@ class Call:
                     span.set_attribute(
                         attr.OUTPUT_MESSAGES, attr.content_json([{"role": "assistant", "content": reply.text}])
                     )
-            wire_hash = self.wire_hash
-            if wire_hash is not None and span.is_recording():
-                value = wire_hash if isinstance(wire_hash, str) else wire_hash.value()
-                attr.set_attributes(span, {attr.WIRE_HASH: value})
             if error_type is not None:
                 span.set_attribute(attr.ERROR_TYPE, error_type)
                 span.set_status(Status(StatusCode.ERROR))
@@ -485,14 +480,12 @@ class Call:
             return
         if not isinstance(body, (bytes, bytearray)) or not body:
             return
-        started = _perf()
         sent = bytes(body)
-        self.wire_hash = digest_body(self.guard.measurer.digester, sent)  # large bodies: off the request path
+        self.wire_hash = self.guard.measurer.digester.bytes(sent)
         if self.request is not None:
             with guarded("capture"):
                 self._capture(json.loads(sent))
-        self._late("wire_intact", wire_intact(self.payload, self.ctx, sent))
-        self.elapsed += _perf() - started
+        self._late("wire_intact", wire_intact(self.payload, self.ctx, sent), {attr.WIRE_HASH: self.wire_hash})
 
     def _capture(self, body: Any) -> None:
         writer = self.guard.capture
@@ -500,7 +493,7 @@ class Call:
         if writer is not None:
             writer.request(self.scope, self.payload.provider, body, self.payload.model)
 
-    def _late(self, check: str, violations: list[Violation] | None) -> None:
+    def _late(self, check: str, violations: list[Violation] | None, extra: dict[str, Any] | None = None) -> None:
         """Record a check judged after the request left (``None``: skipped). It never blocks:
         the request is already sent; it is counted, logged and put on the span like the others."""
         m, provider = self.guard.metrics, self.payload.provider
@@ -508,7 +501,7 @@ class Call:
         m.checks_by[(check, outcome)].inc()
         span = self.span
         recording = span is not None and span.is_recording()
-        update: dict[str, Any] = {}
+        update: dict[str, Any] = dict(extra or {})
         if violations:
             m.violations_by[(check, provider)].inc()
             conversation_id = self.scope[0] if self.scope is not None else None
