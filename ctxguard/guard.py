@@ -480,12 +480,14 @@ class Call:
             return
         if not isinstance(body, (bytes, bytearray)) or not body:
             return
+        started = _perf()
         sent = bytes(body)
         self.wire_hash = self.guard.measurer.digester.bytes(sent)
         if self.request is not None:
             with guarded("capture"):
                 self._capture(json.loads(sent))
         self._late("wire_intact", wire_intact(self.payload, self.ctx, sent), {attr.WIRE_HASH: self.wire_hash})
+        self.elapsed += _perf() - started  # ctxguard's own time includes judging the wire
 
     def _capture(self, body: Any) -> None:
         writer = self.guard.capture
