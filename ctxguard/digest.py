@@ -37,6 +37,10 @@ class Digester:
     def bytes(self, data: bytes) -> str:
         return hashlib.blake2b(data, key=self._key, digest_size=16).hexdigest()
 
+    def hasher(self) -> hashlib.blake2b:
+        """An incremental hasher whose ``hexdigest()`` equals ``bytes()`` of everything fed to it."""
+        return hashlib.blake2b(key=self._key, digest_size=16)
+
     def text(self, text: str) -> str:
         # surrogatepass: a lone surrogate from a broken client must digest, not raise.
         return self.bytes(text.encode("utf-8", "surrogatepass"))

@@ -44,6 +44,7 @@ from .telemetry.log import log_violation
 from .telemetry.metrics import Metrics, metrics_for
 from .tokens import Calibration, default_counter
 from .violations import ContextViolation, Violation
+from .wiredigest import WireDigests
 
 __all__ = ["Call", "Guard"]
 
@@ -78,6 +79,7 @@ class Guard:
         self.tracer = provider.get_tracer("ctxguard")
         self.calibration = Calibration()
         self.measurer = Measurer(Digester(config.digest_key), default_counter(), self.calibration)
+        self.wire_digests = WireDigests(self.measurer.digester)
         self.memory = ConversationMemory(config.max_conversations)
         self.facts = sinks if sinks is not None else facts_mod.configure(ledger, clock)  # type: ignore[arg-type]
         self._norms: TwoGenerationCache[str, str] = TwoGenerationCache(20_000)
@@ -482,7 +484,7 @@ class Call:
             return
         started = _perf()
         sent = bytes(body)
-        self.wire_hash = self.guard.measurer.digester.bytes(sent)
+        self.wire_hash = self.guard.wire_digests.digest(self.scope, sent)
         if self.request is not None:
             with guarded("capture"):
                 self._capture(json.loads(sent))

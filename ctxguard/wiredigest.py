@@ -1,0 +1,80 @@
+"""``ctxguard.wire.hash`` without rehashing what the previous request already sent.
+
+The digest of the body sent is linear in its size (keyed BLAKE2b, about 1.1 µs per KB):
+at 450 messages it was more than half of ctxguard's per-message cost. Yet a
+conversation's next body repeats the previous one up to the message appended (the
+SDKs serialise the history first). So per conversation the previous body is kept with
+the hasher's state at the end of what it shared with the one before; the next body
+that starts with those same bytes (one ``memcmp``) resumes from a copy of that state
+and hashes only what follows. The digest is identical to hashing the whole body.
+
+Bounded: bodies under ``MIN_BYTES`` are hashed directly, and the kept bodies of all
+conversations total at most ``max_bytes`` (least recently used dropped first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+
+from .digest import Digester
+
+__all__ = ["MIN_BYTES", "WireDigests"]
+
+#: Smaller bodies are hashed whole: the bookkeeping would cost more than it saves.
+MIN_BYTES = 4096
+
+
+def common_prefix(a: bytes, b: bytes, start: int) -> int:
+    """Length of the longest common prefix of ``a`` and ``b``, given they agree up to ``start``."""
+    view = memoryview(a)
+    lo, hi = start, min(len(a), len(b))
+    while lo < hi:  # invariant: a[:lo] == b[:lo]
+        mid = (lo + hi + 1) // 2
+        if b.startswith(view[lo:mid], lo):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class WireDigests:
+    """``digest(scope, body)``: the keyed digest of ``body``, resumed from ``scope``'s last body."""
+
+    def __init__(self, digester: Digester, max_bytes: int = 16 * 1024 * 1024) -> None:
+        self.digester = digester
+        self.max_bytes = max_bytes
+        self._kept: OrderedDict[Hashable, tuple[bytes, int, hashlib.blake2b]] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def digest(self, scope: Hashable | None, body: bytes) -> str:
+        if scope is None or len(body) < MIN_BYTES or len(body) > self.max_bytes:
+            return self.digester.bytes(body)
+        with self._lock:
+            kept = self._kept.pop(scope, None)
+            if kept is not None:
+                self._size -= len(kept[0])
+        start, hasher = 0, None
+        if kept is not None:
+            previous, offset, state = kept
+            if offset <= len(body) and body.startswith(memoryview(previous)[:offset]):
+                start, hasher = offset, state.copy()
+            shared = common_prefix(previous, body, start)
+        else:
+            shared = 0
+        if hasher is None:
+            hasher = self.digester.hasher()
+        view = memoryview(body)
+        hasher.update(view[start:shared])
+        resume = hasher.copy()  # the next body of this conversation likely shares at least this much
+        hasher.update(view[shared:])
+        with self._lock:
+            self._kept[scope] = (body, shared, resume)
+            self._size += len(body)
+            while self._size > self.max_bytes and self._kept:
+                _, (old, _, _) = self._kept.popitem(last=False)
+                self._size -= len(old)
+        return hasher.hexdigest()
