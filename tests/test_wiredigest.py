@@ -71,3 +71,15 @@ def test_a_growing_conversation_resumes_instead_of_rehashing(harness, llm: FakeL
     body, resumed_at, _ = harness.guard.wire_digests._kept[("grow", None)]
     assert body == llm.requests[-1].body
     assert resumed_at > len(body) * 0.9  # the last body shared all but its new message with the one before
+
+
+def test_kept_bodies_stay_within_their_budget_least_recent_first():
+    digests = WireDigests(DIGESTER, max_bytes=10_000)
+    for scope in ("a", "b", "c"):
+        digests.digest(scope, bytes([ord(scope)]) * 4_500)
+    assert list(digests._kept) == ["b", "c"] and digests._size == 9_000
+    digests.digest("b", b"b" * 4_600)  # b is now the most recent
+    digests.digest("d", b"d" * 4_500)
+    assert list(digests._kept) == ["b", "d"]
+    assert digests.digest("x", b"x" * 20_000) == DIGESTER.bytes(b"x" * 20_000)  # over the budget: not kept
+    assert "x" not in digests._kept
