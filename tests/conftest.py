@@ -79,3 +79,14 @@ def client(llm: FakeLLM) -> Iterator[openai.OpenAI]:
 async def aclient(llm: FakeLLM):  # type: ignore[no-untyped-def]
     async with openai.AsyncOpenAI(base_url=llm.base_url, api_key="test", max_retries=0) as c:
         yield c
+
+
+def guard_spans(harness: GuardHarness) -> list:
+    """ctxguard's own spans (an SDK may record spans of its own beside them)."""
+    return [s for s in harness.spans() if s.attributes and s.attributes.get("ctxguard.payload.hash")]
+
+
+def only_guard_span(harness: GuardHarness):  # type: ignore[no-untyped-def]
+    spans = guard_spans(harness)
+    assert len(spans) == 1, [s.name for s in harness.spans()]
+    return spans[0]

@@ -18,7 +18,7 @@ from google.genai.models import AsyncModels, Models  # noqa: E402
 import ctxguard  # noqa: E402
 from ctxguard.digest import Digester  # noqa: E402
 from ctxguard.testing import FakeLLM, Reply  # noqa: E402
-from tests.conftest import KEY, message_digest  # noqa: E402
+from tests.conftest import KEY, guard_spans, message_digest, only_guard_span  # noqa: E402
 
 MODEL = "gemini-2.5-flash"
 SYSTEM = "You are the order assistant.\nAnswer in English."
@@ -30,16 +30,6 @@ CALL_SITES = [(cls, name) for cls in (Models, AsyncModels) for name in ("generat
 @pytest.fixture
 def gemini(llm):
     return genai.Client(api_key="t", http_options={"base_url": llm.gemini_base_url})
-
-
-def ours(harness):
-    return [s for s in harness.spans() if s.attributes.get("ctxguard.payload.hash")]
-
-
-def only(harness):
-    spans = ours(harness)
-    assert len(spans) == 1, [s.name for s in harness.spans()]
-    return spans[0]
 
 
 def body_digests(body):
@@ -64,7 +54,7 @@ def test_system_instruction_is_the_head_and_span_matches_the_body(harness, llm, 
         )
     assert reply.text == "ok 1"
     sent = llm.bodies(":generateContent")[0]
-    a = only(harness).attributes
+    a = only_guard_span(harness).attributes
     assert a["gen_ai.provider.name"] == "gcp.gen_ai"
     assert a["gen_ai.request.model"] == MODEL == llm.requests[0].path.split("models/")[1].split(":")[0]
     assert list(a["ctxguard.message.roles"]) == ["system", "user", "assistant", "user"]
@@ -103,7 +93,7 @@ def test_chat_session_turns_and_fact_checks(harness, llm, gemini):
         chat.send_message("thanks")
         ctxguard.forget_fact("city")  # still in the history the session resends: fact_forgotten fails
         chat.send_message("bye")
-    spans = ours(harness)
+    spans = guard_spans(harness)
     assert len(spans) == 3 == len(llm.bodies(":generateContent"))
     for span, body in zip(spans, llm.bodies(":generateContent"), strict=True):
         assert list(span.attributes["ctxguard.message.hashes"]) == body_digests(body)
@@ -131,7 +121,7 @@ def test_pinned_checks_and_budget(harness, llm, gemini):
                                    config={"system_instruction": [SYSTEM, block], "max_output_tokens": 1_048_576})
     gemini.models.generate_content(model="gemini-unreleased", contents="hi",
                                    config={"system_instruction": [SYSTEM, block]})
-    spans = ours(harness)
+    spans = guard_spans(harness)
     assert [list(s.attributes["ctxguard.violations"]) for s in spans] == [
         [], ["pinned_present"], ["pinned_intact"], ["pinned_capped"], ["payload_under_budget"], []]
     assert spans[0].attributes["ctxguard.pinned.present"] is True
@@ -154,7 +144,7 @@ def test_parts_are_read_and_bytes_never_recorded(harness, llm, gemini):
             types.Content(role="user", parts=[types.Part.from_function_response(name="lookup",
                                                                                 response={"status": "shipped"})]),
         ])
-    a = only(harness).attributes
+    a = only_guard_span(harness).attributes
     assert list(a["ctxguard.message.roles"]) == ["system", "user", "assistant", "user"]
     assert list(a["ctxguard.facts.present"]) == ["order_id@1"]  # found in the function_call args
     dumped = str(dict(a))
@@ -174,7 +164,7 @@ def test_stream_output_identical_to_uninstrumented_and_wire_observed(harness, ll
     guarded = chunks()
     assert guarded == plain
     assert "".join(c["candidates"][0]["content"]["parts"][0]["text"] for c in guarded) == "parcel in Pune"
-    a = only(harness).attributes
+    a = only_guard_span(harness).attributes
     # The SDK's stream is a generator that sends on the first chunk: still observed.
     assert a["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[-1].body)
     assert list(a["gen_ai.response.finish_reasons"]) == ["STOP"]
@@ -193,7 +183,7 @@ async def test_async_generate_and_stream(harness, llm):
                                                                  config={"system_instruction": SYSTEM})
         text = "".join([c.text async for c in stream])
     assert (reply.text, text) == ("one", "two")
-    spans = ours(harness)
+    spans = guard_spans(harness)
     assert [list(s.attributes["ctxguard.violations"]) for s in spans] == [["system_at_head"], []]
     assert [s.attributes["ctxguard.wire.hash"] for s in spans] == [
         Digester(KEY).bytes(r.body) for r in llm.requests]
@@ -216,7 +206,7 @@ def test_instruction_dropped_below_the_sdk_fails_wire_intact(harness, llm):
                                                          "httpx_client": transport})
         client.models.generate_content(model=MODEL, contents="hi", config={"system_instruction": SYSTEM})
     assert "systemInstruction" not in llm.bodies()[0]
-    assert list(only(harness).attributes["ctxguard.violations"]) == ["wire_intact"]
+    assert list(only_guard_span(harness).attributes["ctxguard.violations"]) == ["wire_intact"]
     assert harness.metric("ctxguard_violations_total", check="wire_intact", provider="gcp.gen_ai") == 1
 
 
@@ -226,24 +216,24 @@ def test_sdk_errors_pass_through(harness, llm, gemini):
     with pytest.raises(errors.ClientError) as info:
         gemini.models.generate_content(model=MODEL, contents="hi", config={"system_instruction": SYSTEM})
     assert info.value.code == 429
-    assert only(harness).attributes["error.type"] == "ClientError"
+    assert only_guard_span(harness).attributes["error.type"] == "ClientError"
 
 
 def test_bad_input_never_crashes(harness, llm, gemini):
     harness.start(mode="observe")
     with pytest.raises(ValueError, match="contents"):
         gemini.models.generate_content(model=MODEL, contents=[], config={"system_instruction": SYSTEM})
-    assert list(ours(harness)[-1].attributes["ctxguard.message.roles"]) == ["system"]
+    assert list(guard_spans(harness)[-1].attributes["ctxguard.message.roles"]) == ["system"]
     with pytest.raises(ValueError, match="max_output_tokens"):  # the SDK's own validation, unchanged
         gemini.models.generate_content(model=MODEL, contents="hi", config={"system_instruction": [],
                                                                             "max_output_tokens": "many"})
-    a = ours(harness)[-1].attributes
+    a = guard_spans(harness)[-1].attributes
     assert list(a["ctxguard.violations"]) == ["system_at_head"]
     assert "gen_ai.request.max_tokens" not in a
     with pytest.raises(ValueError):  # the SDK refuses these; ctxguard read them without failing
         gemini.models.generate_content(model=MODEL, contents=[{"role": "user", "parts": [{"unknown": 1}]}, 7],
                                        config={"system_instruction": SYSTEM})
-    assert list(ours(harness)[-1].attributes["ctxguard.message.roles"]) == ["system", "user", "user"]
+    assert list(guard_spans(harness)[-1].attributes["ctxguard.message.roles"]) == ["system", "user", "user"]
     assert llm.requests == []
 
 

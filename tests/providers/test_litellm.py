@@ -16,20 +16,10 @@ litellm = pytest.importorskip("litellm", reason="litellm is not installed (extra
 import ctxguard  # noqa: E402
 from ctxguard.digest import Digester  # noqa: E402
 from ctxguard.testing import Reply  # noqa: E402
-from tests.conftest import KEY, message_digest  # noqa: E402
+from tests.conftest import KEY, guard_spans, message_digest, only_guard_span  # noqa: E402
 
 SYSTEM = {"role": "system", "content": "You are the order assistant.\nAnswer in English."}
 USER = {"role": "user", "content": "where is my parcel?"}
-
-
-def ours(harness):
-    return [s for s in harness.spans() if s.attributes.get("ctxguard.payload.hash")]
-
-
-def only(harness):
-    spans = ours(harness)
-    assert len(spans) == 1, [s.name for s in harness.spans()]
-    return spans[0]
 
 
 def calls(harness):
@@ -44,7 +34,7 @@ def test_openai_route_span_matches_the_body(harness, llm):
                                    api_base=llm.base_url, api_key="t")
     assert reply.choices[0].message.content == "ok 1"
     sent = llm.bodies("/chat/completions")[0]
-    a = only(harness).attributes
+    a = only_guard_span(harness).attributes
     assert a["gen_ai.provider.name"] == "openai"  # LiteLLM's routing, not the wrapper's name
     assert a["gen_ai.request.model"] == "openai/gpt-4o" and sent["model"] == "gpt-4o"
     assert list(a["ctxguard.message.roles"]) == [m["role"] for m in sent["messages"]]
@@ -64,7 +54,7 @@ def test_azure_route_runs_the_openai_sdk_underneath_one_evaluation_one_span(harn
     litellm.completion(model="azure/gpt-4o", messages=[SYSTEM, USER], api_base=llm.origin, api_key="t",
                        api_version="2024-10-21")
     assert "/openai/deployments/gpt-4o/chat/completions" in llm.requests[0].path
-    a = only(harness).attributes
+    a = only_guard_span(harness).attributes
     assert a["gen_ai.provider.name"] == "litellm"
     assert calls(harness) == 1
     assert harness.metric("ctxguard_checks_total", check="system_at_head", outcome="pass") == 1
@@ -82,7 +72,7 @@ def test_anthropic_route_moves_the_system_message_and_wire_is_intact(harness, ll
                        api_base=llm.anthropic_base_url, api_key="t")
     sent = llm.bodies("/messages")[0]
     assert [b["text"] for b in sent["system"]] == [SYSTEM["content"]]  # LiteLLM's translation
-    a = only(harness).attributes
+    a = only_guard_span(harness).attributes
     assert a["gen_ai.provider.name"] == "anthropic"
     assert list(a["ctxguard.message.roles"]) == ["system", "user"]
     assert a["ctxguard.budget.window"] == 200_000
@@ -104,7 +94,7 @@ def test_system_pinned_budget_and_fact_checks(harness, llm):
         ctxguard.forget_fact("city")
         litellm.completion(messages=[SYSTEM, block, USER], **kw)
         litellm.completion(messages=[SYSTEM, {"role": "system", "content": "Pinned facts"}, USER], **kw)
-    assert [list(s.attributes["ctxguard.violations"]) for s in ours(harness)] == [
+    assert [list(s.attributes["ctxguard.violations"]) for s in guard_spans(harness)] == [
         [],
         ["system_at_head"],
         ["pinned_intact"],
@@ -119,7 +109,7 @@ def test_system_pinned_budget_and_fact_checks(harness, llm):
 def test_positional_model_and_messages_are_read(harness, llm):
     harness.start(mode="observe")
     litellm.completion("openai/gpt-4o", [SYSTEM, USER], api_base=llm.base_url, api_key="t")
-    a = only(harness).attributes
+    a = only_guard_span(harness).attributes
     assert list(a["ctxguard.message.roles"]) == ["system", "user"]
     assert a["gen_ai.request.model"] == "openai/gpt-4o"
 
@@ -136,7 +126,7 @@ def test_stream_chunks_identical_to_uninstrumented(harness, llm):
     stream, guarded = chunks()
     assert isinstance(stream, litellm.CustomStreamWrapper)
     assert guarded == plain
-    a = only(harness).attributes
+    a = only_guard_span(harness).attributes
     assert a["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[-1].body)
     assert a["gen_ai.usage.output_tokens"] > 0
     assert list(a["gen_ai.response.finish_reasons"]) == ["stop"]
@@ -151,7 +141,7 @@ async def test_acompletion_and_async_stream(harness, llm):
                                        api_base=llm.base_url, api_key="t")
     text = "".join([c.choices[0].delta.content or "" async for c in stream])
     assert (reply.choices[0].message.content, text) == ("one", "two")
-    spans = ours(harness)
+    spans = guard_spans(harness)
     assert [list(s.attributes["ctxguard.violations"]) for s in spans] == [["system_at_head"], []]
     assert [s.attributes["ctxguard.wire.hash"] for s in spans] == [Digester(KEY).bytes(r.body) for r in llm.requests]
 
@@ -162,14 +152,14 @@ def test_sdk_errors_pass_through(harness, llm):
     with pytest.raises(litellm.RateLimitError):
         litellm.completion(model="openai/gpt-4o", messages=[SYSTEM, USER], api_base=llm.base_url, api_key="t",
                            max_retries=0)
-    assert only(harness).attributes["error.type"] == "RateLimitError"
+    assert only_guard_span(harness).attributes["error.type"] == "RateLimitError"
 
 
 def test_unroutable_model_is_labelled_litellm_and_the_error_is_litellms(harness, llm):
     harness.start(mode="observe")
     with pytest.raises(litellm.BadRequestError):
         litellm.completion(model="no-such-model-xyz", messages=[SYSTEM, USER], api_base=llm.base_url)
-    a = only(harness).attributes
+    a = only_guard_span(harness).attributes
     assert a["gen_ai.provider.name"] == "litellm"
     assert "payload_under_budget: " in "\n".join(a["ctxguard.checks.skipped"])
 
