@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from typing import IO, Any
 
 from .facts.ledger import FactEvent, Scope
+from .providers._read import SENTINELS, jsonable
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -60,8 +61,6 @@ _NOT_BODY = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
 def capture_body(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The body as the app passed it, when the transport's bytes were not seen:
     sentinels and HTTP options left out, SDK objects as JSON."""
-    from .providers._read import SENTINELS, jsonable
-
     body = {k: v for k, v in kwargs.items() if k not in _NOT_BODY and type(v).__name__ not in SENTINELS}
     extra = kwargs.get("extra_body")
     if isinstance(extra, Mapping):

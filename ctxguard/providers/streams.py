@@ -49,9 +49,10 @@ class _SyncStream(_Observed):
         return self
 
     def __next__(self) -> Any:
-        # A generator (google-genai) sends its request on the first chunk: the transport
-        # must still see this call in flight.
-        token = IN_FLIGHT.set(self._self_call)
+        # A generator (google-genai) sends its request on the first chunk: until the
+        # transport has seen the body, the call stays in flight.
+        call = self._self_call
+        token = IN_FLIGHT.set(call) if call.wire_hash is None else None
         try:
             chunk = self.__wrapped__.__next__()
         except StopIteration:
@@ -61,8 +62,9 @@ class _SyncStream(_Observed):
             self._self_finish(exc)
             raise
         finally:
-            IN_FLIGHT.reset(token)
-        self._self_call.stream_chunk(self._self_reader, chunk)
+            if token is not None:
+                IN_FLIGHT.reset(token)
+        call.stream_chunk(self._self_reader, chunk)
         return chunk
 
     def __enter__(self) -> _SyncStream:
@@ -87,7 +89,8 @@ class _AsyncStream(_Observed):
         return self
 
     async def __anext__(self) -> Any:
-        token = IN_FLIGHT.set(self._self_call)
+        call = self._self_call
+        token = IN_FLIGHT.set(call) if call.wire_hash is None else None
         try:
             chunk = await self.__wrapped__.__anext__()
         except StopAsyncIteration:
@@ -97,8 +100,9 @@ class _AsyncStream(_Observed):
             self._self_finish(exc)
             raise
         finally:
-            IN_FLIGHT.reset(token)
-        self._self_call.stream_chunk(self._self_reader, chunk)
+            if token is not None:
+                IN_FLIGHT.reset(token)
+        call.stream_chunk(self._self_reader, chunk)
         return chunk
 
     async def __aenter__(self) -> _AsyncStream:
