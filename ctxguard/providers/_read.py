@@ -4,7 +4,7 @@ TypedDicts and the SDKs' "not given" sentinels all read the same way."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..payload import Item, RequestView
@@ -28,6 +28,24 @@ def as_str(value: Any) -> str | None:
 
 def role(value: Any, default: str) -> str:
     return value[:ROLE_MAX] if isinstance(value, str) and value else default
+
+
+def structured_parts(content: Any, texts: list[str]) -> Iterator[Any]:
+    """The parts of a message's ``content`` that are not plain text, in order; plain text
+    (a string content, string parts, or anything else stringified) goes to ``texts``."""
+    if content is None:
+        return
+    if isinstance(content, str):
+        texts.append(content)
+        return
+    if not isinstance(content, (list, tuple)):
+        texts.append(str(content))
+        return
+    for part in content:
+        if isinstance(part, str):
+            texts.append(part)
+        else:
+            yield part
 
 
 def jsonable(obj: Any) -> Any:

@@ -15,7 +15,7 @@ from typing import Any
 from ..payload import Item, Reply, RequestView
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, items, plain, schemas
+from ._read import canonical, items, plain, schemas, structured_parts
 from ._read import get as _get
 from ._read import role as _role
 
@@ -41,18 +41,7 @@ TARGETS = (
 
 
 def _blocks(content: Any, texts: list[str], refs: list[str]) -> None:
-    if content is None:
-        return
-    if isinstance(content, str):
-        texts.append(content)
-        return
-    if not isinstance(content, (list, tuple)):
-        texts.append(str(content))
-        return
-    for block in content:
-        if isinstance(block, str):
-            texts.append(block)
-            continue
+    for block in structured_parts(content, texts):
         kind = _get(block, "type")
         if kind == "text":
             texts.append(_str(_get(block, "text")) or "")

@@ -15,7 +15,7 @@ from ..payload import Item, Reply, RequestView
 from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import get as _get
-from ._read import items, plain, schemas
+from ._read import items, plain, schemas, structured_parts
 from ._read import role as _role
 
 __all__ = ["ADAPTER", "SUPPORTED", "TARGETS"]
@@ -40,18 +40,7 @@ TARGETS = (
 
 def _parts(content: Any, texts: list[str], refs: list[str]) -> None:
     """Text of every content part; non-text parts as references (never their bytes)."""
-    if content is None:
-        return
-    if isinstance(content, str):
-        texts.append(content)
-        return
-    if not isinstance(content, (list, tuple)):
-        texts.append(str(content))
-        return
-    for part in content:
-        if isinstance(part, str):
-            texts.append(part)
-            continue
+    for part in structured_parts(content, texts):
         kind = _get(part, "type")
         text = _str(_get(part, "text")) or _str(_get(part, "refusal"))
         if text is not None:
