@@ -164,3 +164,16 @@ def test_metrics_port_serves_on_loopback():
     ctxguard.uninstrument()
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+
+
+def test_string_parts_of_a_content_list_are_read_in_order():
+    from ctxguard.providers import anthropic as anthropic_provider
+    from ctxguard.providers import openai as openai_provider
+
+    content = ["Ship to Lyon", {"type": "text", "text": "please"}, "today"]
+    chat = openai_provider.ADAPTER.normalise("chat.completions", {"model": "gpt-4o", "messages": [
+        {"role": "user", "content": content}]})
+    claude = anthropic_provider.ADAPTER.normalise("messages", {"model": "claude-sonnet-4-20250514", "max_tokens": 5,
+                                                               "messages": [{"role": "user", "content": content}]})
+    assert [i[:2] for i in chat.items] == [("user", "Ship to Lyon\nplease\ntoday")]
+    assert [i[:2] for i in claude.items] == [("user", "Ship to Lyon\nplease\ntoday")]
