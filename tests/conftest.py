@@ -90,3 +90,16 @@ def only_guard_span(harness: GuardHarness):  # type: ignore[no-untyped-def]
     spans = guard_spans(harness)
     assert len(spans) == 1, [s.name for s in harness.spans()]
     return spans[0]
+
+
+def replace_body(request, body: object) -> None:  # type: ignore[no-untyped-def]
+    """In an httpx/httpx2 request hook: send ``body`` (JSON) instead of what the SDK built, as a
+    proxy or middleware below the SDK might."""
+    import json
+    import sys
+
+    http = sys.modules[type(request).__module__.split(".")[0]]  # httpx or httpx2, whichever built it
+    raw = json.dumps(body).encode()
+    request.stream = http.ByteStream(raw)
+    request._content = raw
+    request.headers["Content-Length"] = str(len(raw))

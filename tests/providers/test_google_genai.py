@@ -18,7 +18,7 @@ from google.genai.models import AsyncModels, Models  # noqa: E402
 import ctxguard  # noqa: E402
 from ctxguard.digest import Digester  # noqa: E402
 from ctxguard.testing import FakeLLM, Reply  # noqa: E402
-from tests.conftest import KEY, guard_spans, message_digest, only_guard_span  # noqa: E402
+from tests.conftest import KEY, guard_spans, message_digest, only_guard_span, replace_body  # noqa: E402
 
 MODEL = "gemini-2.5-flash"
 SYSTEM = "You are the order assistant.\nAnswer in English."
@@ -193,10 +193,7 @@ def drop_system_instruction(request) -> None:
     """A transport hook that loses the system instruction after the SDK built the body."""
     body = json.loads(request.content)
     body.pop("systemInstruction")
-    raw = json.dumps(body).encode()
-    request.stream = http.ByteStream(raw)
-    request._content = raw
-    request.headers["Content-Length"] = str(len(raw))
+    replace_body(request, body)
 
 
 def test_instruction_dropped_below_the_sdk_fails_wire_intact(harness, llm):

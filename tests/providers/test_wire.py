@@ -10,7 +10,7 @@ import openai._base_client as _openai_base
 
 import ctxguard
 from ctxguard.digest import Digester
-from tests.conftest import KEY
+from tests.conftest import KEY, replace_body
 
 # The HTTP library this openai release is built on (httpx2 for 3.x, httpx for 1.x).
 http = getattr(_openai_base, "httpx2", None) or _openai_base.httpx
@@ -42,10 +42,7 @@ def drop_system(request) -> None:
     """A call path that loses the system prompt after the app handed it to the SDK."""
     body = json.loads(request.content)
     body["messages"] = [m for m in body["messages"] if m["role"] != "system"]
-    raw = json.dumps(body).encode()
-    request.stream = http.ByteStream(raw)
-    request._content = raw
-    request.headers["Content-Length"] = str(len(raw))
+    replace_body(request, body)
 
 
 def test_a_system_prompt_dropped_below_the_sdk_fails_wire_intact(harness, llm):
@@ -77,10 +74,7 @@ def redact_user_city(request) -> None:
     for m in body["messages"]:
         if m["role"] == "user":
             m["content"] = m["content"].replace("Lyon", "[city]")
-    raw = json.dumps(body).encode()
-    request.stream = http.ByteStream(raw)
-    request._content = raw
-    request.headers["Content-Length"] = str(len(raw))
+    replace_body(request, body)
 
 
 def test_an_active_fact_rewritten_below_the_sdk_fails_wire_intact(harness, llm):
