@@ -11,6 +11,7 @@ answer is captured) are not part of offline results.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
@@ -148,11 +149,9 @@ class Checker:
         if adapter is None:
             return None
         api, kwargs = as_call(line.provider, line.body, line.model)
-        if line.conversation_id is None:
+        cid = line.conversation_id
+        with conversation(cid, tenant=line.tenant) if cid is not None else contextlib.nullcontext():
             call = self.guard.before(adapter, api, kwargs)
-        else:
-            with conversation(line.conversation_id, tenant=line.tenant):
-                call = self.guard.before(adapter, api, kwargs)
         if call is None or call.ctx is None:
             return None
         call.answer(None)  # closes the (non-recording) span and detaches its context

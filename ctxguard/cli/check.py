@@ -23,7 +23,7 @@ from typing import IO, Any
 from ..capture import CaptureError, RequestLine, read_capture
 from ..offline import CAPTURED_PROVIDERS, NO_CONVERSATION, PROVIDERS, Checker, TurnResult, first_violation, load_policy
 
-__all__ = ["add_arguments", "capture_arguments", "judge_capture", "open_capture", "progress_bar", "run_check"]
+__all__ = ["add_arguments", "capture_arguments", "judge_capture", "progress_bar", "run_check"]
 
 def capture_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of every verb that reads a capture (``check``, ``report``)."""
@@ -72,11 +72,6 @@ def progress_bar(total: int, enabled: bool | None, stream: IO[str] | None = None
     return progress
 
 
-def open_capture(path: str) -> tuple[IO[bytes], int]:
-    handle = open(path, "rb")  # noqa: SIM115 (the caller closes it)
-    return handle, os.fstat(handle.fileno()).st_size
-
-
 def judge_capture(args: argparse.Namespace, consume: Callable[[RequestLine, TurnResult | None], None]) -> int | None:
     """Load ``args.policy``, stream ``args.file`` through the offline checks and hand each request
     line with its result to ``consume``. Returns an exit code (2) when the input is unusable."""
@@ -85,11 +80,12 @@ def judge_capture(args: argparse.Namespace, consume: Callable[[RequestLine, Turn
     except (OSError, ValueError) as exc:
         return fail(f"{args.policy}: {exc}")
     try:
-        handle, size = open_capture(args.file)
+        handle = open(args.file, "rb")  # noqa: SIM115 (closed by the with below)
     except OSError as exc:
         return fail(f"{args.file}: {exc.strerror or exc}")
     requests = 0
     with handle:
+        size = os.fstat(handle.fileno()).st_size
         try:
             lines = read_capture(handle, CAPTURED_PROVIDERS, progress=progress_bar(size, args.progress))
             for line, result in Checker(policy).judge(lines):
