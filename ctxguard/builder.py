@@ -359,7 +359,7 @@ class ContextBuilder:
         logger.debug("ctxguard: the supplied summary lost %d active fact(s): %s", len(lost), ", ".join(lost))
         guard = _instrument._guard
         if guard is not None:
-            guard.metrics.summary_lossy.inc()
+            guard.metrics.add((guard.metrics.lossy_at,))
         if scope is not None:
             LOSSY.note(scope, lost)
 

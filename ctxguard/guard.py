@@ -41,7 +41,7 @@ from .providers.streams import wrap_manager, wrap_stream
 from .summaries import LOSSY
 from .telemetry import spans as attr
 from .telemetry.log import log_violation
-from .telemetry.metrics import Metrics, metrics_for
+from .telemetry.metrics import Hist, Metrics, metrics_for
 from .tokens import Calibration, default_counter
 from .violations import ContextViolation, Violation
 from .wiredigest import WireDigests
@@ -276,24 +276,25 @@ class Call:
         guard, payload, ctx, diff = self.guard, self.payload, self.ctx, self.diff
         m = guard.metrics
         provider = payload.provider
-        m.calls_by[(provider, payload.operation)].inc()
+        cells = [m.calls_at[(provider, payload.operation)]]
+        checks_at, violations_at = m.checks_at, m.violations_at
         for o in self.outcomes:
-            m.checks_by[(o.check, o.outcome)].inc()
+            cells.append(checks_at[(o.check, o.outcome)])
             if o.outcome == "fail":
-                m.violations_by[(o.check, provider)].inc()
+                cells.append(violations_at[(o.check, provider)])
         if diff is not None:
-            for kind in diff.evicted:
-                m.evictions_by[kind].inc()
+            cells.extend(m.evictions_at[kind] for kind in diff.evicted)
             for role, count in diff.dropped.items():
                 m.dropped_role(role, count)
         if self.fact_evictions:
-            m.evictions_by["fact"].inc(self.fact_evictions)
-        m.tokens_by[provider].observe(payload.tokens)
+            m.add_amount(m.evictions_at["fact"], self.fact_evictions)
+        observed: list[tuple[Hist, float]] = [(m.tokens_h[provider], payload.tokens)]
         if ctx is not None:
             if not isinstance(ctx.budget, str):
-                m.utilization_by[provider].observe(ctx.budget.utilization)
+                observed.append((m.utilization_h[provider], ctx.budget.utilization))
             if ctx.pinned is not None:
-                m.pinned_tokens.observe(ctx.pinned_tokens)
+                observed.append((m.pinned_h, ctx.pinned_tokens))
+        m.add(cells, observed)
 
         conversation_id = self.scope[0] if self.scope is not None else None
         for v in self.violations:
@@ -387,8 +388,8 @@ class Call:
     def block(self) -> None:
         """Enforce mode: count, close the span, and refuse to send."""
         with guarded("telemetry"):
-            for check in dict.fromkeys(v.check for v in self.violations):
-                self.guard.metrics.blocked_by[check].inc()
+            m = self.guard.metrics
+            m.add(m.blocked_at[check] for check in dict.fromkeys(v.check for v in self.violations))
             self._end(error_type=ContextViolation.__name__)
         raise ContextViolation(self.violations)
 
@@ -414,7 +415,8 @@ class Call:
                 span.set_attribute(attr.ERROR_TYPE, error_type)
                 span.set_status(Status(StatusCode.ERROR))
             span.end()
-        self.guard.metrics.duration.observe(self.elapsed)
+        m = self.guard.metrics
+        m.add((), ((m.duration_h, self.elapsed),))
 
     def finished(self, result: Any, *, asynchronous: bool = False) -> Any:
         """The SDK returned ``result`` (to an ``async`` call site if ``asynchronous``); returns it
@@ -502,12 +504,12 @@ class Call:
         the request is already sent; it is counted, logged and put on the span like the others."""
         m, provider = self.guard.metrics, self.payload.provider
         outcome = "skip" if violations is None else "fail" if violations else "pass"
-        m.checks_by[(check, outcome)].inc()
+        cells = [m.checks_at[(check, outcome)]]
         span = self.span
         recording = span is not None and span.is_recording()
         update: dict[str, Any] = dict(extra or {})
         if violations:
-            m.violations_by[(check, provider)].inc()
+            cells.append(m.violations_at[(check, provider)])
             conversation_id = self.scope[0] if self.scope is not None else None
             for v in violations:
                 log_violation(v, provider=provider, conversation_id=conversation_id, payload_hash=self.payload.digest)
@@ -520,6 +522,7 @@ class Call:
                 update[attr.DIVERGENCE_FACT] = violations[0].fact_id or ""
             if recording:
                 attr.violation_events(span, violations)  # type: ignore[arg-type]
+        m.add(cells)
         if recording and update:
             attr.set_attributes(span, update)  # type: ignore[arg-type]
 

@@ -1,25 +1,38 @@
-"""Prometheus collectors (SPEC §4), created once per registry, every series pre-created.
+"""Prometheus metrics (SPEC §4): every series pre-created, one lock per call.
 
 Label values come from bounded sets defined here; anything else (a role a
 client invented, say) is folded into ``other`` so cardinality stays fixed.
 
+Why not prometheus_client's ``Counter`` and ``Histogram``: each ``inc()`` costs
+about 5,000 CPU instructions (validation, then a lock per value) and each
+``observe()`` about 11,000; a guarded call makes ~17 of them, which measured as
+12% of ctxguard's whole per-call cost. Here every series is one cell of a flat
+list; a call adds its counts under one lock, and a collector registered on the
+registry turns the cells into the same families, names and labels on scrape.
+
 prometheus_client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR`` set before it
-is imported, as under gunicorn) needs nothing special here: Counters and
-Histograms, pre-created children included, are backed by per-process mmap files
-and summed by ``MultiProcessCollector`` (which emits no ``_created`` samples).
-One thing does differ, see ``metrics_for``.
+is imported, as under gunicorn) keeps working: each cell then also writes through
+to the per-process mmap value prometheus_client itself would have created (same
+metric name, sample name and labels), and ``MultiProcessCollector`` sums those
+files (it emits no ``_created`` samples). One thing does differ, see ``metrics_for``.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
+import time
 import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, cast
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, values
+from prometheus_client import REGISTRY, CollectorRegistry, values
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from .._isolation import WHERE
 
-__all__ = ["EVICTION_KINDS", "OPERATIONS", "PROVIDERS", "ROLES", "Metrics", "metrics_for"]
+__all__ = ["EVICTION_KINDS", "OPERATIONS", "PROVIDERS", "ROLES", "Hist", "Metrics", "metrics_for"]
 
 PROVIDERS = ("openai", "anthropic", "gcp.gen_ai", "litellm")
 OPERATIONS = ("chat",)
@@ -32,87 +45,200 @@ _RATIO_BUCKETS = (0.1, 0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0, 1.1, 1.25, 1.5,
 _PINNED_BUCKETS = (25, 50, 100, 200, 400, 800, 1600, 3200)
 _DURATION_BUCKETS = (2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2, 0.25)
 
+#: How prometheus_client writes a bucket bound in ``le`` (``+Inf``, ``1e+06``).
+_le = cast(Callable[[float], str], floatToGoString)
+
+#: A histogram series: (first cell, upper bounds without +Inf). Its cells are one count per
+#: bucket (not cumulative; the last is +Inf), then the sum.
+Hist = tuple[int, tuple[float, ...]]
+
+
+class _Family:
+    """One metric family: its series in label order, each starting at a cell index."""
+
+    __slots__ = ("bounds", "help", "kind", "labelnames", "name", "series")
+
+    def __init__(
+        self, name: str, help: str, kind: str, labelnames: tuple[str, ...], bounds: tuple[float, ...] = ()
+    ) -> None:
+        self.name, self.help, self.kind, self.labelnames, self.bounds = name, help, kind, labelnames, bounds
+        self.series: list[tuple[tuple[str, ...], int]] = []
+
+    @property
+    def width(self) -> int:
+        return 1 if self.kind == "counter" else len(self.bounds) + 2
+
 
 class Metrics:
-    """All ctxguard collectors on one registry, with their labelled children resolved."""
+    """All ctxguard series on one registry. The hot path adds to cells by index:
+    ``m.add([m.calls_at[...], m.checks_at[...]], [(m.tokens_h[p], n)])``."""
 
     def __init__(self, registry: CollectorRegistry, check_names: tuple[str, ...]) -> None:
         self.check_names = check_names
-        r = registry
-        self.calls = Counter(
-            "ctxguard_calls_total", "LLM calls inspected by ctxguard.", ["provider", "operation"], registry=r
-        )
-        self.checks = Counter(
-            "ctxguard_checks_total", "Check evaluations by outcome.", ["check", "outcome"], registry=r
-        )
-        self.violations = Counter(
-            "ctxguard_violations_total", "Failed checks.", ["check", "provider"], registry=r
-        )
-        self.evictions = Counter(
+        self._families: list[_Family] = []
+        self._cells: list[float] = []
+        self._shared: list[Any] | None = [] if _multiprocess() else None  # mmap values, multiprocess mode
+        self._lock = threading.Lock()
+        self._created = time.time()
+
+        calls = self._family("ctxguard_calls_total", "LLM calls inspected by ctxguard.", ("provider", "operation"))
+        self.calls_at = {(p, o): self._series(calls, (p, o)) for p in PROVIDERS for o in OPERATIONS}
+        checks = self._family("ctxguard_checks_total", "Check evaluations by outcome.", ("check", "outcome"))
+        self.checks_at = {(c, o): self._series(checks, (c, o)) for c in check_names for o in OUTCOMES}
+        violations = self._family("ctxguard_violations_total", "Failed checks.", ("check", "provider"))
+        self.violations_at = {(c, p): self._series(violations, (c, p)) for c in check_names for p in PROVIDERS}
+        evictions = self._family(
             "ctxguard_evictions_total",
             "Protected items (system, pinned, fact) that vanished from a conversation's payload.",
-            ["kind"],
-            registry=r,
+            ("kind",),
         )
-        self.blocked = Counter(
-            "ctxguard_blocked_total", "Requests not sent because a check failed (enforce mode).", ["check"],
-            registry=r,
+        self.evictions_at = {k: self._series(evictions, (k,)) for k in EVICTION_KINDS}
+        blocked = self._family(
+            "ctxguard_blocked_total", "Requests not sent because a check failed (enforce mode).", ("check",)
         )
-        self.payload_tokens = Histogram(
-            "ctxguard_payload_tokens", "Input tokens per request, counted before sending.", ["provider"],
-            buckets=_TOKEN_BUCKETS, registry=r,
+        self.blocked_at = {c: self._series(blocked, (c,)) for c in check_names}
+        tokens = self._family(
+            "ctxguard_payload_tokens", "Input tokens per request, counted before sending.", ("provider",),
+            _TOKEN_BUCKETS,
         )
-        self.utilization = Histogram(
-            "ctxguard_budget_utilization_ratio", "(input + reserved output) / context window.", ["provider"],
-            buckets=_RATIO_BUCKETS, registry=r,
+        self.tokens_h = {p: self._hist(tokens, (p,)) for p in PROVIDERS}
+        utilization = self._family(
+            "ctxguard_budget_utilization_ratio", "(input + reserved output) / context window.", ("provider",),
+            _RATIO_BUCKETS,
         )
-        self.pinned_tokens = Histogram(
-            "ctxguard_pinned_tokens", "Tokens of the pinned facts block.", buckets=_PINNED_BUCKETS, registry=r
-        )
-        self.dropped = Counter(
+        self.utilization_h = {p: self._hist(utilization, (p,)) for p in PROVIDERS}
+        pinned = self._family("ctxguard_pinned_tokens", "Tokens of the pinned facts block.", (), _PINNED_BUCKETS)
+        self.pinned_h = self._hist(pinned, ())
+        dropped = self._family(
             "ctxguard_messages_dropped_total",
             "Messages present in a conversation's previous payload and absent now.",
-            ["role"],
-            registry=r,
+            ("role",),
         )
-        self.guard_errors = Counter(
-            "ctxguard_guard_errors_total", "Internal ctxguard errors swallowed (observe mode).", ["where"],
-            registry=r,
+        self.dropped_at = {role: self._series(dropped, (role,)) for role in ROLES}
+        errors = self._family(
+            "ctxguard_guard_errors_total", "Internal ctxguard errors swallowed (observe mode).", ("where",)
         )
-        self.summary_lossy = Counter(
-            "ctxguard_summary_lossy_total", "Supplied summaries that lost an active fact's value.", registry=r
+        self.errors_at = {w: self._series(errors, (w,)) for w in WHERE}
+        lossy = self._family(
+            "ctxguard_summary_lossy_total", "Supplied summaries that lost an active fact's value.", ()
         )
-        self.duration = Histogram(
-            "ctxguard_guard_duration_seconds", "ctxguard's own time per call.", buckets=_DURATION_BUCKETS,
-            registry=r,
+        self.lossy_at = self._series(lossy, ())
+        duration = self._family(
+            "ctxguard_guard_duration_seconds", "ctxguard's own time per call.", (), _DURATION_BUCKETS
         )
-        self._collectors: tuple[Counter | Histogram, ...] = (
-            self.calls, self.checks, self.violations, self.evictions, self.blocked, self.payload_tokens,
-            self.utilization, self.pinned_tokens, self.dropped, self.guard_errors, self.summary_lossy,
-            self.duration,
-        )
-        # Resolve every child now: the series exist at zero (increase() sees the first
-        # failure) and the hot path does dict look-ups instead of labels() calls.
-        self.calls_by = {(p, o): self.calls.labels(p, o) for p in PROVIDERS for o in OPERATIONS}
-        self.checks_by = {(c, o): self.checks.labels(c, o) for c in check_names for o in OUTCOMES}
-        self.violations_by = {(c, p): self.violations.labels(c, p) for c in check_names for p in PROVIDERS}
-        self.evictions_by = {k: self.evictions.labels(k) for k in EVICTION_KINDS}
-        self.blocked_by = {c: self.blocked.labels(c) for c in check_names}
-        self.tokens_by = {p: self.payload_tokens.labels(p) for p in PROVIDERS}
-        self.utilization_by = {p: self.utilization.labels(p) for p in PROVIDERS}
-        self.dropped_by = {role: self.dropped.labels(role) for role in ROLES}
-        self.errors_by = {w: self.guard_errors.labels(w) for w in WHERE}
+        self.duration_h = self._hist(duration, ())
+        self._collector = _Collector(self)
+        registry.register(self._collector)
 
-    def register(self, registry: CollectorRegistry) -> None:
-        """Expose these same collectors on one more registry as well."""
-        for collector in self._collectors:
-            registry.register(collector)
+    # -- layout -----------------------------------------------------------
+
+    def _family(self, name: str, help: str, labelnames: tuple[str, ...], bounds: Sequence[float] = ()) -> _Family:
+        kind = "histogram" if bounds else "counter"
+        family = _Family(name.removesuffix("_total"), help, kind, labelnames, tuple(float(b) for b in bounds))
+        self._families.append(family)
+        return family
+
+    def _series(self, family: _Family, labelvalues: tuple[str, ...]) -> int:
+        start = len(self._cells)
+        family.series.append((labelvalues, start))
+        self._cells.extend([0.0] * family.width)
+        if self._shared is not None:
+            self._shared.extend(_mmap_values(family, labelvalues))
+        return start
+
+    def _hist(self, family: _Family, labelvalues: tuple[str, ...]) -> Hist:
+        return (self._series(family, labelvalues), family.bounds)
+
+    # -- hot path ---------------------------------------------------------
+
+    def add(self, cells: Iterable[int], observed: Iterable[tuple[Hist, float]] = ()) -> None:
+        """Add one to each of ``cells`` (a cell may repeat) and record each observation, under one lock."""
+        hits = list(cells)
+        sums: list[tuple[int, float]] = []
+        for (start, bounds), value in observed:
+            hits.append(start + bisect.bisect_left(bounds, value))  # le: the first bound >= value
+            sums.append((start + len(bounds) + 1, value))
+        with self._lock:
+            v = self._cells
+            for i in hits:
+                v[i] += 1
+            for i, amount in sums:
+                v[i] += amount
+        shared = self._shared
+        if shared is not None:
+            for i in hits:
+                shared[i].inc(1)
+            for i, amount in sums:
+                shared[i].inc(amount)
+
+    def add_amount(self, cell: int, amount: float) -> None:
+        with self._lock:
+            self._cells[cell] += amount
+        if self._shared is not None:
+            self._shared[cell].inc(amount)
 
     def count_error(self, where: str) -> None:
-        self.errors_by[where].inc()
+        self.add((self.errors_at[where],))
 
     def dropped_role(self, role: str, count: int) -> None:
-        self.dropped_by.get(role, self.dropped_by["other"]).inc(count)
+        self.add_amount(self.dropped_at.get(role, self.dropped_at["other"]), count)
+
+    def value(self, cell: int) -> float:
+        with self._lock:
+            return self._cells[cell]
+
+    # -- exposition -------------------------------------------------------
+
+    def register(self, registry: CollectorRegistry) -> None:
+        """Expose these same series on one more registry as well."""
+        registry.register(self._collector)
+
+    def families(self, *, with_samples: bool = True) -> Iterator[Metric]:
+        with self._lock:
+            cells = list(self._cells) if with_samples else []
+        for family in self._families:
+            labels = list(family.labelnames)
+            if family.kind == "counter":
+                counter = CounterMetricFamily(family.name, family.help, labels=labels)
+                for labelvalues, start in family.series if cells else ():
+                    counter.add_metric(list(labelvalues), cells[start], created=self._created)
+                yield counter
+                continue
+            histogram = HistogramMetricFamily(family.name, family.help, labels=labels)
+            for labelvalues, start in family.series if cells else ():
+                running, buckets = 0.0, []
+                for i, bound in enumerate((*family.bounds, float("inf"))):
+                    running += cells[start + i]
+                    buckets.append((_le(bound), running))
+                histogram.add_metric(list(labelvalues), buckets, cells[start + len(family.bounds) + 1])
+            yield histogram
+
+
+class _Collector:
+    """The registry's view of one ``Metrics``."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return self._metrics.families()
+
+    def describe(self) -> Iterator[Metric]:
+        return self._metrics.families(with_samples=False)
+
+
+def _mmap_values(family: _Family, labelvalues: tuple[str, ...]) -> list[Any]:
+    """The mmap-backed values prometheus_client would create for this series, in cell order."""
+    make, kind, name = values.ValueClass, family.kind, family.name
+    if kind == "counter":
+        return [make(kind, name, name + "_total", family.labelnames, labelvalues, family.help)]
+    bucket_labels = (*family.labelnames, "le")
+    out = [
+        make(kind, name, name + "_bucket", bucket_labels, (*labelvalues, _le(b)), family.help)
+        for b in (*family.bounds, float("inf"))
+    ]
+    out.append(make(kind, name, name + "_sum", family.labelnames, labelvalues, family.help))
+    return out
 
 
 _lock = threading.Lock()
@@ -126,13 +252,13 @@ def _multiprocess() -> bool:
 
 
 def metrics_for(registry: CollectorRegistry | None, check_names: tuple[str, ...]) -> Metrics:
-    """The collectors on ``registry`` (default: the global one), created on first use.
+    """The series on ``registry`` (default: the global one), created on first use.
 
     In multiprocess mode a series' value lives in one mmap entry per process, keyed
-    by name and labels, not by registry, and each collector caches the value it
-    last wrote. Separate collectors per registry (``instrument(registry=a)``, then
+    by name and labels, not by registry, and each value object caches the value it
+    last wrote. Separate series per registry (``instrument(registry=a)``, then
     ``b``, then ``a`` again) would write stale counts over each other's, so there
-    the process keeps one set of collectors and registers it on every registry.
+    the process keeps one set of series and registers it on every registry.
     """
     global _process_metrics
     registry = REGISTRY if registry is None else registry
