@@ -1,0 +1,74 @@
+"""ctxguard's own metric cells expose exactly what prometheus_client's collectors would.
+
+The oracle is prometheus_client itself: the same observations go into a
+``Counter``/``Histogram`` on one registry and into ctxguard's cells on another, and
+the scraped samples must match, bucket boundaries (``le`` is inclusive) and sums
+included.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ctxguard.checks import CHECK_NAMES
+from ctxguard.telemetry.metrics import _PINNED_BUCKETS, _RATIO_BUCKETS, Metrics
+
+
+def samples(registry: CollectorRegistry, family: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(registry).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        if f.name == family
+        for s in f.samples
+        if not s.name.endswith("_created")
+    }
+
+
+def test_histograms_match_prometheus_client_on_and_between_bounds() -> None:
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    m = Metrics(ours, CHECK_NAMES)
+    pinned = prometheus_client.Histogram(
+        "ctxguard_pinned_tokens", "Tokens of the pinned facts block.", buckets=_PINNED_BUCKETS, registry=theirs
+    )
+    ratio = prometheus_client.Histogram(
+        "ctxguard_budget_utilization_ratio", "x", ["provider"], buckets=_RATIO_BUCKETS, registry=theirs
+    )
+    values = [0, 25, 25.5, 50, 99, 100, 3200, 3201, 10**6, 7]  # on a bound, just above, past the last
+    for v in values:
+        m.add((), [(m.pinned_h, v), (m.utilization_h["anthropic"], v / 100)])
+        pinned.observe(v)
+        ratio.labels("anthropic").observe(v / 100)
+    for family in ("ctxguard_pinned_tokens", "ctxguard_budget_utilization_ratio"):
+        got, want = samples(ours, family), samples(theirs, family)
+        want = {k: v for k, v in want.items() if dict(k[1]).get("provider", "anthropic") == "anthropic"}
+        got_anthropic = {k: v for k, v in got.items() if dict(k[1]).get("provider", "anthropic") == "anthropic"}
+        assert got_anthropic == want, family
+    # The other providers' series exist, at zero, before their first call.
+    assert got[("ctxguard_budget_utilization_ratio_count", (("provider", "openai"),))] == 0
+
+
+def test_counters_are_exact_under_concurrent_calls() -> None:
+    registry = CollectorRegistry()
+    m = Metrics(registry, CHECK_NAMES)
+    cell = m.checks_at[("system_at_head", "fail")]
+    calls = m.calls_at[("openai", "chat")]
+
+    def work() -> None:
+        for _ in range(20_000):
+            m.add((calls, cell, cell))
+            m.add_amount(m.dropped_at["user"], 2)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    got = samples(registry, "ctxguard_checks")
+    assert got[("ctxguard_checks_total", (("check", "system_at_head"), ("outcome", "fail")))] == 160_000
+    assert registry.get_sample_value("ctxguard_calls_total", {"provider": "openai", "operation": "chat"}) == 80_000
+    assert registry.get_sample_value("ctxguard_messages_dropped_total", {"role": "user"}) == 160_000
