@@ -8,6 +8,7 @@ included.
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import prometheus_client
@@ -64,10 +65,15 @@ def test_counters_are_exact_under_concurrent_calls() -> None:
             m.add_amount(m.dropped_at["user"], 2)
 
     threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often, so an unlocked read-add-store loses counts
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
     got = samples(registry, "ctxguard_checks")
     assert got[("ctxguard_checks_total", (("check", "system_at_head"), ("outcome", "fail")))] == 160_000
     assert registry.get_sample_value("ctxguard_calls_total", {"provider": "openai", "operation": "chat"}) == 80_000
