@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import overhead as ov
 
 ADAPTER = openai_provider.ADAPTER
+SIZE = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 
 
 def mean_us(fn: Callable[[], object], n: int = 20_000) -> float:
@@ -60,7 +61,7 @@ def main() -> None:
     assert guard is not None
     pinned = ctxguard.render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
     kwargs: dict[str, Any] = {"model": "gpt-4o",
-                              "messages": [ov.system_message(pinned), *(ov.message(i) for i in range(1, 20))]}
+                              "messages": [ov.system_message(pinned), *(ov.message(i) for i in range(1, SIZE))]}
     body = json.dumps(kwargs).encode()
     client = openai.OpenAI(api_key="x", base_url=ov.BASE_URL, max_retries=0,
                            http_client=ov.http_lib.Client(transport=ov.http_lib.MockTransport(ov.handler)))
@@ -116,7 +117,7 @@ def main() -> None:
             ("reading the response", mean_us(lambda: ADAPTER.read_response("chat.completions", response))),
         ]
     ctxguard.uninstrument()
-    print(f"20 messages, body {len(body)} bytes; mean µs per run, tight loop")
+    print(f"{SIZE} messages, body {len(body)} bytes; mean µs per run, tight loop")
     for name, us in rows:
         print(f"{name:<55} {us:8.1f}")
 

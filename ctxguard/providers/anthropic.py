@@ -15,7 +15,7 @@ from typing import Any
 from ..payload import Item, Reply, RequestView
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, items, plain, schemas, structured_parts
+from ._read import canonical, items, schemas, structured_parts
 from ._read import get as _get
 from ._read import role as _role
 
@@ -70,9 +70,6 @@ def _blocks(content: Any, texts: list[str], refs: list[str]) -> None:
 
 
 def _message_item(message: Any) -> Item:
-    fast = plain(message)
-    if fast is not None:
-        return fast
     texts: list[str] = []
     refs: list[str] = []
     _blocks(_get(message, "content"), texts, refs)
@@ -105,7 +102,7 @@ class AnthropicAdapter:
             text = "\n".join(texts)
             if text.strip():
                 view.items.append(("system", text, tuple(refs), "instructions"))
-        items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message")
+        items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True)
         return view
 
     def read_response(self, api: str, result: Any) -> Reply | None:

@@ -15,7 +15,7 @@ from ..payload import Item, Reply, RequestView
 from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import get as _get
-from ._read import items, plain, schemas, structured_parts
+from ._read import items, schemas, structured_parts
 from ._read import role as _role
 
 __all__ = ["ADAPTER", "SUPPORTED", "TARGETS"]
@@ -67,9 +67,6 @@ def _parts(content: Any, texts: list[str], refs: list[str]) -> None:
 
 
 def _chat_item(message: Any) -> Item:
-    fast = plain(message)
-    if fast is not None:
-        return fast
     texts: list[str] = []
     refs: list[str] = []
     _parts(_get(message, "content"), texts, refs)
@@ -144,7 +141,7 @@ class OpenAIAdapter:
 
     def _chat(self, kwargs: Mapping[str, Any], view: RequestView) -> None:
         view.max_output_tokens = _int(_get(kwargs, "max_completion_tokens")) or _int(_get(kwargs, "max_tokens"))
-        items(_get(kwargs, "messages"), _chat_item, view, name="messages", noun="message")
+        items(_get(kwargs, "messages"), _chat_item, view, name="messages", noun="message", plain_first=True)
 
     def _responses(self, kwargs: Mapping[str, Any], view: RequestView) -> None:
         view.max_output_tokens = _int(_get(kwargs, "max_output_tokens"))
@@ -165,7 +162,7 @@ class OpenAIAdapter:
         if isinstance(raw, str):
             view.items.append(("user", raw, (), "message"))
             return
-        items(raw, _response_item, view, name="input", noun="input item")
+        items(raw, _response_item, view, name="input", noun="input item", plain_first=True)
 
     def read_response(self, api: str, result: Any) -> Reply | None:
         if api == "responses":
