@@ -26,27 +26,35 @@ from ..violations import Violation
 from .base import Context
 
 
+def _escaped(text: str) -> frozenset[bytes]:
+    """``text`` as a JSON encoder may write it inside a string (ASCII-escaped or not)."""
+    return frozenset({json.dumps(text)[1:-1].encode(), json.dumps(text, ensure_ascii=False)[1:-1].encode()})
+
+
 @lru_cache(maxsize=256)  # the same instruction and block are sent call after call
 def _needles(text: str) -> tuple[frozenset[bytes], ...]:
-    """Each non-empty line of ``text`` as a JSON encoder may write it (ASCII-escaped or not)."""
-    return tuple(
-        frozenset({json.dumps(line)[1:-1].encode(), json.dumps(line, ensure_ascii=False)[1:-1].encode()})
-        for line in (raw.strip() for raw in text.splitlines())
-        if line
-    )
+    """(the whole text, escaped; then each non-empty line of it, escaped)."""
+    lines = (line for line in (raw.strip() for raw in text.splitlines()) if line)
+    return (_escaped(text), *(_escaped(line) for line in lines))
 
 
 def _carried(text: str, body: bytes) -> bool:
-    return all(any(n in body for n in variants) for variants in _needles(text))
+    whole, *lines = _needles(text)
+    # The whole text in one piece carries every line: one search instead of one per line.
+    return any(n in body for n in whole) or all(any(n in body for n in variants) for variants in lines)
 
 
 def wire_intact(payload: Payload, ctx: Context, body: bytes) -> list[Violation]:
     """The system instruction and pinned block passed to the SDK, missing from ``body`` as sent."""
     violations = []
     system = payload.system
-    if system is not None and not _carried(system.text, body):
+    system_carried = system is not None and _carried(system.text, body)
+    if system is not None and not system_carried:
         violations.append(Violation("wire_intact", "the system instruction passed is not in the body sent"))
-    if ctx.pinned is not None and not _carried(ctx.pinned.text, body):
+    pinned = ctx.pinned
+    # A block inside an instruction that went out whole went out with it.
+    inside = system_carried and system is not None and pinned is not None and pinned.text in system.text
+    if pinned is not None and not inside and not _carried(pinned.text, body):
         violations.append(Violation("wire_intact", "the pinned block passed is not in the body sent"))
     if isinstance(ctx.facts, FactView):
         violations.extend(_facts_on_the_wire(payload, ctx, ctx.facts, body))
