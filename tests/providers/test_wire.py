@@ -107,3 +107,23 @@ def test_active_facts_sent_unchanged_pass_wire_intact(harness, llm, client):
         ctxguard.record_fact("city", "Zürich")  # non-ASCII: the SDK's JSON escapes it
         client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": "to ZÜRICH"}])
     assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
+
+
+def rewrite_pinned_city(request) -> None:
+    """A call path that edits the pinned block (its own message) and leaves the instruction alone."""
+    body = json.loads(request.content)
+    for m in body["messages"]:
+        m["content"] = m["content"].replace("Pune", "Lyon") if "Pinned facts" in m["content"] else m["content"]
+    replace_body(request, body)
+
+
+def test_a_pinned_block_edited_below_the_sdk_fails_even_when_the_instruction_arrived_whole(harness, llm):
+    harness.start(mode="observe", policy=ctxguard.Policy(pinned=ctxguard.Pinned()))
+    block = ctxguard.render_pinned({"city": "Pune"}, max_tokens=100)
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0,
+                       http_client=http.Client(event_hooks={"request": [rewrite_pinned_city]})) as client:
+        client.chat.completions.create(
+            model="gpt-4o", messages=[SYSTEM, {"role": "system", "content": block}, USER])
+    assert "Lyon" in llm.bodies()[0]["messages"][1]["content"]
+    details = [e.attributes["detail"] for e in harness.spans()[-1].events]
+    assert details == ["the pinned block passed is not in the body sent"]
