@@ -10,6 +10,7 @@ twice the cap without per-hit bookkeeping.
 from __future__ import annotations
 
 import threading
+from operator import attrgetter
 from typing import Generic, TypeVar
 
 from .digest import Digester
@@ -17,6 +18,9 @@ from .payload import Item, Message, Payload, RequestView
 from .tokens import MESSAGE_OVERHEAD, NON_TEXT_PART, REPLY_PRIMING, Calibration, TokenCounter
 
 __all__ = ["Measurer", "TwoGenerationCache"]
+
+_digest_of = attrgetter("digest")
+_tokens_of = attrgetter("tokens")
 
 
 K = TypeVar("K")
@@ -84,9 +88,9 @@ class Measurer:
         hit = self._messages._new.get  # inlined look-up: this loop runs once per message per call
         message = self.message
         messages = [hit(item) or message(item) for item in view.items]
-        digests = [m.digest for m in messages]
+        digests = list(map(_digest_of, messages))  # map + attrgetter: C loops, half a listcomp's cost
         tools_tokens = sum(self.tokens(schema) for schema in view.tools)
-        raw = sum(m.tokens for m in messages) + REPLY_PRIMING + tools_tokens
+        raw = sum(map(_tokens_of, messages)) + REPLY_PRIMING + tools_tokens
         factor = self.calibration.factor(view.model)
         return Payload(
             provider=view.provider,
