@@ -33,6 +33,7 @@ from .facts.evaluate import FactView, build_view
 from .facts.index import words
 from .facts.matching import normalise
 from .measure import Measurer, TwoGenerationCache
+from .memo import Memos
 from .payload import Payload, Reply
 from .pinned import PinnedBlock, find_block
 from .policy import Policy
@@ -80,6 +81,7 @@ class Guard:
         self.calibration = Calibration()
         self.measurer = Measurer(Digester(config.digest_key), default_counter(), self.calibration)
         self.wire_digests = WireDigests(self.measurer.digester)
+        self.memos = Memos()
         self.memory = ConversationMemory(config.max_conversations)
         self.facts = sinks if sinks is not None else facts_mod.configure(ledger, clock)  # type: ignore[arg-type]
         self._norms: TwoGenerationCache[str, str] = TwoGenerationCache(20_000)
@@ -167,13 +169,18 @@ class Guard:
         """Inspect a request about to be sent. Raises only ``ContextViolation`` (enforce)."""
         started = _perf()
         payload: Payload | None = None
+        scope = self._scope(kwargs)
+        key = (scope, adapter.provider, api)
+        memo = self.memos.get(key) if scope is not None else None
         with guarded("normalise"):
-            view = adapter.normalise(api, kwargs)
+            view = adapter.normalise(api, kwargs, memo)
             with guarded("digest"):
-                payload = self.measurer.measure(view)
+                payload = self.measurer.measure(view, memo)
+                if memo is not None:
+                    self.memos.settle(key, memo)
         if payload is None:
             return None
-        call = Call(self, adapter, api, payload, self._scope(kwargs), started)
+        call = Call(self, adapter, api, payload, scope, started)
         if self.capture is not None:
             call.request = kwargs  # captured from the wire, or from these if the wire is not seen
         with guarded("checks"):

@@ -14,13 +14,21 @@ from operator import attrgetter
 from typing import Generic, TypeVar
 
 from .digest import Digester
+from .memo import Memo
 from .payload import Item, Message, Payload, RequestView
 from .tokens import MESSAGE_OVERHEAD, NON_TEXT_PART, REPLY_PRIMING, Calibration, TokenCounter
 
 __all__ = ["Measurer", "TwoGenerationCache"]
 
 _digest_of = attrgetter("digest")
-_tokens_of = attrgetter("tokens")
+
+
+def _common(items: list[Item], kept: list[Item]) -> int:
+    """How many leading items equal the kept ones (list and tuple equality: C loops)."""
+    n = min(len(items), len(kept))
+    if items[:n] == kept[:n]:
+        return n
+    return next(i for i, (a, b) in enumerate(zip(items, kept, strict=False)) if a != b)
 
 
 K = TypeVar("K")
@@ -84,13 +92,37 @@ class Measurer:
             self._texts.put(text, cached)
         return cached
 
-    def measure(self, view: RequestView) -> Payload:
-        hit = self._messages._new.get  # inlined look-up: this loop runs once per message per call
+    def measure(self, view: RequestView, memo: Memo | None = None) -> Payload:
+        """``memo``: the conversation's previous call (see ``ctxguard.memo``): its leading items
+        equal to this call's are not looked up again, and the payload digest resumes after them."""
+        items = view.items
+        start, messages, sums, hasher = 0, [], [0], None
+        last = memo.measured if memo is not None else None
+        if last is not None:
+            kept_items, kept_messages, kept_sums, kept_hasher = last
+            start = _common(items, kept_items)
+            messages, sums = kept_messages[:start], kept_sums[: start + 1]
+            if start == len(kept_items):
+                hasher = kept_hasher.copy()
+        hit = self._messages._new.get  # inlined look-up: this loop runs once per new message per call
         message = self.message
-        messages = [hit(item) or message(item) for item in view.items]
-        digests = list(map(_digest_of, messages))  # map + attrgetter: C loops, half a listcomp's cost
+        new = [hit(item) or message(item) for item in items[start:]]
+        messages.extend(new)
+        total = sums[-1]
+        for m in new:
+            total += m.tokens
+            sums.append(total)
+        digests = list(map(_digest_of, messages))  # map + attrgetter: a C loop
+        if hasher is None:
+            hasher = self.digester.hasher()
+            hasher.update("\n".join(digests).encode("ascii"))
+        elif new:
+            tail = "\n".join(digests[start:])  # the digest of the joined digests, continued
+            hasher.update((f"\n{tail}" if start else tail).encode("ascii"))
+        if memo is not None:
+            memo.measured = (list(items), messages[:], sums, hasher)
         tools_tokens = sum(self.tokens(schema) for schema in view.tools)
-        raw = sum(map(_tokens_of, messages)) + REPLY_PRIMING + tools_tokens
+        raw = total + REPLY_PRIMING + tools_tokens
         factor = self.calibration.factor(view.model)
         return Payload(
             provider=view.provider,
@@ -98,7 +130,7 @@ class Measurer:
             model=view.model,
             messages=messages,
             digests=digests,
-            digest=self.digester.join(digests),
+            digest=hasher.hexdigest(),
             raw_tokens=raw,
             tokens=raw if factor is None else round(raw * factor),
             tokens_source=self.counter.name if factor is None else "calibrated",

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping
+from operator import itemgetter
 from typing import Any
 
+from ..memo import Memo
 from ..payload import Item, RequestView
 
 SENTINELS = frozenset({"NotGiven", "Omit"})
@@ -69,29 +71,86 @@ def schemas(tools: Any, view: RequestView) -> None:
         view.unreadable = f"tools could not be read ({type(exc).__name__})"
 
 
+def _unchanged(seq: list[Any] | tuple[Any, ...], pairs: list[tuple[str, str]]) -> int:
+    """How many leading elements of ``seq`` are still plain dicts with these (role, content) values."""
+    n = min(len(seq), len(pairs))
+    if not n:
+        return 0
+    head = seq[:n]
+    if set(map(type, head)) == {dict} and set(map(len, head)) == {2}:
+        try:  # C loops: exact two-key dicts whose role and content equal the kept ones
+            now = list(map(_role_content, head))
+        except KeyError:
+            pass
+        else:
+            if now == pairs[:n]:
+                return n
+            return next(i for i, (a, b) in enumerate(zip(now, pairs, strict=False)) if a != b)
+    count = 0  # some element is of another shape: reuse up to the first one that differs
+    for element, (role, content) in zip(head, pairs, strict=False):
+        if type(element) is not dict or len(element) != 2:
+            break
+        if element.get("role") != role or element.get("content") != content:
+            break
+        count += 1
+    return count
+
+
+_role_content = itemgetter("role", "content")
+
+
 def items(
-    seq: Any, read: Callable[[Any], Item], view: RequestView, *, name: str, noun: str, plain_first: bool = False
+    seq: Any,
+    read: Callable[[Any], Item],
+    view: RequestView,
+    *,
+    name: str,
+    noun: str,
+    plain_first: bool = False,
+    memo: Memo | None = None,
 ) -> None:
     """Append every element of ``seq`` read as an Item; on any failure the view says why.
 
     ``plain_first``: the common ``{"role": ..., "content": "text"}`` message is read here,
     inline, without calling ``read`` (which gives the same Item for it): this loop runs once
     per message per call, and the calls saved are most of its cost.
+    ``memo``: the conversation's previous call (see ``ctxguard.memo``): its leading plain
+    messages whose values are unchanged are not read again.
     """
     if not isinstance(seq, (list, tuple)):
         # Never iterate a generator: that would consume the app's own argument.
         view.unreadable = f"{name} is not a list ({type(seq).__name__})"
         return
+    start = 0
+    pairs: list[tuple[str, str]] | None = None
+    kept: list[Item] = []
+    if memo is not None and plain_first:
+        pairs = []
+        last = memo.read
+        if last is not None:
+            start = _unchanged(seq, last[0])
+            pairs, kept = last[0][:start], last[1][:start]
+            view.items.extend(kept)
     append = view.items.append
-    for index, element in enumerate(seq):
+    for index in range(start, len(seq)):
+        element = seq[index]
         if plain_first and type(element) is dict and len(element) == 2:
             r, content = element.get("role"), element.get("content")
             if type(r) is str and type(content) is str and 0 < len(r) <= ROLE_MAX:
-                append((r, content, (), "message"))
+                item = (r, content, (), "message")
+                append(item)
+                if pairs is not None:  # still in the leading run of plain messages: keep it
+                    pairs.append((r, content))
+                    kept.append(item)
                 continue
+        pairs_done, pairs = pairs, None
+        if pairs_done is not None and memo is not None:
+            memo.read = (pairs_done, kept)
         try:
             append(read(element))
         except Exception as exc:
             view.items = []
             view.unreadable = f"{noun} {index} could not be read ({type(exc).__name__})"
             return
+    if pairs is not None and memo is not None:
+        memo.read = (pairs, kept)

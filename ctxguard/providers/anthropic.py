@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..memo import Memo
 from ..payload import Item, Reply, RequestView
 from ._read import as_int as _int
 from ._read import as_str as _str
@@ -79,7 +80,7 @@ def _message_item(message: Any) -> Item:
 class AnthropicAdapter:
     provider = "anthropic"
 
-    def normalise(self, api: str, kwargs: Mapping[str, Any]) -> RequestView:
+    def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
         max_tokens = _int(_get(kwargs, "max_tokens"))
         view = RequestView(
             provider=self.provider,
@@ -102,7 +103,8 @@ class AnthropicAdapter:
             text = "\n".join(texts)
             if text.strip():
                 view.items.append(("system", text, tuple(refs), "instructions"))
-        items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True)
+        messages = _get(kwargs, "messages")
+        items(messages, _message_item, view, name="messages", noun="message", plain_first=True, memo=memo)
         return view
 
     def read_response(self, api: str, result: Any) -> Reply | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from ..memo import Memo
 from ..payload import Reply, RequestView
 
 __all__ = ["Adapter", "StreamReader"]
@@ -21,7 +22,9 @@ class StreamReader(Protocol):
 class Adapter(Protocol):
     provider: str
 
-    def normalise(self, operation: str, kwargs: Mapping[str, Any]) -> RequestView: ...
+    def normalise(self, operation: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
+        """``memo``: the conversation's previous call, to skip what is unchanged (see ``ctxguard.memo``)."""
+        ...
 
     def read_response(self, operation: str, result: Any) -> Reply | None: ...
 

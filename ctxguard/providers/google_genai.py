@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from ..memo import Memo
 from ..payload import Item, Reply, RequestView
 from ._read import as_int as _int
 from ._read import as_str as _str
@@ -120,7 +121,8 @@ def _turn_item(turn: Any) -> Item:
 class GoogleGenAIAdapter:
     provider = "gcp.gen_ai"
 
-    def normalise(self, api: str, kwargs: Mapping[str, Any]) -> RequestView:
+    def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
+        # Contents are rarely plain dicts here (parts lists, Content objects): read whole each call.
         config = _get(kwargs, "config")
         view = RequestView(
             provider=self.provider,

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ..memo import Memo
 from ..payload import Reply, RequestView
 from . import openai as openai_provider
 from ._read import as_str as _str
@@ -65,8 +66,8 @@ class LiteLLMAdapter:
     #: ``completion(model, messages, ...)`` may be called positionally.
     positional = ("model", "messages")
 
-    def normalise(self, api: str, kwargs: Mapping[str, Any]) -> RequestView:
-        view = openai_provider.ADAPTER.normalise(api, kwargs)
+    def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
+        view = openai_provider.ADAPTER.normalise(api, kwargs, memo)
         view.provider = _routed(kwargs)
         return view
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..memo import Memo
 from ..payload import Item, Reply, RequestView
 from ._read import as_int as _int
 from ._read import as_str as _str
@@ -123,7 +124,7 @@ def _response_item(item: Any) -> Item:
 class OpenAIAdapter:
     provider = "openai"
 
-    def normalise(self, api: str, kwargs: Mapping[str, Any]) -> RequestView:
+    def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
         model = _str(_get(kwargs, "model"))
         view = RequestView(
             provider=self.provider,
@@ -134,16 +135,16 @@ class OpenAIAdapter:
         )
         schemas(_get(kwargs, "tools") or _get(kwargs, "functions"), view)
         if api == "responses":
-            self._responses(kwargs, view)
+            self._responses(kwargs, view, memo)
         else:
-            self._chat(kwargs, view)
+            self._chat(kwargs, view, memo)
         return view
 
-    def _chat(self, kwargs: Mapping[str, Any], view: RequestView) -> None:
+    def _chat(self, kwargs: Mapping[str, Any], view: RequestView, memo: Memo | None) -> None:
         view.max_output_tokens = _int(_get(kwargs, "max_completion_tokens")) or _int(_get(kwargs, "max_tokens"))
-        items(_get(kwargs, "messages"), _chat_item, view, name="messages", noun="message", plain_first=True)
+        items(_get(kwargs, "messages"), _chat_item, view, name="messages", noun="message", plain_first=True, memo=memo)
 
-    def _responses(self, kwargs: Mapping[str, Any], view: RequestView) -> None:
+    def _responses(self, kwargs: Mapping[str, Any], view: RequestView, memo: Memo | None) -> None:
         view.max_output_tokens = _int(_get(kwargs, "max_output_tokens"))
         for key in ("previous_response_id", "conversation"):
             if _get(kwargs, key) is not None:
@@ -162,7 +163,7 @@ class OpenAIAdapter:
         if isinstance(raw, str):
             view.items.append(("user", raw, (), "message"))
             return
-        items(raw, _response_item, view, name="input", noun="input item", plain_first=True)
+        items(raw, _response_item, view, name="input", noun="input item", plain_first=True, memo=memo)
 
     def read_response(self, api: str, result: Any) -> Reply | None:
         if api == "responses":

@@ -1,0 +1,121 @@
+"""Reusing the previous call's reading (ctxguard.memo) never changes what a call is judged on.
+
+The oracle: every call is also read and measured from scratch, without a memo, by a
+second Measurer with the same key; the two payloads must be identical, whatever the
+app did to its message list between calls (append, drop, edit a dict in place, swap
+a content for an equal or a different string, insert a message of another shape).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import openai
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ctxguard
+from ctxguard.digest import Digester
+from ctxguard.measure import Measurer
+from ctxguard.memo import Memo, Memos
+from ctxguard.providers import anthropic as anthropic_provider
+from ctxguard.providers import openai as openai_provider
+from ctxguard.tokens import Calibration, EstimateCounter
+from tests.conftest import KEY
+
+TEXTS = ["hello", "Ship to Lyon", "Ship to Pune", "ok", "", "a\nb", "déjà vu"]
+ROLES = ["system", "user", "assistant", "tool", "x" * 40]
+message = st.builds(lambda r, t: {"role": r, "content": t}, st.sampled_from(ROLES), st.sampled_from(TEXTS))
+odd = st.sampled_from([
+    {"role": "user", "content": [{"type": "text", "text": "Ship to Lyon"}]},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]},
+    {"role": "user", "content": "hi", "name": "ann"},
+    {"role": "user"},
+])
+edit = st.one_of(
+    st.tuples(st.just("append"), st.one_of(message, odd)),
+    st.tuples(st.just("pop"), st.integers(0, 30)),
+    st.tuples(st.just("in_place"), st.integers(0, 30), st.sampled_from(TEXTS)),
+    st.tuples(st.just("equal_copy"), st.integers(0, 30)),  # same value, another str object
+    st.tuples(st.just("insert"), st.integers(0, 30), st.one_of(message, odd)),
+    st.tuples(st.just("add_key"), st.integers(0, 30)),  # a plain dict gains a key in place
+    st.tuples(st.just("as_tuple"),),
+)
+
+
+def apply(history: list[Any], step: tuple[Any, ...]) -> list[Any] | tuple[Any, ...]:
+    kind = step[0]
+    if kind == "append":
+        history.append(copy.deepcopy(step[1]))
+    elif kind == "pop" and history:
+        history.pop(step[1] % len(history))
+    elif kind == "in_place" and history:
+        m = history[step[1] % len(history)]
+        m["content"] = step[2]  # the app edits the dict it sent last time
+    elif kind == "equal_copy" and history:
+        m = history[step[1] % len(history)]
+        if isinstance(m.get("content"), str):
+            m["content"] = "".join(list(m["content"]))  # equal value, new object
+    elif kind == "insert":
+        history.insert(step[1] % (len(history) + 1), copy.deepcopy(step[2]))
+    elif kind == "add_key" and history:
+        history[step[1] % len(history)]["name"] = "ann"
+    elif kind == "as_tuple":
+        return tuple(history)
+    return history
+
+
+def measurer() -> Measurer:
+    return Measurer(Digester(KEY), EstimateCounter(), Calibration())
+
+
+def fields(payload: ctxguard.guard.Payload) -> tuple[Any, ...]:
+    return (payload.messages, payload.digests, payload.digest, payload.tokens, payload.unreadable)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(edit, max_size=40), anthropic=st.booleans())
+def test_a_memo_gives_the_payload_read_from_scratch(steps: list[tuple[Any, ...]], anthropic: bool) -> None:
+    adapter = anthropic_provider.ADAPTER if anthropic else openai_provider.ADAPTER
+    api = "messages" if anthropic else "chat.completions"
+    extra: dict[str, Any] = {"system": "Be brief.", "max_tokens": 10} if anthropic else {}
+    memo, with_memo, scratch = Memo(), measurer(), measurer()
+    history: list[Any] = []
+    for step in steps:
+        sent = apply(history, step)
+        kwargs = {"model": "gpt-4o", "messages": sent, **extra}
+        fresh = scratch.measure(adapter.normalise(api, kwargs))
+        reused = with_memo.measure(adapter.normalise(api, kwargs, memo), memo)
+        assert fields(reused) == fields(fresh), step
+
+
+def test_memos_keep_a_bounded_number_of_messages() -> None:
+    memos = Memos(max_messages=100)
+    adapter, m = openai_provider.ADAPTER, measurer()
+    for conversation in range(10):
+        memo = memos.get(conversation)
+        messages = [{"role": "user", "content": f"{conversation} {i}"} for i in range(30)]
+        m.measure(adapter.normalise("chat.completions", {"messages": messages}, memo), memo)
+        memos.settle(conversation, memo)
+        assert memos.kept <= 100
+    assert len(memos) == 1  # each memo keeps 60 (30 read + 30 measured): only the newest fits
+    assert memos.get(9).measured is not None and memos.get(0).measured is None
+
+
+def test_a_message_redacted_in_place_is_seen_on_the_next_call(harness, llm, client: openai.OpenAI) -> None:
+    """The app reuses its message dicts and blanks a deleted value in place: the guard must not
+    judge the next call on what the dict said before."""
+    harness.start(mode="observe")
+    history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Call me on 555-0101"}]
+    with ctxguard.conversation("c-redact"):
+        client.chat.completions.create(model="gpt-4o", messages=history)
+        ctxguard.record_fact("phone", "555-0101")
+        ctxguard.forget_fact("phone")
+        history[1]["content"] = "Call me on [deleted]"
+        client.chat.completions.create(model="gpt-4o", messages=history)
+    spans = [s for s in harness.spans() if "ctxguard.payload.hash" in s.attributes]
+    digests = [s.attributes["ctxguard.message.hashes"] for s in spans]
+    assert digests[0][1] != digests[1][1]
+    assert "fact_forgotten" not in spans[1].attributes["ctxguard.violations"]
+    assert harness.metric("ctxguard_checks_total", check="fact_forgotten", outcome="pass") == 1
