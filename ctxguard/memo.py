@@ -4,15 +4,17 @@ A chat app resends its history on every call: at turn 200 a call carries 199 mes
 the previous call already read (``providers._read.items``) and measured (digests, token
 counts, the payload digest; ``measure.Measurer``). Per conversation, provider and API,
 a ``Memo`` keeps both results for the leading messages; the next call reuses them for
-as long as its messages still equal the kept ones **by value**, checked in C (list and
-tuple equality), and does the per-message Python work only for the rest.
+as long as its messages still equal the kept ones **by value**, checked in C (list, dict
+and tuple equality against private copies), and does the per-message Python work only
+for the rest: ~25 ns per reused message instead of ~300.
 
 Never a stale answer: reuse is decided by comparing the current messages' values with
 the values read last time, not by object identity, so a message dict edited in place
 (a redaction, a trimmed text) no longer matches and is read again. Only the common
 ``{"role": str, "content": str}`` dict message is kept; the first message of any other
 shape ends what is reused. Bounded: at most ``max_messages`` kept messages across all
-memos, least recently used conversations dropped first.
+memos (a kept message costs ~300 bytes besides its text, which the app holds anyway),
+least recently used conversations dropped first.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ class Memo:
     __slots__ = ("measured", "read")
 
     def __init__(self) -> None:
-        #: (``(role, content)`` pairs of the leading plain messages, their Items).
-        self.read: tuple[list[tuple[str, str]], list[Item]] | None = None
+        #: (copies of the leading plain message dicts as sent, their Items).
+        self.read: tuple[list[dict[str, Any]], list[Item]] | None = None
         #: (Items measured, their Messages, running token sums (``len + 1``), the payload
         #: digest's hasher after all of their digests).
         self.measured: tuple[list[Item], list[Message], list[int], Any] | None = None
@@ -48,7 +50,7 @@ class Memo:
 class Memos:
     """``Memo`` per key, least recently used first out, bounded by the messages they keep."""
 
-    def __init__(self, max_messages: int = 200_000) -> None:
+    def __init__(self, max_messages: int = 100_000) -> None:
         self.max_messages = max_messages
         self._memos: OrderedDict[Hashable, tuple[Memo, int]] = OrderedDict()
         self._kept = 0

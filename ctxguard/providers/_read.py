@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping
-from operator import itemgetter
 from typing import Any
 
 from ..memo import Memo
@@ -71,32 +70,13 @@ def schemas(tools: Any, view: RequestView) -> None:
         view.unreadable = f"tools could not be read ({type(exc).__name__})"
 
 
-def _unchanged(seq: list[Any] | tuple[Any, ...], pairs: list[tuple[str, str]]) -> int:
-    """How many leading elements of ``seq`` are still plain dicts with these (role, content) values."""
-    n = min(len(seq), len(pairs))
-    if not n:
-        return 0
-    head = seq[:n]
-    if set(map(type, head)) == {dict} and set(map(len, head)) == {2}:
-        try:  # C loops: exact two-key dicts whose role and content equal the kept ones
-            now = list(map(_role_content, head))
-        except KeyError:
-            pass
-        else:
-            if now == pairs[:n]:
-                return n
-            return next(i for i, (a, b) in enumerate(zip(now, pairs, strict=False)) if a != b)
-    count = 0  # some element is of another shape: reuse up to the first one that differs
-    for element, (role, content) in zip(head, pairs, strict=False):
-        if type(element) is not dict or len(element) != 2:
-            break
-        if element.get("role") != role or element.get("content") != content:
-            break
-        count += 1
-    return count
-
-
-_role_content = itemgetter("role", "content")
+def _unchanged(seq: list[Any] | tuple[Any, ...], kept: list[dict[str, Any]]) -> int:
+    """How many leading elements of ``seq`` still equal (by value) the copies kept of them."""
+    n = min(len(seq), len(kept))
+    head = seq[:n] if type(seq) is list else list(seq[:n])
+    if head == kept[:n]:  # one C loop of dict == (a tuple never equals a list)
+        return n
+    return next(i for i, (a, b) in enumerate(zip(head, kept, strict=False)) if a != b)
 
 
 def items(
@@ -122,14 +102,14 @@ def items(
         view.unreadable = f"{name} is not a list ({type(seq).__name__})"
         return
     start = 0
-    pairs: list[tuple[str, str]] | None = None
+    copies: list[dict[str, Any]] | None = None  # of the leading plain messages, for the next call
     kept: list[Item] = []
     if memo is not None and plain_first:
-        pairs = []
+        copies = []
         last = memo.read
         if last is not None:
             start = _unchanged(seq, last[0])
-            pairs, kept = last[0][:start], last[1][:start]
+            copies, kept = last[0][:start], last[1][:start]
             view.items.extend(kept)
     append = view.items.append
     for index in range(start, len(seq)):
@@ -139,18 +119,18 @@ def items(
             if type(r) is str and type(content) is str and 0 < len(r) <= ROLE_MAX:
                 item = (r, content, (), "message")
                 append(item)
-                if pairs is not None:  # still in the leading run of plain messages: keep it
-                    pairs.append((r, content))
+                if copies is not None:  # still in the leading run of plain messages: keep it
+                    copies.append(element.copy())
                     kept.append(item)
                 continue
-        pairs_done, pairs = pairs, None
-        if pairs_done is not None and memo is not None:
-            memo.read = (pairs_done, kept)
+        if copies is not None and memo is not None:
+            memo.read = (copies, kept)
+        copies = None
         try:
             append(read(element))
         except Exception as exc:
             view.items = []
             view.unreadable = f"{noun} {index} could not be read ({type(exc).__name__})"
             return
-    if pairs is not None and memo is not None:
-        memo.read = (pairs, kept)
+    if copies is not None and memo is not None:
+        memo.read = (copies, kept)
