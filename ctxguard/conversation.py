@@ -85,7 +85,7 @@ class ConversationState:
     first_system: str | None = None
     prev_hash: str | None = None
     prev_messages: list[Message] = field(default_factory=list)
-    prev_digests: frozenset[str] = frozenset()
+    prev_digests: list[str] = field(default_factory=list)
     had_system: bool = False
     had_pinned: bool = False
     system_evicted: bool = False
@@ -140,7 +140,6 @@ class ConversationMemory:
     def observe(self, scope: Scope, payload: Payload, *, pinned: bool) -> Diff:
         """Record this payload for ``scope`` and return what changed since the last one."""
         digests = payload.digests
-        digest_set = frozenset(digests)
         system = payload.system
         with self._lock:
             state = self._states.get(scope)
@@ -152,10 +151,13 @@ class ConversationMemory:
                 self._states.move_to_end(scope)
             prev_hash = state.prev_hash
             dropped: dict[str, int] = {}
+            kept = state.prev_digests
             if prev_hash is None:
                 added = len(digests)
+            elif len(kept) <= len(digests) and digests[: len(kept)] == kept:
+                added = len(digests) - len(kept)  # the common case, history resent and grown: a C loop
             else:
-                added, dropped = _dropped(state.prev_messages, state.prev_digests, digests, digest_set)
+                added, dropped = _dropped(state.prev_messages, frozenset(kept), digests, frozenset(digests))
             evicted: list[str] = []
             if system is not None or any(m.role in SYSTEM_ROLES for m in payload.messages):
                 state.had_system, state.system_evicted = True, False
@@ -170,7 +172,7 @@ class ConversationMemory:
                 state.pinned_evicted = True
                 evicted.append("pinned")
             state.prev_hash = payload.digest
-            state.prev_messages, state.prev_digests = payload.messages, digest_set
+            state.prev_messages, state.prev_digests = payload.messages, digests
             return Diff(prev_hash, added, dropped, tuple(evicted), state.first_system)
 
     def fact_locations(self, scope: Scope) -> dict[str, str]:
