@@ -89,6 +89,20 @@ def test_diff_against_previous_payload(harness, client):
     assert harness.metric("ctxguard_messages_dropped_total", role="system") == 0
 
 
+def test_a_grown_history_adds_what_was_appended_and_drops_nothing(harness, client):
+    harness.start(mode="observe")
+    ok = {"role": "assistant", "content": "ok"}
+    history = [SYSTEM, user(1), ok]
+    with ctxguard.conversation("c"):
+        client.chat.completions.create(model="gpt-4o", messages=history)
+        history += [user(2), ok]  # a repeat of a message already sent counts as added
+        client.chat.completions.create(model="gpt-4o", messages=history)
+        client.chat.completions.create(model="gpt-4o", messages=history)  # resent unchanged
+    grown, resent = (s.attributes for s in harness.spans()[-2:])
+    assert (grown["ctxguard.messages.added"], grown["ctxguard.messages.dropped"]) == (2, 0)
+    assert (resent["ctxguard.messages.added"], resent["ctxguard.messages.dropped"]) == (0, 0)
+
+
 def test_repeated_identical_messages_are_counted_as_a_multiset(harness, client):
     harness.start(mode="observe")
     ok = {"role": "assistant", "content": "ok"}
