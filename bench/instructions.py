@@ -1,6 +1,6 @@
 """ctxguard's per-call cost in CPU instructions, counted by valgrind: the same number on every run.
 
-    .venv/bin/python bench/instructions.py [--sizes 20,200] [--calls 100]
+    .venv/bin/python bench/instructions.py [--sizes 20,200] [--calls 50]   # ~10 min
 
 Time-based numbers (bench/overhead.py) move by ±20% with whatever else the machine
 does; an instruction count does not, so this is the benchmark to compare two commits
@@ -106,7 +106,7 @@ def main() -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="20,200", help="payload sizes in messages (default 20,200)")
-    parser.add_argument("--calls", type=int, default=100, help="timed calls per side (default 100)")
+    parser.add_argument("--calls", type=int, default=50, help="timed calls per side (default 50)")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         print("valgrind not found (Debian: apt-get install valgrind)", file=sys.stderr)
