@@ -1,6 +1,6 @@
 """Per-stage cost of ctxguard's pipeline at 20 messages, in a tight loop.
 
-    .venv/bin/python bench/stages.py
+    .venv/bin/python bench/stages.py [MESSAGES]     # default 20
 
 Each line is the mean over 20,000 runs of one stage, warmed up, gc off, with the
 same client, payload and span pipeline as bench/overhead.py (every check on, a
@@ -30,6 +30,7 @@ from opentelemetry.trace import SpanKind
 import ctxguard
 from ctxguard.checks.wire import wire_intact
 from ctxguard.guard import Call
+from ctxguard.memo import Memo
 from ctxguard.providers import openai as openai_provider
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -100,6 +101,11 @@ def main() -> None:
             sent.wire(body)
 
         tracer = guard.tracer
+        memo = Memo()
+        guard.measurer.measure(ADAPTER.normalise("chat.completions", kwargs, memo), memo)
+
+        def remembered() -> None:
+            guard.measurer.measure(ADAPTER.normalise("chat.completions", kwargs, memo), memo)
 
         def bare_span() -> None:
             tracer.start_span("x", kind=SpanKind.CLIENT).end()
@@ -107,6 +113,7 @@ def main() -> None:
             ("whole call (before + wire + finished)", mean_us(whole)),
             ("normalise (provider module)", mean_us(lambda: ADAPTER.normalise("chat.completions", kwargs))),
             ("measure (cached digests and counts)", mean_us(lambda: guard.measurer.measure(view))),
+            ("normalise + measure, history resent (conversation memo)", mean_us(remembered)),
             ("evaluate (pinned, budget, diff, facts, checks)", mean_us(evaluate)),
             ("record (span start/attributes/end, metrics, events)", mean_us(record)),
             ("  of which: span attributes dict", mean_us(judged._attributes)),
@@ -119,7 +126,7 @@ def main() -> None:
     ctxguard.uninstrument()
     print(f"{SIZE} messages, body {len(body)} bytes; mean µs per run, tight loop")
     for name, us in rows:
-        print(f"{name:<55} {us:8.1f}")
+        print(f"{name:<58} {us:8.1f}")
 
 
 if __name__ == "__main__":

@@ -170,9 +170,9 @@ class Guard:
         started = _perf()
         payload: Payload | None = None
         scope = self._scope(kwargs)
-        key = (scope, adapter.provider, api)
-        memo = self.memos.get(key) if scope is not None else None
         with guarded("normalise"):
+            key = (scope, adapter.provider, api)
+            memo = self.memos.get(key) if scope is not None else None
             view = adapter.normalise(api, kwargs, memo)
             with guarded("digest"):
                 payload = self.measurer.measure(view, memo)
