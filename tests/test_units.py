@@ -177,3 +177,39 @@ def test_string_parts_of_a_content_list_are_read_in_order():
                                                                "messages": [{"role": "user", "content": content}]})
     assert [i[:2] for i in chat.items] == [("user", "Ship to Lyon\nplease\ntoday")]
     assert [i[:2] for i in claude.items] == [("user", "Ship to Lyon\nplease\ntoday")]
+
+
+def test_mappings_and_proxies_of_dicts_read_like_dicts():
+    """Messages and arguments may be any Mapping, or a proxy (wrapt) around a dict: the reader's
+    per-type cache must not take a proxy's type for the type of what it proxies."""
+    from collections.abc import Iterator, Mapping
+    from typing import Any
+
+    import wrapt
+
+    from ctxguard.providers import openai as openai_provider
+
+    class Frozen(Mapping[str, Any]):
+        def __init__(self, **items: Any) -> None:
+            self._items = items
+
+        def __getitem__(self, key: str) -> Any:
+            return self._items[key]
+
+        def __iter__(self) -> Iterator[str]:
+            return iter(self._items)
+
+        def __len__(self) -> int:
+            return len(self._items)
+
+    messages = [
+        Frozen(role="system", content="Be brief."),
+        wrapt.ObjectProxy({"role": "user", "content": "Ship to Lyon", "name": "ann"}),
+        wrapt.ObjectProxy({"role": "user", "content": "again"}),
+    ]
+    for _ in range(2):  # the second time through, from the per-type cache
+        view = openai_provider.ADAPTER.normalise(
+            "chat.completions", wrapt.ObjectProxy({"model": "gpt-4o", "messages": messages}))
+        assert view.model == "gpt-4o"
+        assert [i[:3] for i in view.items] == [
+            ("system", "Be brief.", ()), ("user", "Ship to Lyon", ("id:name=ann",)), ("user", "again", ())]

@@ -14,8 +14,20 @@ SENTINELS = frozenset({"NotGiven", "Omit"})
 ROLE_MAX = 32
 
 
+#: type -> whether it is a Mapping. ``isinstance(obj, Mapping)`` is an ABC check, several
+#: times a dict look-up; the SDKs' response and parameter types are few and fixed.
+_MAPPINGS: dict[type, bool] = {dict: True}
+
+
 def get(obj: Any, key: str) -> Any:
-    value = obj.get(key) if type(obj) is dict or isinstance(obj, Mapping) else getattr(obj, key, None)
+    cls = type(obj)
+    mapping = _MAPPINGS.get(cls)
+    if mapping is None:
+        mapping = isinstance(obj, Mapping)
+        # Not for proxies (``__class__`` other than the type): isinstance looks through them.
+        if obj.__class__ is cls and len(_MAPPINGS) < 1024:
+            _MAPPINGS[cls] = mapping
+    value = obj.get(key) if mapping else getattr(obj, key, None)
     return None if type(value).__name__ in SENTINELS else value
 
 
