@@ -183,6 +183,7 @@ def test_mappings_and_proxies_of_dicts_read_like_dicts():
     """Messages and arguments may be any Mapping, or a proxy (wrapt) around a dict: the reader's
     per-type cache must not take a proxy's type for the type of what it proxies."""
     from collections.abc import Iterator, Mapping
+    from types import SimpleNamespace
     from typing import Any
 
     import wrapt
@@ -206,10 +207,12 @@ def test_mappings_and_proxies_of_dicts_read_like_dicts():
         Frozen(role="system", content="Be brief."),
         wrapt.ObjectProxy({"role": "user", "content": "Ship to Lyon", "name": "ann"}),
         wrapt.ObjectProxy({"role": "user", "content": "again"}),
+        wrapt.ObjectProxy(SimpleNamespace(role="assistant", content="ok")),  # same proxy type, no Mapping
     ]
     for _ in range(2):  # the second time through, from the per-type cache
         view = openai_provider.ADAPTER.normalise(
             "chat.completions", wrapt.ObjectProxy({"model": "gpt-4o", "messages": messages}))
         assert view.model == "gpt-4o"
         assert [i[:3] for i in view.items] == [
-            ("system", "Be brief.", ()), ("user", "Ship to Lyon", ("id:name=ann",)), ("user", "again", ())]
+            ("system", "Be brief.", ()), ("user", "Ship to Lyon", ("id:name=ann",)), ("user", "again", ()),
+            ("assistant", "ok", ())]
