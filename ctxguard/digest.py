@@ -44,7 +44,3 @@ class Digester:
     def text(self, text: str) -> str:
         # surrogatepass: a lone surrogate from a broken client must digest, not raise.
         return self.bytes(text.encode("utf-8", "surrogatepass"))
-
-    def join(self, digests: list[str]) -> str:
-        """Digest of an ordered sequence of digests (the payload digest)."""
-        return self.bytes("\n".join(digests).encode("ascii"))

@@ -10,6 +10,7 @@ twice the cap without per-hit bookkeeping.
 from __future__ import annotations
 
 import threading
+from itertools import accumulate
 from operator import attrgetter
 from typing import Generic, TypeVar
 
@@ -21,6 +22,7 @@ from .tokens import MESSAGE_OVERHEAD, NON_TEXT_PART, REPLY_PRIMING, Calibration,
 __all__ = ["Measurer", "TwoGenerationCache"]
 
 _digest_of = attrgetter("digest")
+_tokens_of = attrgetter("tokens")
 
 
 def _common(items: list[Item], kept: list[Item]) -> int:
@@ -108,10 +110,8 @@ class Measurer:
         message = self.message
         new = [hit(item) or message(item) for item in items[start:]]
         messages.extend(new)
+        sums.extend(accumulate(map(_tokens_of, new), initial=sums.pop()))  # running sums, in C
         total = sums[-1]
-        for m in new:
-            total += m.tokens
-            sums.append(total)
         digests = list(map(_digest_of, messages))  # map + attrgetter: a C loop
         if hasher is None:
             hasher = self.digester.hasher()

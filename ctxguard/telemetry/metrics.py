@@ -183,10 +183,6 @@ class Metrics:
     def dropped_role(self, role: str, count: int) -> None:
         self.add_amount(self.dropped_at.get(role, self.dropped_at["other"]), count)
 
-    def value(self, cell: int) -> float:
-        with self._lock:
-            return self._cells[cell]
-
     # -- exposition -------------------------------------------------------
 
     def register(self, registry: CollectorRegistry) -> None:
