@@ -18,7 +18,7 @@ from ctxguard.digest import Digester
 from ctxguard.measure import Measurer
 from ctxguard.payload import RequestView
 from ctxguard.pinned import find_block
-from ctxguard.tokens import Calibration, EstimateCounter
+from ctxguard.tokens import REPLY_PRIMING, Calibration, EstimateCounter
 
 
 def test_budget_for_is_the_equation():
@@ -84,8 +84,9 @@ def test_growing_conversation_counts_only_new_messages():
     for turn in range(50):
         items = [*items, ("user", f"message {turn}", (), "message")]
         before = counter.calls
-        measurer.measure(RequestView("openai", "chat", "gpt-4o", items))
+        payload = measurer.measure(RequestView("openai", "chat", "gpt-4o", items))
         assert counter.calls - before == (2 if turn == 0 else 1)
+        assert payload.tokens == sum(m.tokens for m in payload.messages) + REPLY_PRIMING
 
 
 def test_calibration_from_reported_usage(harness, llm, client):
