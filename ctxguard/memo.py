@@ -13,8 +13,8 @@ the values read last time, not by object identity, so a message dict edited in p
 (a redaction, a trimmed text) no longer matches and is read again. Only the common
 ``{"role": str, "content": str}`` dict message is kept; the first message of any other
 shape ends what is reused. Bounded: at most ``max_messages`` kept messages across all
-memos (a kept message costs ~300 bytes besides its text, which the app holds anyway),
-least recently used conversations dropped first.
+memos, each memo counting as one more (a kept message costs ~300 bytes besides its text,
+which the app holds anyway), least recently used conversations dropped first.
 """
 
 from __future__ import annotations
@@ -44,7 +44,9 @@ class Memo:
 
     @property
     def size(self) -> int:
-        return (len(self.read[1]) if self.read else 0) + (len(self.measured[0]) if self.measured else 0)
+        """Kept messages, plus one for the memo itself: memos that keep nothing (a provider not
+        read through a memo, a conversation whose first message has parts) count too."""
+        return 1 + (len(self.read[1]) if self.read else 0) + (len(self.measured[0]) if self.measured else 0)
 
 
 class Memos:

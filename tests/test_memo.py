@@ -99,8 +99,16 @@ def test_memos_keep_a_bounded_number_of_messages() -> None:
         m.measure(adapter.normalise("chat.completions", {"messages": messages}, memo), memo)
         memos.settle(conversation, memo)
         assert memos.kept <= 100
-    assert len(memos) == 1  # each memo keeps 60 (30 read + 30 measured): only the newest fits
+    assert len(memos) == 1  # each memo counts 61 (30 read + 30 measured + itself): only the newest fits
     assert memos.get(9).measured is not None and memos.get(0).measured is None
+
+
+def test_memos_that_keep_nothing_are_bounded_too() -> None:
+    """Conversations whose messages are never kept (parts, tool calls) still hold a memo each."""
+    memos = Memos(max_messages=100)
+    for conversation in range(1_000):
+        memos.settle(conversation, memos.get(conversation))
+    assert len(memos) == 100 and memos.kept == 100
 
 
 def test_a_message_redacted_in_place_is_seen_on_the_next_call(harness, llm, client: openai.OpenAI) -> None:
