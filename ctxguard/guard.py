@@ -50,6 +50,7 @@ from .wiredigest import WireDigests
 __all__ = ["Call", "Guard"]
 
 _DEFAULT_BUDGET = budget_mod.Budget()
+NO_FACTS = "no facts recorded for this conversation"
 _perf = time.perf_counter
 
 
@@ -139,6 +140,8 @@ class Guard:
         if payload.history_elsewhere is not None:
             return payload.history_elsewhere
         sinks = self.facts
+        if sinks.idle():
+            return NO_FACTS
         checkpoints = sinks.stages.take(scope)
         if scope in sinks.lost:
             return "fact writes of this conversation were lost while the ledger was unavailable"
@@ -151,7 +154,7 @@ class Guard:
                 sinks.failed()
                 raise
             if not (state.active or state.forgotten or len(sinks.index)):
-                return "no facts recorded for this conversation"
+                return NO_FACTS
             norms = [self.norm(m.digest, m.text) for m in payload.messages]
             return build_view(
                 state,

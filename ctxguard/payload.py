@@ -73,16 +73,14 @@ class Payload:
     history_elsewhere: str | None
     unreadable: str | None
     reply_room: int | None = None
+    #: The first message (set from ``messages``, which is never changed after construction).
+    head: Message | None = field(init=False)
+    #: The instruction at the head, if the head is one.
+    system: Message | None = field(init=False)
 
-    @property
-    def head(self) -> Message | None:
-        return self.messages[0] if self.messages else None
-
-    @property
-    def system(self) -> Message | None:
-        """The instruction at the head, if the head is one."""
-        head = self.head
-        return head if head is not None and head.role in SYSTEM_ROLES else None
+    def __post_init__(self) -> None:
+        head = self.head = self.messages[0] if self.messages else None
+        self.system = head if head is not None and head.role in SYSTEM_ROLES else None
 
 
 @dataclass

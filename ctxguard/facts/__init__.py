@@ -71,6 +71,19 @@ class Sinks:
     def usable(self) -> bool:
         return time.monotonic() >= self.down_until
 
+    def idle(self) -> bool:
+        """Nothing recorded in this process: the in-memory ledger is empty and so are the
+        cross-conversation index, the stage checkpoints and the lost writes. Every fact
+        check then skips without asking the ledger (an app that records no facts pays ~1 µs)."""
+        ledger = self.ledger
+        return (
+            type(ledger) is MemoryLedger
+            and ledger.empty
+            and not len(self.index)
+            and self.stages.empty
+            and not self.lost
+        )
+
     def failed(self, scope: Scope | None = None) -> None:
         with self._lock:
             self.down_until = time.monotonic() + RETRY_AFTER_S

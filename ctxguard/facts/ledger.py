@@ -194,6 +194,11 @@ class MemoryLedger:
                 self.overflow += 1
             self._cache.pop(event.scope, None)
 
+    @property
+    def empty(self) -> bool:
+        """No conversation has a fact event."""
+        return not self._facts
+
     def state(self, scope: Scope, now: datetime) -> FactState:
         with self._lock:
             cached = self._cache.get(scope)

@@ -42,6 +42,11 @@ class StageBook:
                 self._pending.move_to_end(scope)
             stages[stage] = norm_text
 
+    @property
+    def empty(self) -> bool:
+        """No conversation has a pending checkpoint."""
+        return not self._pending
+
     def take(self, scope: Scope) -> dict[str, str]:
         with self._lock:
             return self._pending.pop(scope, {})

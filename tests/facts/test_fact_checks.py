@@ -406,6 +406,19 @@ def test_checkpoints_are_consumed_by_the_next_call(harness, llm, client):
         assert last(harness)["ctxguard.divergence.stage"] == "payload"
 
 
+def test_a_checkpoint_made_before_any_fact_is_consumed_by_the_next_call(harness, llm, client):
+    """With nothing recorded, fact checks skip without asking the ledger, but a pending
+    checkpoint still belongs to the next call: it must not linger into a later one."""
+    harness.start(mode="observe")
+    with ctxguard.conversation("c"):
+        ctxguard.checkpoint("selection", "nothing useful")
+        ask(client, "nothing")
+        assert "fact_present: no facts recorded for this conversation" in last(harness)["ctxguard.checks.skipped"]
+        ctxguard.record_fact("city", "Pune")
+        ask(client, "nothing")
+        assert last(harness)["ctxguard.divergence.stage"] == "payload"
+
+
 @pytest.mark.asyncio
 async def test_stage_decorator_records_return_values(harness, llm):
     harness.start(mode="observe")

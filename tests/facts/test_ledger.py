@@ -104,3 +104,27 @@ def test_index_keys_values_by_their_rarest_word_so_shared_prefixes_do_not_pile_u
     found = [v.value for entries in index.foreign(("me", None), payload).values() for _, v in entries]
     assert "ACC-0007-shared" in found
     assert len(found) <= 2  # candidates, verified by substring search afterwards; not all 50
+
+
+def test_sinks_are_idle_only_while_nothing_at_all_is_recorded():
+    from ctxguard.facts import Sinks, Version
+
+    scope = ("c", None)
+    assert Sinks().idle()
+    sinks = Sinks()
+    sinks.ledger.append(FactEvent(scope, "city", "Pune"))
+    assert not sinks.idle()
+    sinks = Sinks()
+    sinks.index.add(scope, Version("city", "Pune", "pune", 0))
+    assert not sinks.idle()
+    sinks = Sinks()
+    sinks.stages.put(scope, "selection", "text")
+    assert not sinks.idle()
+    sinks = Sinks()
+    sinks.failed(scope)
+    assert not sinks.idle()
+
+    class Remote(MemoryLedger):  # another store: only it knows what it holds
+        pass
+
+    assert not Sinks(ledger=Remote()).idle()
