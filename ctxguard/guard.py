@@ -207,6 +207,8 @@ class Call:
         "elapsed",
         "fact_evictions",
         "guard",
+        "late_attrs",
+        "late_cells",
         "late_fails",
         "outcomes",
         "payload",
@@ -233,6 +235,8 @@ class Call:
         self.diff: Diff | None = None
         self.fact_evictions = 0
         self.late_fails: list[str] = []  # checks judged after sending that failed
+        self.late_attrs: dict[str, Any] = {}  # set on the span when it ends (one call, not one per check)
+        self.late_cells: list[int] = []  # counted with the call's duration, when it ends
         self.wire_hash: str | None = None
         self.request: Mapping[str, Any] | None = None
         self.outcomes: list[Outcome] = []
@@ -415,18 +419,22 @@ class Call:
         span = self.span
         if span is not None:
             self.span = None
-            if reply is not None and span.is_recording():
-                attr.set_attributes(span, _reply_attributes(reply))
-                if self.guard.config.capture_content and reply.text:
-                    span.set_attribute(
-                        attr.OUTPUT_MESSAGES, attr.content_json([{"role": "assistant", "content": reply.text}])
-                    )
+            if span.is_recording():
+                update = self.late_attrs
+                if reply is not None:
+                    update.update(_reply_attributes(reply))
+                    if self.guard.config.capture_content and reply.text:
+                        update[attr.OUTPUT_MESSAGES] = attr.content_json([{"role": "assistant", "content": reply.text}])
+                if error_type is not None:
+                    update[attr.ERROR_TYPE] = error_type
+                if update:
+                    attr.set_attributes(span, update)
             if error_type is not None:
-                span.set_attribute(attr.ERROR_TYPE, error_type)
                 span.set_status(Status(StatusCode.ERROR))
             span.end()
         m = self.guard.metrics
-        m.add((), ((m.duration_h, self.elapsed),))
+        cells, self.late_cells = self.late_cells, []
+        m.add(cells, ((m.duration_h, self.elapsed),))
 
     def finished(self, result: Any, *, asynchronous: bool = False) -> Any:
         """The SDK returned ``result`` (to an ``async`` call site if ``asynchronous``); returns it
@@ -470,7 +478,7 @@ class Call:
             if self.wire_hash is None and self.ctx is not None:
                 # The transport was not observed (a helper that sends later, another HTTP stack):
                 # counted as a skip, so every call still yields one outcome per check.
-                self._late("wire_intact", None)
+                self._late("wire_intact", None, at_end=True)
         if self.request is not None and self.wire_hash is None:
             with guarded("capture"):
                 self._capture(capture_body(self.request))
@@ -484,9 +492,9 @@ class Call:
         if ctx is None:
             return
         if isinstance(ctx.facts, FactView) and reply is not None and reply.text:
-            self._late("answer_consistent", answer_consistent(ctx.facts, normalise(reply.text)))
+            self._late("answer_consistent", answer_consistent(ctx.facts, normalise(reply.text)), at_end=True)
         else:
-            self._late("answer_consistent", None)
+            self._late("answer_consistent", None, at_end=True)
 
     def wire(self, body: object) -> None:
         """The transport is sending ``body`` for this call: judge ``wire_intact`` (once)."""
@@ -509,15 +517,26 @@ class Call:
         if writer is not None:
             writer.request(self.scope, self.payload.provider, body, self.payload.model)
 
-    def _late(self, check: str, violations: list[Violation] | None, extra: dict[str, Any] | None = None) -> None:
+    def _late(
+        self,
+        check: str,
+        violations: list[Violation] | None,
+        extra: dict[str, Any] | None = None,
+        *,
+        at_end: bool = False,
+    ) -> None:
         """Record a check judged after the request left (``None``: skipped). It never blocks:
-        the request is already sent; it is counted, logged and put on the span like the others."""
+        the request is already sent; it is counted, logged and put on the span like the others.
+        Its attributes go on the span when the span ends; ``at_end``: the call is ending now,
+        so it is counted together with the call's duration."""
         m, provider = self.guard.metrics, self.payload.provider
         outcome = "skip" if violations is None else "fail" if violations else "pass"
         cells = [m.checks_at[(check, outcome)]]
         span = self.span
         recording = span is not None and span.is_recording()
-        update: dict[str, Any] = dict(extra or {})
+        update = self.late_attrs
+        if extra:
+            update.update(extra)
         if violations:
             cells.append(m.violations_at[(check, provider)])
             conversation_id = self.scope[0] if self.scope is not None else None
@@ -532,9 +551,10 @@ class Call:
                 update[attr.DIVERGENCE_FACT] = violations[0].fact_id or ""
             if recording:
                 attr.violation_events(span, violations)  # type: ignore[arg-type]
-        m.add(cells)
-        if recording and update:
-            attr.set_attributes(span, update)  # type: ignore[arg-type]
+        if at_end:
+            self.late_cells.extend(cells)
+        else:
+            m.add(cells)
 
     def stream_chunk(self, reader: StreamReader, chunk: Any) -> None:
         started = _perf()
