@@ -12,10 +12,13 @@ Method
   spans (spans are really recorded). Content capture is off. Calls run inside
   ``ctxguard.conversation(...)`` so the conversation diff runs as well.
 * Baseline (A) = the original function, ``Completions.create.__wrapped__``,
-  called directly; instrumented (B) = ``client.chat.completions.create``.
-  Each round times A and B once with ``perf_counter_ns``, alternating which
-  goes first, so drift cancels; overhead is the per-round difference B - A.
-  Everything is warmed up first, and gc is disabled inside timed loops.
+  called directly; instrumented (B) = ``client.chat.completions.create``; the
+  floor (C) = the original under a wrapt wrapper that only records a bare span
+  on the same provider (what any span-recording instrumentation pays at least).
+  Each round times A, B and C once with ``perf_counter_ns``, rotating which goes
+  first, so drift cancels; overhead is the per-round difference B - A, the
+  span's C - A. Everything is warmed up first, and gc is disabled inside timed
+  loops.
 * Fixed sizes (2/20/200/2000 messages, ~370 distinct characters each, a system
   message holding a pinned block first) resend the same payload each round, as
   an app resending history does. The growing conversation appends one new
@@ -42,12 +45,17 @@ from typing import Any, cast
 
 import openai
 import prometheus_client
+import wrapt
 from openai.resources.chat.completions.completions import Completions
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind
 
 import ctxguard
 import ctxguard.tokens
+from ctxguard.telemetry.spans import set_attributes
 
 try:
     import httpx2 as http_lib
@@ -103,25 +111,61 @@ def timed(fn: Callable[[], object]) -> int:
     return time.perf_counter_ns() - t0
 
 
-def pair(base: Callable[[], object], inst: Callable[[], object], inst_first: bool) -> tuple[int, int]:
-    """(baseline ns, instrumented ns) of one round."""
-    if inst_first:
-        b = timed(inst)
-        return timed(base), b
-    a = timed(base)
-    return a, timed(inst)
+def one_round(arms: Sequence[Callable[[], object]], first: int) -> list[int]:
+    """ns of one call of each arm, in the arms' order, starting the round with arm ``first``."""
+    times = [0] * len(arms)
+    for k in range(len(arms)):
+        i = (first + k) % len(arms)
+        times[i] = timed(arms[i])
+    return times
 
 
-def interleave(base: Callable[[], object], inst: Callable[[], object], rounds: int) -> dict[str, list[int]]:
-    """Time ``rounds`` A/B pairs, alternating which goes first; ns per call."""
+def interleave(
+    base: Callable[[], object],
+    inst: Callable[[], object],
+    rounds: int,
+    floor: Callable[[], object] | None = None,
+) -> dict[str, list[int]]:
+    """Time ``rounds`` rounds of the baseline, the instrumented call and, if given, the floor
+    (a bare recording span), rotating which goes first; ns per call."""
+    arms = [base, inst] if floor is None else [base, inst, floor]
     gc.collect()
     gc.disable()
     try:
-        a, b = zip(*(pair(base, inst, r % 2 == 1) for r in range(rounds)), strict=True)
+        columns = list(zip(*(one_round(arms, r % len(arms)) for r in range(rounds)), strict=True))
     finally:
         gc.enable()
-    over = [y - x for x, y in zip(a, b, strict=True)]
-    return {"baseline": list(a), "instrumented": list(b), "overhead": over}
+    a, b = columns[0], columns[1]
+    raw = {"baseline": list(a), "instrumented": list(b), "overhead": [y - x for x, y in zip(a, b, strict=True)]}
+    if floor is not None:
+        raw["floor_overhead"] = [y - x for x, y in zip(a, columns[2], strict=True)]
+    return raw
+
+
+def recording_span(
+    tracer: Any, attributes: dict[str, Any] | None = None, spent: list[int] | None = None
+) -> Callable[..., Any]:
+    """A wrapt wrapper that only starts a span, makes it current, (sets ``attributes``), calls
+    through, and ends it: the floor of any instrumentation that records a span per call.
+    ``spent``: gets the wrapper's own ns per call (all but the wrapped call)."""
+
+    def wrapper(wrapped: Any, instance: Any, call_args: Any, kwargs: Any) -> Any:
+        t0 = time.perf_counter_ns()
+        span = tracer.start_span("chat gpt-4o", kind=SpanKind.CLIENT)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        if attributes is not None:
+            set_attributes(span, dict(attributes))
+        t1 = time.perf_counter_ns()
+        try:
+            return wrapped(*call_args, **kwargs)
+        finally:
+            t2 = time.perf_counter_ns()
+            otel_context.detach(token)
+            span.end()
+            if spent is not None:
+                spent.append(t1 - t0 + time.perf_counter_ns() - t2)
+
+    return wrapper
 
 
 def summary(raw: dict[str, list[int]]) -> dict[str, float]:
@@ -155,6 +199,11 @@ def main() -> int:
     chat: Any = client.chat.completions
     pinned = ctxguard.render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
     system = system_message(pinned)
+    # The floor: the same call site under a wrapper that records a bare span (same provider).
+    floor_spent: list[int] = []  # the bare span's own time per call, ns
+    floor: Callable[..., object] = wrapt.FunctionWrapper(
+        original, recording_span(provider.get_tracer("floor"), spent=floor_spent)
+    )
 
     def self_us() -> float:
         """ctxguard's own time so far, as it reports it (before + finished, without the span's end)."""
@@ -177,6 +226,7 @@ def main() -> int:
             for _ in range(50):
                 orig(chat, model=MODEL, messages=warm)
                 chat.create(model=MODEL, messages=warm)
+                floor(chat, model=MODEL, messages=warm)
 
         for n in SIZES:
             msgs = [system, *(message(i) for i in range(1, n))]
@@ -186,24 +236,30 @@ def main() -> int:
                     orig(chat, model=MODEL, messages=msgs)
                     chat.create(model=MODEL, messages=msgs)
                 own = self_us()
+                floor_spent.clear()
                 raw = interleave(
                     partial(orig, chat, model=MODEL, messages=msgs),
                     partial(chat.create, model=MODEL, messages=msgs),
                     rounds,
+                    partial(floor, chat, model=MODEL, messages=msgs),
                 )
             own = (self_us() - own) / rounds
+            span_own = statistics.mean(floor_spent) / 1000
             result["sizes"][str(n)] = {"rounds": rounds, **summary(raw), "self_mean_us": own, "raw_ns": raw}
+            result["sizes"][str(n)] |= {"floor_self_mean_us": span_own, "self_floor_ratio": own / span_own}
         over20 = result["sizes"]["20"]["overhead_median_us"]
         for n in SIZES:
             s = result["sizes"][str(n)]
             s["ratio"] = s["overhead_median_us"] / s["baseline_median_us"]
+            s["floor_ratio"] = s["overhead_median_us"] / s["floor_overhead_median_us"]
             if n > 20:
                 s["per_msg_beyond_20_us"] = (s["overhead_median_us"] - over20) / (n - 20)
 
         # Growing conversation: one new distinct message per turn.
         gc.collect()
         history: list[Message] = [system]
-        grow: dict[str, list[int]] = {"baseline": [], "instrumented": [], "overhead": [], "self": []}
+        keys = ("baseline", "instrumented", "overhead", "floor_overhead", "self", "floor_self")
+        grow: dict[str, list[int]] = {k: [] for k in keys}
         offset = 100_000  # distinct from every message used above
         with ctxguard.conversation("bench-grow"):
             gc.disable()
@@ -212,17 +268,22 @@ def main() -> int:
                     history = [*history, message(offset + turn)]
                     base = partial(orig, chat, model=MODEL, messages=history)
                     inst = partial(chat.create, model=MODEL, messages=history)
+                    bare = partial(floor, chat, model=MODEL, messages=history)
                     own = self_us()
-                    a, b = pair(base, inst, turn % 2 == 1)
+                    a, b, c = one_round((base, inst, bare), turn % 3)
                     grow["baseline"].append(a)
                     grow["instrumented"].append(b)
                     grow["overhead"].append(b - a)
+                    grow["floor_overhead"].append(c - a)
                     grow["self"].append(round((self_us() - own) * 1000))
+                    grow["floor_self"].append(floor_spent.pop())
             finally:
                 gc.enable()
         result["growing"] = {"raw_ns": grow}
         for lo, hi in WINDOWS:
-            result["growing"][f"{lo}-{hi}"] = summary({k: v[lo - 1 : hi] for k, v in grow.items()})
+            g = result["growing"][f"{lo}-{hi}"] = summary({k: v[lo - 1 : hi] for k, v in grow.items()})
+            g["floor_ratio"] = g["overhead_median_us"] / g["floor_overhead_median_us"]
+            g["self_floor_ratio"] = g["self_median_us"] / g["floor_self_median_us"]
     finally:
         ctxguard.uninstrument()
         provider.shutdown()
@@ -243,30 +304,38 @@ def report(r: dict[str, Any]) -> None:
     )
     print(
         "| msgs | rounds | baseline µs med / p90 | instrumented µs med / p90 | overhead µs med / p90 "
-        "| overhead/baseline | µs per msg beyond 20 | ctxguard self µs (mean) |"
+        "| overhead/baseline | µs per msg beyond 20 | ctxguard self µs (mean) | bare span: overhead µs med "
+        "/ self µs (mean) | ctxguard/span: overhead / self |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n, s in r["sizes"].items():
         per = f"{s['per_msg_beyond_20_us']:.2f}" if "per_msg_beyond_20_us" in s else "-"
         print(
             f"| {n} | {s['rounds']} | {s['baseline_median_us']:.0f} / {s['baseline_p90_us']:.0f} "
             f"| {s['instrumented_median_us']:.0f} / {s['instrumented_p90_us']:.0f} "
             f"| {s['overhead_median_us']:.0f} / {s['overhead_p90_us']:.0f} | {s['ratio']:.1%} | {per} "
-            f"| {s['self_mean_us']:.0f} |"
+            f"| {s['self_mean_us']:.0f} | {s['floor_overhead_median_us']:.0f} / {s['floor_self_mean_us']:.0f} "
+            f"| {s['floor_ratio']:.1f}x / {s['self_floor_ratio']:.1f}x |"
         )
     print(f"\nGrowing conversation ({TURNS} turns, +1 new message per turn, history = turn + 1 messages)\n")
-    print("| turns | baseline µs med | instrumented µs med | overhead µs med / p90 | ctxguard self µs med |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| turns | baseline µs med | instrumented µs med | overhead µs med / p90 | ctxguard self µs med "
+        "| bare span: overhead / self µs med | ctxguard/span: overhead / self |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for lo, hi in WINDOWS:
         g = r["growing"][f"{lo}-{hi}"]
         print(
             f"| {lo}-{hi} | {g['baseline_median_us']:.0f} | {g['instrumented_median_us']:.0f} "
-            f"| {g['overhead_median_us']:.0f} / {g['overhead_p90_us']:.0f} | {g['self_median_us']:.0f} |"
+            f"| {g['overhead_median_us']:.0f} / {g['overhead_p90_us']:.0f} | {g['self_median_us']:.0f} "
+            f"| {g['floor_overhead_median_us']:.0f} / {g['floor_self_median_us']:.0f} "
+            f"| {g['floor_ratio']:.1f}x / {g['self_floor_ratio']:.1f}x |"
         )
     print(
         "\nctxguard self = ctxguard_guard_duration_seconds: its own before()+finished() time,"
         " span end excluded;\noverhead = instrumented - baseline per round, so it also includes"
-        " the span end and cache effects."
+        " the span end and cache effects;\nbare span = the same call site under a wrapper that only"
+        " records a span (the floor of any span-recording instrumentation), same rounds."
     )
     print(f"\ntotal time: {r['elapsed_s']:.1f} s")
 

@@ -20,12 +20,8 @@ from typing import Any
 import openai
 import wrapt
 from openai.resources.chat.completions.completions import Completions
-from opentelemetry import context as otel_context
-from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-from ctxguard.telemetry.spans import set_attributes
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import overhead as bench
@@ -45,18 +41,12 @@ def main() -> int:
     original = Completions.__dict__["create"]
     mode = "pass-through"
 
+    wrappers = {"span": bench.recording_span(tracer), "span + attributes": bench.recording_span(tracer, ATTRS)}
+
     def wrapper(wrapped: Any, instance: Any, call_args: Any, kwargs: Any) -> Any:
         if mode == "pass-through":
             return wrapped(*call_args, **kwargs)
-        span = tracer.start_span("chat gpt-4o", kind=trace.SpanKind.CLIENT)
-        token = otel_context.attach(trace.set_span_in_context(span))
-        if mode == "span + attributes":
-            set_attributes(span, dict(ATTRS))
-        try:
-            return wrapped(*call_args, **kwargs)
-        finally:
-            otel_context.detach(token)
-            span.end()
+        return wrappers[mode](wrapped, instance, call_args, kwargs)
 
     Completions.create = wrapt.FunctionWrapper(original, wrapper)  # type: ignore[method-assign]
     http = bench.http_lib.Client(transport=bench.http_lib.MockTransport(bench.handler))
