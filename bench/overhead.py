@@ -248,12 +248,14 @@ def main() -> int:
             result["sizes"][str(n)] = {"rounds": rounds, **summary(raw), "self_mean_us": own, "raw_ns": raw}
             result["sizes"][str(n)] |= {"floor_self_mean_us": span_own, "self_floor_ratio": own / span_own}
         over20 = result["sizes"]["20"]["overhead_median_us"]
+        self20 = result["sizes"]["20"]["self_mean_us"]
         for n in SIZES:
             s = result["sizes"][str(n)]
             s["ratio"] = s["overhead_median_us"] / s["baseline_median_us"]
             s["floor_ratio"] = s["overhead_median_us"] / s["floor_overhead_median_us"]
             if n > 20:
                 s["per_msg_beyond_20_us"] = (s["overhead_median_us"] - over20) / (n - 20)
+                s["self_per_msg_beyond_20_us"] = (s["self_mean_us"] - self20) / (n - 20)
 
         # Growing conversation: one new distinct message per turn.
         gc.collect()
@@ -304,12 +306,14 @@ def report(r: dict[str, Any]) -> None:
     )
     print(
         "| msgs | rounds | baseline µs med / p90 | instrumented µs med / p90 | overhead µs med / p90 "
-        "| overhead/baseline | µs per msg beyond 20 | ctxguard self µs (mean) | bare span: overhead µs med "
-        "/ self µs (mean) | ctxguard/span: overhead / self |"
+        "| overhead/baseline | µs per msg beyond 20: overhead / self | ctxguard self µs (mean) "
+        "| bare span: overhead µs med / self µs (mean) | ctxguard/span: overhead / self |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n, s in r["sizes"].items():
-        per = f"{s['per_msg_beyond_20_us']:.2f}" if "per_msg_beyond_20_us" in s else "-"
+        per = "-"
+        if "per_msg_beyond_20_us" in s:
+            per = f"{s['per_msg_beyond_20_us']:.2f} / {s['self_per_msg_beyond_20_us']:.2f}"
         print(
             f"| {n} | {s['rounds']} | {s['baseline_median_us']:.0f} / {s['baseline_p90_us']:.0f} "
             f"| {s['instrumented_median_us']:.0f} / {s['instrumented_p90_us']:.0f} "
