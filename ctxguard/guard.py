@@ -1,7 +1,9 @@
 """The per-call pipeline: normalise -> digest/count -> checks -> record -> (send) -> answer.
 
-Each stage runs inside ``guarded(where)``: a failure there is counted and the
-stages that depend on it are skipped, but the application's call always goes
+Each stage runs inside ``guarded(where)``, or on the per-call path the same thing
+spelled out (``try``/``except Exception`` -> ``report_internal_error(where, exc)``,
+free when nothing fails, where a ``with`` costs three calls): a failure there is
+counted and the stages that depend on it are skipped, but the application's call always goes
 through with its own arguments, exactly once. Only enforce mode raises, and
 only ``ContextViolation``, before the request is sent.
 """
@@ -21,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from . import budget as budget_mod
 from . import facts as facts_mod
-from ._isolation import guarded
+from ._isolation import guarded, report_internal_error
 from .capture import CaptureWriter, capture_body
 from .checks import CHECK_NAMES, Context, Outcome, run_checks
 from .checks.facts import answer_consistent
@@ -171,25 +173,32 @@ class Guard:
     def before(self, adapter: Adapter, api: str, kwargs: Mapping[str, Any]) -> Call | None:
         """Inspect a request about to be sent. Raises only ``ContextViolation`` (enforce)."""
         started = _perf()
-        payload: Payload | None = None
         scope = self._scope(kwargs)
-        with guarded("normalise"):
+        try:
             key = (scope, adapter.provider, api)
             memo = self.memos.get(key) if scope is not None else None
             view = adapter.normalise(api, kwargs, memo)
-            with guarded("digest"):
-                payload = self.measurer.measure(view, memo)
-                if memo is not None:
-                    self.memos.settle(key, memo)
-        if payload is None:
+        except Exception as exc:
+            report_internal_error("normalise", exc)
+            return None
+        try:
+            payload = self.measurer.measure(view, memo)
+            if memo is not None:
+                self.memos.settle(key, memo)
+        except Exception as exc:
+            report_internal_error("digest", exc)
             return None
         call = Call(self, adapter, api, payload, scope, started)
         if self.capture is not None:
             call.request = kwargs  # captured from the wire, or from these if the wire is not seen
-        with guarded("checks"):
+        try:
             call.evaluate()
-        with guarded("telemetry"):
+        except Exception as exc:
+            report_internal_error("checks", exc)
+        try:
             call.record()
+        except Exception as exc:
+            report_internal_error("telemetry", exc)
         if self.enforce and call.violations:
             call.block()
         call.elapsed += _perf() - started
@@ -265,8 +274,10 @@ class Call:
             max_output_tokens=payload.max_output_tokens,
         )
         if self.scope is not None and payload.history_elsewhere is None and payload.unreadable is None:
-            with guarded("conversation"):
+            try:
                 self.diff = guard.memory.observe(self.scope, payload, pinned=pinned is not None)
+            except Exception as exc:
+                report_internal_error("conversation", exc)
         diff = self.diff
         facts = guard.fact_view(self.scope, payload) if payload.unreadable is None else payload.unreadable
         if isinstance(facts, FactView) and self.scope is not None:
@@ -440,8 +451,10 @@ class Call:
         """The SDK returned ``result`` (to an ``async`` call site if ``asynchronous``); returns it
         (or a transparent stream proxy)."""
         started = _perf()
-        with guarded("telemetry"):
+        try:
             self._detach()
+        except Exception as exc:
+            report_internal_error("telemetry", exc)
         final = getattr(self.adapter, "final_reply", None)
         if self.api.endswith(".stream") and final is not None:
             with guarded("stream"):
@@ -454,9 +467,11 @@ class Call:
                 proxy = wrap_stream(result, self, reader, asynchronous=asynchronous)
                 self.elapsed += _perf() - started
                 return proxy
-        reply = None
-        with guarded("response"):
+        try:
             reply = self.adapter.read_response(self.api, result)
+        except Exception as exc:
+            report_internal_error("response", exc)
+            reply = None
         self.answer(reply, started)
         return result
 
@@ -471,20 +486,26 @@ class Call:
         """The whole answer is known (after the response, or at the end of a stream)."""
         started = _perf() if started is None else started
         if reply is not None and reply.input_tokens:
-            with guarded("tokens"):
+            try:
                 self.guard.calibration.observe(self.payload.model, self.payload.raw_tokens, reply.input_tokens)
-        with guarded("checks"):
+            except Exception as exc:
+                report_internal_error("tokens", exc)
+        try:
             self._judge_answer(reply)
             if self.wire_hash is None and self.ctx is not None:
                 # The transport was not observed (a helper that sends later, another HTTP stack):
                 # counted as a skip, so every call still yields one outcome per check.
                 self._late("wire_intact", None, at_end=True)
+        except Exception as exc:
+            report_internal_error("checks", exc)
         if self.request is not None and self.wire_hash is None:
             with guarded("capture"):
                 self._capture(capture_body(self.request))
-        with guarded("telemetry"):
+        try:
             self.elapsed += _perf() - started
             self._end(reply=reply)
+        except Exception as exc:
+            report_internal_error("telemetry", exc)
 
     def _judge_answer(self, reply: Reply | None) -> None:
         """``answer_consistent``: a model-level miss, judged once the answer is known."""

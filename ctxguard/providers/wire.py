@@ -12,7 +12,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from .._isolation import guarded
+from .._isolation import report_internal_error
 
 if TYPE_CHECKING:
     from ..guard import Call
@@ -34,9 +34,11 @@ TARGETS: dict[str, tuple[tuple[str, str, bool], ...]] = {
 def _observe(args: Any, kwargs: Any) -> None:
     call = IN_FLIGHT.get()
     if call is not None:
-        with guarded("response"):
+        try:
             request = args[0] if args else kwargs.get("request")
             call.wire(getattr(request, "content", None))
+        except Exception as exc:
+            report_internal_error("response", exc)
 
 
 def sync_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
