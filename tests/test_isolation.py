@@ -15,6 +15,7 @@ from ctxguard.measure import Measurer
 from ctxguard.providers import openai as openai_provider
 from ctxguard.testing import FakeLLM
 from ctxguard.tokens import Calibration
+from ctxguard.wiredigest import WireDigests
 
 HISTORY = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
 
@@ -39,12 +40,13 @@ FAULTS = [
     ("conversation", lambda mp: mp.setattr(ConversationMemory, "observe", boom)),
     ("telemetry", lambda mp: mp.setattr("ctxguard.telemetry.spans.violation_events", boom)),
     ("response", lambda mp: mp.setattr(openai_provider.OpenAIAdapter, "read_response", boom)),
+    ("response", lambda mp: mp.setattr(WireDigests, "digest", boom)),  # judging the body on the wire
     ("tokens", lambda mp: mp.setattr(Calibration, "observe", boom)),
 ]
 
 
 @pytest.mark.parametrize("mode", ["observe", "enforce"])
-@pytest.mark.parametrize(("where", "inject"), FAULTS, ids=[f[0] for f in FAULTS])
+@pytest.mark.parametrize(("where", "inject"), FAULTS, ids=[f"{f[0]}-{i}" for i, f in enumerate(FAULTS)])
 def test_fault_in_stage_leaves_the_call_unchanged(harness, llm, client, internal_errors, monkeypatch,
                                                     where, inject, mode):
     llm.script("same answer")
