@@ -1,6 +1,6 @@
 """ctxguard's per-call cost in CPU instructions, counted by valgrind: the same number on every run.
 
-    .venv/bin/python bench/instructions.py [--sizes 20,200] [--calls 50]   # ~10 min
+    .venv/bin/python bench/instructions.py [--sizes 20,200] [--calls 50] [--grow]   # ~10 min
 
 Time-based numbers (bench/overhead.py) move by ±20% with whatever else the machine
 does; an instruction count does not, so this is the benchmark to compare two commits
@@ -11,6 +11,11 @@ with. For each payload size it runs one child process per side under
 * ``guarded``: the same warm-up, then ``--calls`` instrumented calls;
 * ``span``: the same, each bare call inside one recording SDK span (start, made
   current, end), which is what any tracing instrumentation pays at least.
+
+With ``--grow`` each timed call first appends one new distinct message to the
+history, which starts at the given size: a growing conversation, where ctxguard
+counts and digests one unseen message per call and reuses the rest; comparing a
+short and a long start tells whether its per-call work grows with the history.
 
 Per-call cost = (side - base) / calls. The setup is bench/overhead.py's: the real
 openai client on an in-process mock transport, every check on, a recording
@@ -37,7 +42,7 @@ SIDES = ("base", "guarded", "span")
 WARM = 20
 
 
-def child(side: str, size: int, calls: int) -> None:
+def child(side: str, size: int, calls: int, grow: bool) -> None:
     """Runs under valgrind: warm up both paths, then ``calls`` calls of one side."""
     sys.path.insert(0, str(Path(__file__).parent))
     import openai
@@ -65,34 +70,36 @@ def child(side: str, size: int, calls: int) -> None:
     messages = [ov.system_message(pinned), *(ov.message(i) for i in range(1, size))]
     tracer = provider.get_tracer("bench")
 
-    def spanned() -> object:
+    def spanned(history: list[dict[str, str]]) -> object:
         span = tracer.start_span(f"chat {ov.MODEL}", kind=trace.SpanKind.CLIENT)
         token = otel_context.attach(trace.set_span_in_context(span))
         try:
-            return orig(chat, model=ov.MODEL, messages=messages)
+            return orig(chat, model=ov.MODEL, messages=history)
         finally:
             otel_context.detach(token)
             span.end()
 
     sides = {
-        "base": lambda: orig(chat, model=ov.MODEL, messages=messages),
-        "guarded": lambda: chat.create(model=ov.MODEL, messages=messages),
+        "base": lambda history: orig(chat, model=ov.MODEL, messages=history),
+        "guarded": lambda history: chat.create(model=ov.MODEL, messages=history),
         "span": spanned,
     }
     gc.disable()
     with ctxguard.conversation("bench"):
         for fn in sides.values():
             for _ in range(WARM):
-                fn()
+                fn(messages)
         run = sides[side]
-        for _ in range(calls):
-            run()
+        for i in range(calls):
+            if grow:
+                messages = [*messages, ov.message(200_000 + i)]
+            run(messages)
 
 
-def count(side: str, size: int, calls: int) -> int:
+def count(side: str, size: int, calls: int, grow: bool) -> int:
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
-           "--child", side, str(size), str(calls)]
+           "--child", side, str(size), str(calls), "grow" if grow else "fixed"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     found = re.search(r"Collected : (\d+)", out.stderr)
     if found is None:
@@ -102,11 +109,12 @@ def count(side: str, size: int, calls: int) -> int:
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "grow")
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="20,200", help="payload sizes in messages (default 20,200)")
     parser.add_argument("--calls", type=int, default=50, help="timed calls per side (default 50)")
+    parser.add_argument("--grow", action="store_true", help="append one new message per call (from each size)")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         print("valgrind not found (Debian: apt-get install valgrind)", file=sys.stderr)
@@ -114,7 +122,9 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     jobs = [(side, size) for size in sizes for side in SIDES]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        totals = dict(zip(jobs, pool.map(lambda job: count(*job, args.calls), jobs), strict=True))
+        totals = dict(zip(jobs, pool.map(lambda job: count(*job, args.calls, args.grow), jobs), strict=True))
+    if args.grow:
+        print(f"growing: each of the {args.calls} calls adds one new message to a history of the size given\n")
     print("| msgs | ctxguard instructions/call | bare recording span instructions/call | ratio |")
     print("|---:|---:|---:|---:|")
     for size in sizes:
