@@ -1,16 +1,22 @@
 """ctxguard's per-call cost in CPU instructions, counted by valgrind: the same number on every run.
 
-    .venv/bin/python bench/instructions.py [--sizes 20,200] [--calls 50] [--grow]   # ~10 min
+    .venv/bin/python bench/instructions.py [--sizes 20,200] [--calls 10] [--grow]   # ~10 min
 
 Time-based numbers (bench/overhead.py) move by ±20% with whatever else the machine
 does; an instruction count does not, so this is the benchmark to compare two commits
 with. For each payload size it runs one child process per side under
-``valgrind --tool=callgrind`` (``PYTHONHASHSEED=0``, gc off):
+``valgrind --tool=callgrind`` (``PYTHONHASHSEED=0``, gc off), which warms its side
+up with 20 calls and then makes ``--calls`` more, the only ones counted (they run
+inside a libffi call that callgrind is told to collect in, so start-up and warm-up,
+which vary between processes by more than a call costs, are left out):
 
-* ``base``: warm-up, then ``--calls`` bare SDK calls (the original ``create``);
-* ``guarded``: the same warm-up, then ``--calls`` instrumented calls;
-* ``span``: the same, each bare call inside one recording SDK span (start, made
-  current, end), which is what any tracing instrumentation pays at least.
+* ``base``: bare SDK calls (the original ``create``);
+* ``guarded``: instrumented calls;
+* ``span``: each bare call inside one recording SDK span (start, made current,
+  end), which is what any tracing instrumentation pays at least.
+
+The count repeats to a few instructions per call between runs of the same commit
+(166,145,035 and 166,145,037 for five base calls at 20 messages).
 
 With ``--grow`` each timed call first appends one new distinct message to the
 history, which starts at the given size: a growing conversation, where ctxguard
@@ -29,6 +35,7 @@ of machine, against ~0.1 in a tight loop.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import os
 import re
@@ -86,19 +93,28 @@ def child(side: str, size: int, calls: int, grow: bool) -> None:
     }
     gc.disable()
     with ctxguard.conversation("bench"):
-        for fn in sides.values():
-            for _ in range(WARM):
-                fn(messages)
         run = sides[side]
-        for i in range(calls):
-            if grow:
-                messages = [*messages, ov.message(200_000 + i)]
+        for _ in range(WARM):
             run(messages)
+
+        def timed() -> None:
+            history = messages
+            for i in range(calls):
+                if grow:
+                    history = [*history, ov.message(200_000 + i)]
+                run(history)
+
+        # Called through libffi so that callgrind, told --toggle-collect=ffi_call, counts
+        # only the timed calls: start-up and warm-up differ between processes by more
+        # than a call costs.
+        ctypes.CFUNCTYPE(None)(timed)()
 
 
 def count(side: str, size: int, calls: int, grow: bool) -> int:
+    """Instructions of ``calls`` timed calls of ``side`` (a child process under callgrind)."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--toggle-collect=ffi_call*",
+           sys.executable, __file__,
            "--child", side, str(size), str(calls), "grow" if grow else "fixed"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     found = re.search(r"Collected : (\d+)", out.stderr)
@@ -113,7 +129,7 @@ def main() -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="20,200", help="payload sizes in messages (default 20,200)")
-    parser.add_argument("--calls", type=int, default=50, help="timed calls per side (default 50)")
+    parser.add_argument("--calls", type=int, default=10, help="counted calls per side (default 10)")
     parser.add_argument("--grow", action="store_true", help="append one new message per call (from each size)")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
