@@ -23,7 +23,13 @@ history, which starts at the given size: a growing conversation, where ctxguard
 counts and digests one unseen message per call and reuses the rest; comparing a
 short and a long start tells whether its per-call work grows with the history.
 
-Per-call cost = (side - base) / calls. The setup is bench/overhead.py's: the real
+Per-call cost = (side - base) / calls. The SDK's own count still moves between
+processes by ~0.05% of its cost (~20,000 instructions per call at 20 messages,
+~200,000 at 475), so for large payloads use ``--own``: ``guarded-own`` counts
+ctxguard's hooks alone (``before``, ``wire``, ``finished``, as the wrappers call
+them, on the body the SDK sent and the response it parsed), ``span-own`` a bare
+span's start and end alone; the SDK calls that produce their inputs run between
+the counted ones. The setup is bench/overhead.py's: the real
 openai client on an in-process mock transport, every check on, a recording
 ``TracerProvider`` whose exporter drops spans (here a ``SimpleSpanProcessor``, so
 no background thread adds instructions at random), in a conversation. Instructions
@@ -42,10 +48,13 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 SIDES = ("base", "guarded", "span")
+OWN_SIDES = ("guarded-own", "span-own")
 WARM = 20
 
 
@@ -70,7 +79,13 @@ def child(side: str, size: int, calls: int, grow: bool) -> None:
     guard = ctxguard.instrument(policy=policy, registry=registry, tracer_provider=provider, digest_key=ov.KEY)
     assert guard is not None, "ctxguard disabled (CTXGUARD_DISABLED?)"
     orig = Completions.create.__wrapped__  # type: ignore[attr-defined]
-    http_client = ov.http_lib.Client(transport=ov.http_lib.MockTransport(ov.handler))
+    sent: list[bytes] = []
+
+    def handler(request: Any) -> Any:
+        sent.append(request.content)
+        return ov.handler(request)
+
+    http_client = ov.http_lib.Client(transport=ov.http_lib.MockTransport(handler))
     client = openai.OpenAI(api_key="x", base_url=ov.BASE_URL, max_retries=0, http_client=http_client)
     chat = client.chat.completions
     pinned = ctxguard.render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
@@ -91,6 +106,10 @@ def child(side: str, size: int, calls: int, grow: bool) -> None:
         "guarded": lambda history: chat.create(model=ov.MODEL, messages=history),
         "span": spanned,
     }
+    if side.endswith("-own"):
+        own(side, guard, tracer, lambda history: (orig(chat, model=ov.MODEL, messages=history), sent.pop()),
+            messages, calls, grow)
+        return
     gc.disable()
     with ctxguard.conversation("bench"):
         run = sides[side]
@@ -108,6 +127,47 @@ def child(side: str, size: int, calls: int, grow: bool) -> None:
         # only the timed calls: start-up and warm-up differ between processes by more
         # than a call costs.
         ctypes.CFUNCTYPE(None)(timed)()
+
+
+def own(side: str, guard: Any, tracer: Any, send: Callable[[Any], tuple[Any, bytes]],
+        messages: list[dict[str, str]], calls: int, grow: bool) -> None:
+    """ctxguard's hooks alone (``before``, ``wire``, ``finished``), or a bare span's start and
+    end alone, each counted call in its own libffi call: the SDK's calls, which give the
+    body sent and the response, run between them, uncounted."""
+    import overhead as ov
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+
+    import ctxguard
+    from ctxguard.providers import openai as openai_provider
+
+    adapter = openai_provider.ADAPTER
+
+    def guarded(kwargs: dict[str, Any], body: bytes, response: Any) -> None:
+        call = guard.before(adapter, "chat.completions", kwargs)
+        call.wire(body)
+        call.finished(response)
+
+    def spanned(kwargs: dict[str, Any], body: bytes, response: Any) -> None:
+        span = tracer.start_span(f"chat {ov.MODEL}", kind=trace.SpanKind.CLIENT)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        otel_context.detach(token)
+        span.end()
+
+    run = guarded if side == "guarded-own" else spanned
+    counted = ctypes.CFUNCTYPE(None)
+    gc.disable()
+    with ctxguard.conversation("bench"):
+        response, body = send(messages)
+        for _ in range(WARM):
+            run({"model": ov.MODEL, "messages": messages}, body, response)
+        history = messages
+        for i in range(calls):
+            if grow:
+                history = [*history, ov.message(200_000 + i)]
+            response, body = send(history)
+            kwargs = {"model": ov.MODEL, "messages": history}
+            counted(lambda: run(kwargs, body, response))()  # noqa: B023 (called at once)
 
 
 def count(side: str, size: int, calls: int, grow: bool) -> int:
@@ -131,26 +191,35 @@ def main() -> int:
     parser.add_argument("--sizes", default="20,200", help="payload sizes in messages (default 20,200)")
     parser.add_argument("--calls", type=int, default=10, help="counted calls per side (default 10)")
     parser.add_argument("--grow", action="store_true", help="append one new message per call (from each size)")
+    parser.add_argument("--own", action="store_true", help="count ctxguard's hooks and a bare span alone, no SDK")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         print("valgrind not found (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
     sizes = [int(s) for s in args.sizes.split(",")]
-    jobs = [(side, size) for size in sizes for side in SIDES]
+    sides = OWN_SIDES if args.own else SIDES
+    jobs = [(side, size) for size in sizes for side in sides]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         totals = dict(zip(jobs, pool.map(lambda job: count(*job, args.calls, args.grow), jobs), strict=True))
     if args.grow:
         print(f"growing: each of the {args.calls} calls adds one new message to a history of the size given\n")
+    if args.own:
+        print("ctxguard's hooks alone (before + wire + finished) and a bare span alone, no SDK call counted\n")
     print("| msgs | ctxguard instructions/call | bare recording span instructions/call | ratio |")
     print("|---:|---:|---:|---:|")
+    per_call: dict[int, float] = {}
     for size in sizes:
-        guarded = (totals[("guarded", size)] - totals[("base", size)]) / args.calls
-        span = (totals[("span", size)] - totals[("base", size)]) / args.calls
+        if args.own:
+            guarded, span = totals[("guarded-own", size)] / args.calls, totals[("span-own", size)] / args.calls
+        else:
+            guarded = (totals[("guarded", size)] - totals[("base", size)]) / args.calls
+            span = (totals[("span", size)] - totals[("base", size)]) / args.calls
+        per_call[size] = guarded
         print(f"| {size} | {guarded:,.0f} | {span:,.0f} | {guarded / span:.1f}x |")
     if len(sizes) > 1:
         lo, hi = sizes[0], sizes[-1]
-        per = ((totals[("guarded", hi)] - totals[("base", hi)]) - (totals[("guarded", lo)] - totals[("base", lo)]))
-        print(f"\nper message beyond {lo}: {per / args.calls / (hi - lo):,.0f} instructions")
+        per = (per_call[hi] - per_call[lo]) / (hi - lo)
+        print(f"\nper message beyond {lo}: {per:,.0f} instructions")
     return 0
 
 
