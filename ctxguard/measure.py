@@ -28,7 +28,7 @@ _tokens_of = attrgetter("tokens")
 def _common(items: list[Item], kept: list[Item]) -> int:
     """How many leading items equal the kept ones (list and tuple equality: C loops)."""
     n = min(len(items), len(kept))
-    if items[:n] == kept[:n]:
+    if items[:n] == (kept if n == len(kept) else kept[:n]):
         return n
     return next(i for i, (a, b) in enumerate(zip(items, kept, strict=False)) if a != b)
 
@@ -98,12 +98,12 @@ class Measurer:
         """``memo``: the conversation's previous call (see ``ctxguard.memo``): its leading items
         equal to this call's are not looked up again, and the payload digest resumes after them."""
         items = view.items
-        start, messages, sums, hasher = 0, [], [0], None
+        start, messages, digests, sums, hasher = 0, [], [], [0], None
         last = memo.measured if memo is not None else None
         if last is not None:
-            kept_items, kept_messages, kept_sums, kept_hasher = last
+            kept_items, kept_messages, kept_digests, kept_sums, kept_hasher = last
             start = _common(items, kept_items)
-            messages, sums = kept_messages[:start], kept_sums[: start + 1]
+            messages, digests, sums = kept_messages[:start], kept_digests[:start], kept_sums[: start + 1]
             if start == len(kept_items):
                 hasher = kept_hasher.copy()
         hit = self._messages._new.get  # inlined look-up: this loop runs once per new message per call
@@ -112,7 +112,7 @@ class Measurer:
         messages.extend(new)
         sums.extend(accumulate(map(_tokens_of, new), initial=sums.pop()))  # running sums, in C
         total = sums[-1]
-        digests = list(map(_digest_of, messages))  # map + attrgetter: a C loop
+        digests.extend(map(_digest_of, new))  # map + attrgetter: a C loop, over the new ones only
         if hasher is None:
             hasher = self.digester.hasher()
             hasher.update("\n".join(digests).encode("ascii"))
@@ -120,7 +120,9 @@ class Measurer:
             tail = "\n".join(digests[start:])  # the digest of the joined digests, continued
             hasher.update((f"\n{tail}" if start else tail).encode("ascii"))
         if memo is not None:
-            memo.measured = (list(items), messages[:], sums, hasher)
+            # Kept as they are, not copied: the view's items and the payload's lists are never
+            # changed after this point (the next call slices them).
+            memo.measured = (items, messages, digests, sums, hasher)
         tools_tokens = sum(self.tokens(schema) for schema in view.tools)
         raw = total + REPLY_PRIMING + tools_tokens
         factor = self.calibration.factor(view.model)

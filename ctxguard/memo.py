@@ -38,9 +38,10 @@ class Memo:
     def __init__(self) -> None:
         #: (copies of the leading plain message dicts as sent, their Items).
         self.read: tuple[list[dict[str, Any]], list[Item]] | None = None
-        #: (Items measured, their Messages, running token sums (``len + 1``), the payload
-        #: digest's hasher after all of their digests).
-        self.measured: tuple[list[Item], list[Message], list[int], Any] | None = None
+        #: (Items measured, their Messages, their digests, running token sums (``len + 1``),
+        #: the payload digest's hasher after all of their digests). Shared with the call's
+        #: Payload, which never changes them.
+        self.measured: tuple[list[Item], list[Message], list[str], list[int], Any] | None = None
 
     @property
     def size(self) -> int:

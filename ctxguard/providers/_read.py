@@ -86,7 +86,7 @@ def _unchanged(seq: list[Any] | tuple[Any, ...], kept: list[dict[str, Any]]) -> 
     """How many leading elements of ``seq`` still equal (by value) the copies kept of them."""
     n = min(len(seq), len(kept))
     head = seq[:n] if type(seq) is list else list(seq[:n])
-    if head == kept[:n]:  # one C loop of dict == (a tuple never equals a list)
+    if head == (kept if n == len(kept) else kept[:n]):  # one C loop of dict == (a tuple never equals a list)
         return n
     return next(i for i, (a, b) in enumerate(zip(head, kept, strict=False)) if a != b)
 
