@@ -113,8 +113,8 @@ def child(side: str, size: int, calls: int, grow: bool) -> None:
     gc.disable()
     with ctxguard.conversation("bench"):
         run = sides[side]
-        for _ in range(WARM):
-            run(messages)
+        for history in warm_up(messages, grow):
+            run(history)
 
         def timed() -> None:
             history = messages
@@ -127,6 +127,17 @@ def child(side: str, size: int, calls: int, grow: bool) -> None:
         # only the timed calls: start-up and warm-up differ between processes by more
         # than a call costs.
         ctypes.CFUNCTYPE(None)(timed)()
+
+
+def warm_up(messages: list[dict[str, str]], grow: bool) -> list[list[dict[str, str]]]:
+    """The warm-up calls' histories: ``messages`` WARM times, or when growing, five histories
+    that grow into ``messages`` one message at a time, as the counted calls then go on to
+    (an unchanged history resent first would make the first grown body a one-off miss of
+    the wire digest's resume point, counted against the first call)."""
+    if not grow:
+        return [messages] * WARM
+    n = len(messages)
+    return [messages[: n - k] for k in range(min(5, n - 2), 0, -1)] + [messages]
 
 
 def own(side: str, guard: Any, tracer: Any, send: Callable[[Any], tuple[Any, bytes]],
@@ -159,8 +170,10 @@ def own(side: str, guard: Any, tracer: Any, send: Callable[[Any], tuple[Any, byt
     gc.disable()
     with ctxguard.conversation("bench"):
         response, body = send(messages)
-        for _ in range(WARM):
-            run({"model": ov.MODEL, "messages": messages}, body, response)
+        for history in warm_up(messages, grow):
+            if grow:
+                response, body = send(history)
+            run({"model": ov.MODEL, "messages": history}, body, response)
         history = messages
         for i in range(calls):
             if grow:
