@@ -9,6 +9,8 @@ a content for an equal or a different string, insert a message of another shape)
 from __future__ import annotations
 
 import copy
+import sys
+import threading
 from typing import Any
 
 import openai
@@ -82,12 +84,48 @@ def test_a_memo_gives_the_payload_read_from_scratch(steps: list[tuple[Any, ...]]
     extra: dict[str, Any] = {"system": "Be brief.", "max_tokens": 10} if anthropic else {}
     memo, with_memo, scratch = Memo(), measurer(), measurer()
     history: list[Any] = []
+    judged: list[tuple[Any, tuple[Any, ...]]] = []
     for step in steps:
         sent = apply(history, step)
         kwargs = {"model": "gpt-4o", "messages": sent, **extra}
         fresh = scratch.measure(adapter.normalise(api, kwargs))
         reused = with_memo.measure(adapter.normalise(api, kwargs, memo), memo)
         assert fields(reused) == fields(fresh), step
+        judged.append((reused, copy.deepcopy(fields(fresh))))
+    # The memo shares its lists with the payloads it made: no later call may change one.
+    for reused, expected in judged:
+        assert fields(reused) == expected
+
+
+def test_concurrent_calls_of_one_conversation_each_get_the_payload_read_from_scratch() -> None:
+    """Two calls of one conversation at once share its memo: each reads an old or a new
+    state, never a mix, and never changes what the other was given."""
+    adapter, memo, with_memo, scratch = openai_provider.ADAPTER, Memo(), measurer(), measurer()
+    failures: list[str] = []
+
+    def converse(name: str) -> None:
+        history: list[dict[str, str]] = [{"role": "system", "content": "Be brief."}]
+        for turn in range(150):
+            history = [*history, {"role": "user", "content": f"{name} turn {turn}"}]
+            if turn % 7 == 0:
+                history = history[:1] + history[2:]  # a trimmed window, too
+            kwargs = {"model": "gpt-4o", "messages": history}
+            reused = with_memo.measure(adapter.normalise("chat.completions", kwargs, memo), memo)
+            expected = fields(scratch.measure(adapter.normalise("chat.completions", kwargs)))
+            if fields(reused) != expected:
+                failures.append(f"{name} turn {turn}")
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
+    try:
+        threads = [threading.Thread(target=converse, args=(name,)) for name in ("ann", "bob", "cy")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not failures, failures[:5]
 
 
 def test_memos_keep_a_bounded_number_of_messages() -> None:
