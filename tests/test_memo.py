@@ -104,12 +104,13 @@ def test_concurrent_calls_of_one_conversation_each_get_the_payload_read_from_scr
     failures: list[str] = []
 
     def converse(name: str) -> None:
+        # The same history in every thread (a retried or fanned-out call), now and then with
+        # a message of the thread's own at the end: the threads keep resuming each other's state.
         history: list[dict[str, str]] = [{"role": "system", "content": "Be brief."}]
-        for turn in range(150):
-            history = [*history, {"role": "user", "content": f"{name} turn {turn}"}]
-            if turn % 7 == 0:
-                history = history[:1] + history[2:]  # a trimmed window, too
-            kwargs = {"model": "gpt-4o", "messages": history}
+        for turn in range(200):
+            history = [*history, {"role": "user", "content": f"turn {turn}"}]
+            own = [{"role": "assistant", "content": f"{name} at {turn}"}] if turn % 3 == 0 else []
+            kwargs = {"model": "gpt-4o", "messages": history + own}
             reused = with_memo.measure(adapter.normalise("chat.completions", kwargs, memo), memo)
             expected = fields(scratch.measure(adapter.normalise("chat.completions", kwargs)))
             if fields(reused) != expected:
