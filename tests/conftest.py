@@ -37,6 +37,9 @@ def _fail_on_swallowed_errors(internal_errors: list[tuple[str, BaseException]]) 
 # -- real SDK over loopback HTTP ------------------------------------------------
 
 import hashlib  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 
 import openai  # noqa: E402
 import pytest_asyncio  # noqa: E402
@@ -45,6 +48,20 @@ from ctxguard.testing import FakeLLM  # noqa: E402
 from ctxguard.testing.plugin import GuardHarness  # noqa: E402
 
 KEY = b"ctxguard-tests"
+
+
+def race(*targets: Callable[[], object]) -> None:
+    """Run ``targets`` in threads at once, switching threads as often as the interpreter allows."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=target) for target in targets]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
 
 
 def message_digest(role: str, text: str, refs: tuple[str, ...] = ()) -> str:

@@ -9,8 +9,7 @@ a content for an equal or a different string, insert a message of another shape)
 from __future__ import annotations
 
 import copy
-import sys
-import threading
+from functools import partial
 from typing import Any
 
 import openai
@@ -24,7 +23,7 @@ from ctxguard.memo import Memo, Memos
 from ctxguard.providers import anthropic as anthropic_provider
 from ctxguard.providers import openai as openai_provider
 from ctxguard.tokens import Calibration, EstimateCounter
-from tests.conftest import KEY
+from tests.conftest import KEY, race
 
 TEXTS = ["hello", "Ship to Lyon", "Ship to Pune", "ok", "", "a\nb", "déjà vu"]
 ROLES = ["system", "user", "assistant", "tool", "x" * 40]
@@ -116,16 +115,7 @@ def test_concurrent_calls_of_one_conversation_each_get_the_payload_read_from_scr
             if fields(reused) != expected:
                 failures.append(f"{name} turn {turn}")
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
-    try:
-        threads = [threading.Thread(target=converse, args=(name,)) for name in ("ann", "bob", "cy")]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
+    race(*(partial(converse, name) for name in ("ann", "bob", "cy")))
     assert not failures, failures[:5]
 
 

@@ -8,15 +8,13 @@ included.
 
 from __future__ import annotations
 
-import sys
-import threading
-
 import prometheus_client
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ctxguard.checks import CHECK_NAMES
 from ctxguard.telemetry.metrics import _PINNED_BUCKETS, _RATIO_BUCKETS, Metrics
+from tests.conftest import race
 
 
 def samples(registry: CollectorRegistry, family: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -64,18 +62,9 @@ def test_counters_are_exact_under_concurrent_calls() -> None:
             m.add((calls, cell, cell))
             m.add_amount(m.dropped_at["user"], 2)
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    interval = sys.getswitchinterval()
-    # Switch threads as often as the interpreter allows. (CPython 3.11 only switches at calls and
-    # loop back-edges, so this cannot show a lost update without the lock; other builds can.)
-    sys.setswitchinterval(1e-6)
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
+    # (CPython 3.11 only switches threads at calls and loop back-edges, so this cannot show a
+    # lost update without the lock; other builds can.)
+    race(work, work, work, work)
     got = samples(registry, "ctxguard_checks")
     assert got[("ctxguard_checks_total", (("check", "system_at_head"), ("outcome", "fail")))] == 160_000
     assert registry.get_sample_value("ctxguard_calls_total", {"provider": "openai", "operation": "chat"}) == 80_000
