@@ -26,22 +26,45 @@ from ..violations import Violation
 from .base import Context
 
 
-def _escaped(text: str) -> frozenset[bytes]:
-    """``text`` as a JSON encoder may write it inside a string (ASCII-escaped or not)."""
-    return frozenset({json.dumps(text)[1:-1].encode(), json.dumps(text, ensure_ascii=False)[1:-1].encode()})
+class _Needle:
+    """A text as a JSON encoder may write it inside a string (ASCII-escaped or not), and where
+    it was last found in a body: looked at first next time, since an app resends the same
+    instruction at the same place call after call. Only a hint, always checked, so a stale
+    one (another thread, a body laid out differently) costs one search, never a verdict;
+    and a bytes search for a needle of 100+ bytes in a body of a few KB first builds a
+    table from the needle, which this skips."""
+
+    __slots__ = ("at", "variants")
+
+    def __init__(self, text: str) -> None:
+        self.variants = tuple({json.dumps(text)[1:-1].encode(), json.dumps(text, ensure_ascii=False)[1:-1].encode()})
+        self.at = -1
+
+    def found_in(self, body: bytes) -> bool:
+        at = self.at
+        if at >= 0:
+            for variant in self.variants:
+                if body.startswith(variant, at):
+                    return True
+        for variant in self.variants:
+            at = body.find(variant)
+            if at >= 0:
+                self.at = at
+                return True
+        return False
 
 
 @lru_cache(maxsize=256)  # the same instruction and block are sent call after call
-def _needles(text: str) -> tuple[frozenset[bytes], ...]:
-    """(the whole text, escaped; then each non-empty line of it, escaped)."""
+def _needles(text: str) -> tuple[_Needle, ...]:
+    """(the whole text; then each non-empty line of it)."""
     lines = (line for line in (raw.strip() for raw in text.splitlines()) if line)
-    return (_escaped(text), *(_escaped(line) for line in lines))
+    return (_Needle(text), *(_Needle(line) for line in lines))
 
 
 def _carried(text: str, body: bytes) -> bool:
     whole, *lines = _needles(text)
     # The whole text in one piece carries every line: one search instead of one per line.
-    return any(n in body for n in whole) or all(any(n in body for n in variants) for variants in lines)
+    return whole.found_in(body) or all(line.found_in(body) for line in lines)
 
 
 def wire_intact(payload: Payload, ctx: Context, body: bytes) -> list[Violation]:

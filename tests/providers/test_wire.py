@@ -127,3 +127,29 @@ def test_a_pinned_block_edited_below_the_sdk_fails_even_when_the_instruction_arr
     assert "Lyon" in llm.bodies()[0]["messages"][1]["content"]
     details = [e.attributes["detail"] for e in harness.spans()[-1].events]
     assert details == ["the pinned block passed is not in the body sent"]
+
+
+def pad_front(request) -> None:
+    """A call path that adds a field ahead of the messages: every offset in the body moves."""
+    body = json.loads(request.content)
+    replace_body(request, {"user": "a field added below the SDK, ahead of the messages", **body})
+
+
+def test_the_instruction_is_found_wherever_it_moves_in_the_body_and_missed_when_gone(harness, llm):
+    """wire_intact remembers where it last found the instruction, to look there first: a hint,
+    always checked, so neither a body without it nor one where it moved is misjudged."""
+    harness.start(mode="observe")
+    rewrites = iter([None, drop_system, pad_front, None, drop_system])
+
+    def hook(request) -> None:  # type: ignore[no-untyped-def]
+        rewrite = next(rewrites)
+        if rewrite is not None:
+            rewrite(request)
+
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0,
+                       http_client=http.Client(event_hooks={"request": [hook]})) as client:
+        for _ in range(5):
+            client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, USER])
+    assert [len(b["messages"]) for b in llm.bodies()] == [2, 1, 2, 2, 1]
+    assert [list(s.attributes["ctxguard.violations"]) for s in harness.spans()] == [
+        [], ["wire_intact"], [], [], ["wire_intact"]]
