@@ -13,7 +13,10 @@ which vary between processes by more than a call costs, are left out):
 * ``base``: bare SDK calls (the original ``create``);
 * ``guarded``: instrumented calls;
 * ``span``: each bare call inside one recording SDK span (start, made current,
-  end), which is what any tracing instrumentation pays at least.
+  end), which is what any tracing instrumentation pays at least;
+* ``peer``, when ``opentelemetry-instrumentation-openai-v2`` is installed
+  (bench/requirements-peer.txt): the bare call under OpenTelemetry's own openai
+  instrumentation, set up as in bench/overhead.py.
 
 The count repeats to a few instructions per call between runs of the same commit
 (166,145,035 and 166,145,037 for five base calls at 20 messages).
@@ -43,6 +46,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
+import importlib.util
 import os
 import re
 import shutil
@@ -74,6 +78,7 @@ def child(side: str, size: int, calls: int, grow: bool) -> None:
 
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(ov.DropExporter()))
+    peer = ov.peer_instrumentation(Completions.__dict__["create"], provider) if side == "peer" else None
     policy = ctxguard.Policy(pinned=ctxguard.Pinned(max_tokens=800))
     registry = prometheus_client.CollectorRegistry()
     guard = ctxguard.instrument(policy=policy, registry=registry, tracer_provider=provider, digest_key=ov.KEY)
@@ -106,6 +111,8 @@ def child(side: str, size: int, calls: int, grow: bool) -> None:
         "guarded": lambda history: chat.create(model=ov.MODEL, messages=history),
         "span": spanned,
     }
+    if peer is not None:
+        sides["peer"] = lambda history: peer[0](chat, model=ov.MODEL, messages=history)
     if side.endswith("-own"):
         own(side, guard, tracer, lambda history: (orig(chat, model=ov.MODEL, messages=history), sent.pop()),
             messages, calls, grow)
@@ -211,6 +218,9 @@ def main() -> int:
         return 2
     sizes = [int(s) for s in args.sizes.split(",")]
     sides = OWN_SIDES if args.own else SIDES
+    peer = not args.own and importlib.util.find_spec("opentelemetry.instrumentation.openai_v2") is not None
+    if peer:
+        sides = (*sides, "peer")
     jobs = [(side, size) for size in sizes for side in sides]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         totals = dict(zip(jobs, pool.map(lambda job: count(*job, args.calls, args.grow), jobs), strict=True))
@@ -218,8 +228,9 @@ def main() -> int:
         print(f"growing: each of the {args.calls} calls adds one new message to a history of the size given\n")
     if args.own:
         print("ctxguard's hooks alone (before + wire + finished) and a bare span alone, no SDK call counted\n")
-    print("| msgs | ctxguard instructions/call | bare recording span instructions/call | ratio |")
-    print("|---:|---:|---:|---:|")
+    peer_head = " | OpenTelemetry openai-v2 instructions/call | ctxguard/peer" if peer else ""
+    print(f"| msgs | ctxguard instructions/call | bare recording span instructions/call | ratio{peer_head} |")
+    print("|---:|---:|---:|---:|" + ("---:|---:|" if peer else ""))
     per_call: dict[int, float] = {}
     for size in sizes:
         if args.own:
@@ -228,7 +239,11 @@ def main() -> int:
             guarded = (totals[("guarded", size)] - totals[("base", size)]) / args.calls
             span = (totals[("span", size)] - totals[("base", size)]) / args.calls
         per_call[size] = guarded
-        print(f"| {size} | {guarded:,.0f} | {span:,.0f} | {guarded / span:.1f}x |")
+        peer_cells = ""
+        if peer:
+            peered = (totals[("peer", size)] - totals[("base", size)]) / args.calls
+            peer_cells = f" | {peered:,.0f} | {guarded / peered:.2f}x"
+        print(f"| {size} | {guarded:,.0f} | {span:,.0f} | {guarded / span:.1f}x{peer_cells} |")
     if len(sizes) > 1:
         lo, hi = sizes[0], sizes[-1]
         per = (per_call[hi] - per_call[lo]) / (hi - lo)

@@ -125,10 +125,13 @@ def interleave(
     inst: Callable[[], object],
     rounds: int,
     floor: Callable[[], object] | None = None,
+    peer: Callable[[], object] | None = None,
 ) -> dict[str, list[int]]:
     """Time ``rounds`` rounds of the baseline, the instrumented call and, if given, the floor
-    (a bare recording span), rotating which goes first; ns per call."""
-    arms = [base, inst] if floor is None else [base, inst, floor]
+    (a bare recording span) and a peer instrumentation, rotating which goes first; ns per call."""
+    extra = {"floor_overhead": floor, "peer_overhead": peer}
+    extra = {k: arm for k, arm in extra.items() if arm is not None}
+    arms = [base, inst, *extra.values()]
     gc.collect()
     gc.disable()
     try:
@@ -137,8 +140,10 @@ def interleave(
         gc.enable()
     a, b = columns[0], columns[1]
     raw = {"baseline": list(a), "instrumented": list(b), "overhead": [y - x for x, y in zip(a, b, strict=True)]}
-    if floor is not None:
-        raw["floor_overhead"] = [y - x for x, y in zip(a, columns[2], strict=True)]
+    for key, column in zip(extra, columns[2:], strict=True):
+        raw[key] = [y - x for x, y in zip(a, column, strict=True)]
+        if key == "peer_overhead":
+            raw["peer"] = list(column)
     return raw
 
 
@@ -168,6 +173,50 @@ def recording_span(
     return wrapper
 
 
+def peer_instrumentation(
+    original: Callable[..., object], provider: TracerProvider
+) -> tuple[Callable[..., object], list[int], str] | None:
+    """OpenTelemetry's own openai instrumentation (``opentelemetry-instrumentation-openai-v2``,
+    not a dependency: see docs/performance.md), its chat wrapper alone around ``original``:
+    spans recorded on ``provider``, metrics on an SDK ``MeterProvider`` with an in-memory
+    reader, no logs pipeline (its per-message events go to the no-op logger), content capture
+    off, its defaults otherwise. Returns the wrapped function (call it ``fn(chat, ...)``), a
+    list that gets the ns of each call it wraps, and its version; None when not installed.
+    Instrumented and uninstrumented again at once, before ctxguard: only its wrapper is kept."""
+    try:
+        from importlib.metadata import version
+
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+    except ImportError as exc:
+        print(f"peer arm left out: {exc}", file=sys.stderr)
+        return None
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    instrumentor = OpenAIInstrumentor()
+    instrumentor.instrument(
+        tracer_provider=provider, meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()])
+    )
+    try:
+        wrapper = Completions.__dict__["create"]._self_wrapper
+    finally:
+        instrumentor.uninstrument()
+    assert Completions.__dict__["create"] is original, "the peer's uninstrument() did not restore create"
+    inner: list[int] = []
+
+    def timed_original(*args: Any, **kwargs: Any) -> object:
+        t0 = time.perf_counter_ns()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            inner.append(time.perf_counter_ns() - t0)
+
+    wrapped = wrapt.FunctionWrapper(timed_original, wrapper)
+    return (lambda chat, **kw: wrapped.__get__(chat, Completions)(**kw)), inner, version(
+        "opentelemetry-instrumentation-openai-v2"
+    )
+
+
 def summary(raw: dict[str, list[int]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, values in raw.items():
@@ -181,6 +230,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=fmt)
     parser.add_argument("--quick", action="store_true", help="divide rounds by 5")
     parser.add_argument("--json", metavar="PATH", help="write raw numbers as JSON")
+    parser.add_argument("--no-peer", action="store_true", help="leave out the peer arm even when installed")
     args = parser.parse_args()
     div = 5 if args.quick else 1
     started = time.perf_counter()
@@ -189,6 +239,8 @@ def main() -> int:
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(DropExporter()))
     registry = prometheus_client.CollectorRegistry()
+    peer = None if args.no_peer else peer_instrumentation(original, provider)
+    peer_fn, peer_inner = (peer[0], peer[1]) if peer is not None else (None, [])
     policy = ctxguard.Policy(pinned=ctxguard.Pinned(max_tokens=800))  # every check on
     guard = ctxguard.instrument(policy=policy, registry=registry, tracer_provider=provider, digest_key=KEY)
     assert guard is not None, "ctxguard disabled (CTXGUARD_DISABLED?)"
@@ -217,6 +269,7 @@ def main() -> int:
         "tokens": ctxguard.tokens.default_counter().name,
         "cpus": os.cpu_count(),
         "quick": args.quick,
+        "peer": f"opentelemetry-instrumentation-openai-v2 {peer[2]}" if peer is not None else None,
         "sizes": {},
     }
     try:
@@ -227,6 +280,8 @@ def main() -> int:
                 orig(chat, model=MODEL, messages=warm)
                 chat.create(model=MODEL, messages=warm)
                 floor(chat, model=MODEL, messages=warm)
+                if peer_fn is not None:
+                    peer_fn(chat, model=MODEL, messages=warm)
 
         for n in SIZES:
             msgs = [system, *(message(i) for i in range(1, n))]
@@ -237,22 +292,29 @@ def main() -> int:
                     chat.create(model=MODEL, messages=msgs)
                 own = self_us()
                 floor_spent.clear()
+                peer_inner.clear()
                 raw = interleave(
                     partial(orig, chat, model=MODEL, messages=msgs),
                     partial(chat.create, model=MODEL, messages=msgs),
                     rounds,
                     partial(floor, chat, model=MODEL, messages=msgs),
+                    partial(peer_fn, chat, model=MODEL, messages=msgs) if peer_fn is not None else None,
                 )
             own = (self_us() - own) / rounds
             span_own = statistics.mean(floor_spent) / 1000
             result["sizes"][str(n)] = {"rounds": rounds, **summary(raw), "self_mean_us": own, "raw_ns": raw}
             result["sizes"][str(n)] |= {"floor_self_mean_us": span_own, "self_floor_ratio": own / span_own}
+            if peer_fn is not None:
+                peer_own = statistics.mean(t - i for t, i in zip(raw["peer"], peer_inner, strict=True)) / 1000
+                result["sizes"][str(n)] |= {"peer_self_mean_us": peer_own}
         over20 = result["sizes"]["20"]["overhead_median_us"]
         self20 = result["sizes"]["20"]["self_mean_us"]
         for n in SIZES:
             s = result["sizes"][str(n)]
             s["ratio"] = s["overhead_median_us"] / s["baseline_median_us"]
             s["floor_ratio"] = s["overhead_median_us"] / s["floor_overhead_median_us"]
+            if peer_fn is not None:
+                s["peer_ratio"] = s["overhead_median_us"] / s["peer_overhead_median_us"]
             if n > 20:
                 s["per_msg_beyond_20_us"] = (s["overhead_median_us"] - over20) / (n - 20)
                 s["self_per_msg_beyond_20_us"] = (s["self_mean_us"] - self20) / (n - 20)
@@ -261,6 +323,8 @@ def main() -> int:
         gc.collect()
         history: list[Message] = [system]
         keys = ("baseline", "instrumented", "overhead", "floor_overhead", "self", "floor_self")
+        if peer_fn is not None:
+            keys = (*keys, "peer_overhead", "peer_self")
         grow: dict[str, list[int]] = {k: [] for k in keys}
         offset = 100_000  # distinct from every message used above
         with ctxguard.conversation("bench-grow"):
@@ -271,14 +335,20 @@ def main() -> int:
                     base = partial(orig, chat, model=MODEL, messages=history)
                     inst = partial(chat.create, model=MODEL, messages=history)
                     bare = partial(floor, chat, model=MODEL, messages=history)
+                    arms = [base, inst, bare]
+                    if peer_fn is not None:
+                        arms.append(partial(peer_fn, chat, model=MODEL, messages=history))
                     own = self_us()
-                    a, b, c = one_round((base, inst, bare), turn % 3)
+                    a, b, c, *d = one_round(arms, turn % len(arms))
                     grow["baseline"].append(a)
                     grow["instrumented"].append(b)
                     grow["overhead"].append(b - a)
                     grow["floor_overhead"].append(c - a)
                     grow["self"].append(round((self_us() - own) * 1000))
                     grow["floor_self"].append(floor_spent.pop())
+                    if d:
+                        grow["peer_overhead"].append(d[0] - a)
+                        grow["peer_self"].append(d[0] - peer_inner.pop())
             finally:
                 gc.enable()
         result["growing"] = {"raw_ns": grow}
@@ -286,6 +356,8 @@ def main() -> int:
             g = result["growing"][f"{lo}-{hi}"] = summary({k: v[lo - 1 : hi] for k, v in grow.items()})
             g["floor_ratio"] = g["overhead_median_us"] / g["floor_overhead_median_us"]
             g["self_floor_ratio"] = g["self_median_us"] / g["floor_self_median_us"]
+            if peer_fn is not None:
+                g["peer_ratio"] = g["overhead_median_us"] / g["peer_overhead_median_us"]
     finally:
         ctxguard.uninstrument()
         provider.shutdown()
@@ -321,6 +393,15 @@ def report(r: dict[str, Any]) -> None:
             f"| {s['self_mean_us']:.0f} | {s['floor_overhead_median_us']:.0f} / {s['floor_self_mean_us']:.0f} "
             f"| {s['floor_ratio']:.1f}x / {s['self_floor_ratio']:.1f}x |"
         )
+    if r["peer"]:
+        print(f"\nPeer, same rounds: {r['peer']} (span + metrics, no logs pipeline, content off)\n")
+        print("| msgs | peer overhead µs med / p90 | peer own µs (mean) | ctxguard overhead µs med | ctxguard/peer |")
+        print("|---:|---:|---:|---:|---:|")
+        for n, s in r["sizes"].items():
+            print(
+                f"| {n} | {s['peer_overhead_median_us']:.0f} / {s['peer_overhead_p90_us']:.0f} "
+                f"| {s['peer_self_mean_us']:.0f} | {s['overhead_median_us']:.0f} | {s['peer_ratio']:.2f}x |"
+            )
     print(f"\nGrowing conversation ({TURNS} turns, +1 new message per turn, history = turn + 1 messages)\n")
     print(
         "| turns | baseline µs med | instrumented µs med | overhead µs med / p90 | ctxguard self µs med "
@@ -335,11 +416,21 @@ def report(r: dict[str, Any]) -> None:
             f"| {g['floor_overhead_median_us']:.0f} / {g['floor_self_median_us']:.0f} "
             f"| {g['floor_ratio']:.1f}x / {g['self_floor_ratio']:.1f}x |"
         )
+    if r["peer"]:
+        print("\n| turns | peer overhead µs med / p90 | peer own µs med | ctxguard overhead µs med | ctxguard/peer |")
+        print("|---|---:|---:|---:|---:|")
+        for lo, hi in WINDOWS:
+            g = r["growing"][f"{lo}-{hi}"]
+            print(
+                f"| {lo}-{hi} | {g['peer_overhead_median_us']:.0f} / {g['peer_overhead_p90_us']:.0f} "
+                f"| {g['peer_self_median_us']:.0f} | {g['overhead_median_us']:.0f} | {g['peer_ratio']:.2f}x |"
+            )
     print(
         "\nctxguard self = ctxguard_guard_duration_seconds: its own before()+finished() time,"
         " span end excluded;\noverhead = instrumented - baseline per round, so it also includes"
         " the span end and cache effects;\nbare span = the same call site under a wrapper that only"
-        " records a span (the floor of any span-recording instrumentation), same rounds."
+        " records a span (the floor of any span-recording instrumentation), same rounds;\npeer own ="
+        " the peer's wrapper time outside the SDK call (its span end included)."
     )
     print(f"\ntotal time: {r['elapsed_s']:.1f} s")
 
