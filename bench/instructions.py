@@ -31,8 +31,10 @@ processes by ~0.05% of its cost (~20,000 instructions per call at 20 messages,
 ~200,000 at 475), so for large payloads use ``--own``: ``guarded-own`` counts
 ctxguard's hooks alone (``before``, ``wire``, ``finished``, as the wrappers call
 them, on the body the SDK sent and the response it parsed), ``span-own`` a bare
-span's start and end alone; the SDK calls that produce their inputs run between
-the counted ones. The setup is bench/overhead.py's: the real
+span's start and end alone, and ``peer-own`` (when installed) the peer's wrapper
+alone, its SDK call run inside ``operator.call``, which callgrind is told to stop
+counting in; the SDK calls that produce ctxguard's inputs run between the counted
+ones. The setup is bench/overhead.py's: the real
 openai client on an in-process mock transport, every check on, a recording
 ``TracerProvider`` whose exporter drops spans (here a ``SimpleSpanProcessor``, so
 no background thread adds instructions at random), in a conversation. Instructions
@@ -47,6 +49,7 @@ import argparse
 import ctypes
 import gc
 import importlib.util
+import operator
 import os
 import re
 import shutil
@@ -58,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 SIDES = ("base", "guarded", "span")
+COUNTING = False  # inside a counted call (``own``)
 OWN_SIDES = ("guarded-own", "span-own")
 WARM = 20
 
@@ -78,7 +82,19 @@ def child(side: str, size: int, calls: int, grow: bool) -> None:
 
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(ov.DropExporter()))
-    peer = ov.peer_instrumentation(Completions.__dict__["create"], provider) if side == "peer" else None
+    original = Completions.__dict__["create"]
+
+    def uncounted(*args: Any, **kwargs: Any) -> object:
+        """``original``; inside a counted call, called through ``operator.call``
+        (``_operator_call`` in C, which nothing else on these paths calls): callgrind, also
+        told --toggle-collect=_operator_call, stops counting inside it. (A nested libffi call
+        does not toggle collection off; outside a counted call this one would toggle it on.)"""
+        return operator.call(original, *args, **kwargs) if COUNTING else original(*args, **kwargs)
+
+    peer = None
+    if side.startswith("peer"):
+        peer = ov.peer_instrumentation(original, provider, uncounted if side.endswith("-own") else None)
+        assert peer is not None, "opentelemetry-instrumentation-openai-v2 not importable"
     policy = ctxguard.Policy(pinned=ctxguard.Pinned(max_tokens=800))
     registry = prometheus_client.CollectorRegistry()
     guard = ctxguard.instrument(policy=policy, registry=registry, tracer_provider=provider, digest_key=ov.KEY)
@@ -115,7 +131,7 @@ def child(side: str, size: int, calls: int, grow: bool) -> None:
         sides["peer"] = lambda history: peer[0](chat, model=ov.MODEL, messages=history)
     if side.endswith("-own"):
         own(side, guard, tracer, lambda history: (orig(chat, model=ov.MODEL, messages=history), sent.pop()),
-            messages, calls, grow)
+            messages, calls, grow, peer=(lambda kwargs: peer[0](chat, **kwargs)) if peer is not None else None)
         return
     gc.disable()
     with ctxguard.conversation("bench"):
@@ -148,10 +164,13 @@ def warm_up(messages: list[dict[str, str]], grow: bool) -> list[list[dict[str, s
 
 
 def own(side: str, guard: Any, tracer: Any, send: Callable[[Any], tuple[Any, bytes]],
-        messages: list[dict[str, str]], calls: int, grow: bool) -> None:
+        messages: list[dict[str, str]], calls: int, grow: bool,
+        peer: Callable[[dict[str, Any]], object] | None = None) -> None:
     """ctxguard's hooks alone (``before``, ``wire``, ``finished``), or a bare span's start and
     end alone, each counted call in its own libffi call: the SDK's calls, which give the
-    body sent and the response, run between them, uncounted."""
+    body sent and the response, run between them, uncounted. ``peer-own``: a whole call
+    under the peer's wrapper, whose SDK call runs inside ``operator.call``, where callgrind's
+    collection toggles off again: its wrapper's work alone is counted."""
     import overhead as ov
     from opentelemetry import context as otel_context
     from opentelemetry import trace
@@ -172,7 +191,11 @@ def own(side: str, guard: Any, tracer: Any, send: Callable[[Any], tuple[Any, byt
         otel_context.detach(token)
         span.end()
 
-    run = guarded if side == "guarded-own" else spanned
+    def peered(kwargs: dict[str, Any], body: bytes, response: Any) -> None:
+        assert peer is not None
+        peer(kwargs)
+
+    run = {"guarded-own": guarded, "span-own": spanned, "peer-own": peered}[side]
     counted = ctypes.CFUNCTYPE(None)
     gc.disable()
     with ctxguard.conversation("bench"):
@@ -187,13 +210,17 @@ def own(side: str, guard: Any, tracer: Any, send: Callable[[Any], tuple[Any, byt
                 history = [*history, ov.message(200_000 + i)]
             response, body = send(history)
             kwargs = {"model": ov.MODEL, "messages": history}
+            global COUNTING
+            COUNTING = True
             counted(lambda: run(kwargs, body, response))()  # noqa: B023 (called at once)
+            COUNTING = False
 
 
 def count(side: str, size: int, calls: int, grow: bool) -> int:
     """Instructions of ``calls`` timed calls of ``side`` (a child process under callgrind)."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--toggle-collect=ffi_call*",
+           "--toggle-collect=_operator_call",
            sys.executable, __file__,
            "--child", side, str(size), str(calls), "grow" if grow else "fixed"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
@@ -218,16 +245,17 @@ def main() -> int:
         return 2
     sizes = [int(s) for s in args.sizes.split(",")]
     sides = OWN_SIDES if args.own else SIDES
-    peer = not args.own and importlib.util.find_spec("opentelemetry.instrumentation.openai_v2") is not None
+    peer = importlib.util.find_spec("opentelemetry.instrumentation.openai_v2") is not None
     if peer:
-        sides = (*sides, "peer")
+        sides = (*sides, "peer-own" if args.own else "peer")
     jobs = [(side, size) for size in sizes for side in sides]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         totals = dict(zip(jobs, pool.map(lambda job: count(*job, args.calls, args.grow), jobs), strict=True))
     if args.grow:
         print(f"growing: each of the {args.calls} calls adds one new message to a history of the size given\n")
     if args.own:
-        print("ctxguard's hooks alone (before + wire + finished) and a bare span alone, no SDK call counted\n")
+        print("ctxguard's hooks alone (before + wire + finished), a bare span alone"
+              f"{' and the peer wrapper alone' if peer else ''}, no SDK call counted\n")
     peer_head = " | OpenTelemetry openai-v2 instructions/call | ctxguard/peer" if peer else ""
     print(f"| msgs | ctxguard instructions/call | bare recording span instructions/call | ratio{peer_head} |")
     print("|---:|---:|---:|---:|" + ("---:|---:|" if peer else ""))
@@ -241,7 +269,10 @@ def main() -> int:
         per_call[size] = guarded
         peer_cells = ""
         if peer:
-            peered = (totals[("peer", size)] - totals[("base", size)]) / args.calls
+            if args.own:
+                peered = totals[("peer-own", size)] / args.calls
+            else:
+                peered = (totals[("peer", size)] - totals[("base", size)]) / args.calls
             peer_cells = f" | {peered:,.0f} | {guarded / peered:.2f}x"
         print(f"| {size} | {guarded:,.0f} | {span:,.0f} | {guarded / span:.1f}x{peer_cells} |")
     if len(sizes) > 1:

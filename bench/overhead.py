@@ -174,7 +174,7 @@ def recording_span(
 
 
 def peer_instrumentation(
-    original: Callable[..., object], provider: TracerProvider
+    original: Callable[..., object], provider: TracerProvider, around: Callable[..., object] | None = None
 ) -> tuple[Callable[..., object], list[int], str] | None:
     """OpenTelemetry's own openai instrumentation (``opentelemetry-instrumentation-openai-v2``,
     not a dependency: see docs/performance.md), its chat wrapper alone around ``original``:
@@ -182,6 +182,7 @@ def peer_instrumentation(
     reader, no logs pipeline (its per-message events go to the no-op logger), content capture
     off, its defaults otherwise. Returns the wrapped function (call it ``fn(chat, ...)``), a
     list that gets the ns of each call it wraps, and its version; None when not installed.
+    ``around``: what its wrapper calls instead of ``original`` (the list then stays empty).
     Instrumented and uninstrumented again at once, before ctxguard: only its wrapper is kept."""
     try:
         from importlib.metadata import version
@@ -211,7 +212,7 @@ def peer_instrumentation(
         finally:
             inner.append(time.perf_counter_ns() - t0)
 
-    wrapped = wrapt.FunctionWrapper(timed_original, wrapper)
+    wrapped = wrapt.FunctionWrapper(around or timed_original, wrapper)
     return (lambda chat, **kw: wrapped.__get__(chat, Completions)(**kw)), inner, version(
         "opentelemetry-instrumentation-openai-v2"
     )
@@ -371,6 +372,17 @@ def main() -> int:
     return 0
 
 
+def peer_table(first: str, rows: dict[str, dict[str, float]], own: str, own_label: str) -> None:
+    print(f"| {first} | peer overhead µs med / p90 | peer own µs {own_label} | ctxguard overhead µs med "
+          "| ctxguard/peer |")
+    print("|---:|---:|---:|---:|---:|")
+    for name, s in rows.items():
+        print(
+            f"| {name} | {s['peer_overhead_median_us']:.0f} / {s['peer_overhead_p90_us']:.0f} "
+            f"| {s[own]:.0f} | {s['overhead_median_us']:.0f} | {s['peer_ratio']:.2f}x |"
+        )
+
+
 def report(r: dict[str, Any]) -> None:
     print(
         f"python {r['python']} | openai {r['openai']} ({r['http']}) | tokens: {r['tokens']} | "
@@ -395,13 +407,7 @@ def report(r: dict[str, Any]) -> None:
         )
     if r["peer"]:
         print(f"\nPeer, same rounds: {r['peer']} (span + metrics, no logs pipeline, content off)\n")
-        print("| msgs | peer overhead µs med / p90 | peer own µs (mean) | ctxguard overhead µs med | ctxguard/peer |")
-        print("|---:|---:|---:|---:|---:|")
-        for n, s in r["sizes"].items():
-            print(
-                f"| {n} | {s['peer_overhead_median_us']:.0f} / {s['peer_overhead_p90_us']:.0f} "
-                f"| {s['peer_self_mean_us']:.0f} | {s['overhead_median_us']:.0f} | {s['peer_ratio']:.2f}x |"
-            )
+        peer_table("msgs", r["sizes"], "peer_self_mean_us", "(mean)")
     print(f"\nGrowing conversation ({TURNS} turns, +1 new message per turn, history = turn + 1 messages)\n")
     print(
         "| turns | baseline µs med | instrumented µs med | overhead µs med / p90 | ctxguard self µs med "
@@ -417,14 +423,9 @@ def report(r: dict[str, Any]) -> None:
             f"| {g['floor_ratio']:.1f}x / {g['self_floor_ratio']:.1f}x |"
         )
     if r["peer"]:
-        print("\n| turns | peer overhead µs med / p90 | peer own µs med | ctxguard overhead µs med | ctxguard/peer |")
-        print("|---|---:|---:|---:|---:|")
-        for lo, hi in WINDOWS:
-            g = r["growing"][f"{lo}-{hi}"]
-            print(
-                f"| {lo}-{hi} | {g['peer_overhead_median_us']:.0f} / {g['peer_overhead_p90_us']:.0f} "
-                f"| {g['peer_self_median_us']:.0f} | {g['overhead_median_us']:.0f} | {g['peer_ratio']:.2f}x |"
-            )
+        print()
+        windows = {f"{lo}-{hi}": r["growing"][f"{lo}-{hi}"] for lo, hi in WINDOWS}
+        peer_table("turns", windows, "peer_self_median_us", "med")
     print(
         "\nctxguard self = ctxguard_guard_duration_seconds: its own before()+finished() time,"
         " span end excluded;\noverhead = instrumented - baseline per round, so it also includes"
