@@ -430,9 +430,10 @@ def report(r: dict[str, Any]) -> None:
         "\nctxguard self = ctxguard_guard_duration_seconds: its own before()+finished() time,"
         " span end excluded;\noverhead = instrumented - baseline per round, so it also includes"
         " the span end and cache effects;\nbare span = the same call site under a wrapper that only"
-        " records a span (the floor of any span-recording instrumentation), same rounds;\npeer own ="
-        " the peer's wrapper time outside the SDK call (its span end included)."
+        " records a span (the floor of any span-recording instrumentation), same rounds."
     )
+    if r["peer"]:
+        print("peer own = the peer's wrapper time outside the SDK call (its span end included).")
     print(f"\ntotal time: {r['elapsed_s']:.1f} s")
 
 
