@@ -31,8 +31,17 @@ message = st.builds(lambda r, t: {"role": r, "content": t}, st.sampled_from(ROLE
 odd = st.sampled_from([
     {"role": "user", "content": [{"type": "text", "text": "Ship to Lyon"}]},
     {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "Ship to Pune"},
     {"role": "user", "content": "hi", "name": "ann"},
     {"role": "user"},
+    # Kept by the memo as trees: a dict where text is read, and numbers, which it must not keep.
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c2", "function": {"name": "f", "arguments": {
+        "b": "Lyon", "a": "Pune"}}}]},
+    {"role": "user", "content": {"b": "Lyon", "a": "Pune"}},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {"n": 1, "city": "Lyon"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+        {"type": "text", "text": "Ship to Lyon"}]}]},
+    {"role": "user", "content": [{"type": {"odd": "kind"}, "text": None}]},
 ])
 edit = st.one_of(
     st.tuples(st.just("append"), st.one_of(message, odd)),
@@ -42,7 +51,41 @@ edit = st.one_of(
     st.tuples(st.just("insert"), st.integers(0, 30), st.one_of(message, odd)),
     st.tuples(st.just("add_key"), st.integers(0, 30)),  # a plain dict gains a key in place
     st.tuples(st.just("as_tuple"),),
+    st.tuples(st.just("nested_in_place"), st.integers(0, 30), st.sampled_from(TEXTS)),  # a string deep inside
+    st.tuples(st.just("reorder"), st.integers(0, 30)),  # every dict of a message rebuilt, keys reversed: equal
+    st.tuples(st.just("retype"), st.integers(0, 30), st.sampled_from([True, 1.0, 2, "1"])),  # 1 == 1.0 == True
 )
+
+
+def _strings(node: Any) -> list[tuple[Any, Any]]:
+    """(container, key) of every string inside ``node``'s nested dicts and lists."""
+    found: list[tuple[Any, Any]] = []
+    pairs = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in pairs:
+        if isinstance(value, str):
+            found.append((node, key))
+        else:
+            found.extend(_strings(value))
+    return found
+
+
+def _numbers(node: Any) -> list[tuple[Any, Any]]:
+    found: list[tuple[Any, Any]] = []
+    pairs = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in pairs:
+        if isinstance(value, (int, float)):
+            found.append((node, key))
+        else:
+            found.extend(_numbers(value))
+    return found
+
+
+def _reversed(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _reversed(node[k]) for k in reversed(list(node))}
+    if isinstance(node, list):
+        return [_reversed(v) for v in node]
+    return node
 
 
 def apply(history: list[Any], step: tuple[Any, ...]) -> list[Any] | tuple[Any, ...]:
@@ -64,6 +107,20 @@ def apply(history: list[Any], step: tuple[Any, ...]) -> list[Any] | tuple[Any, .
         history[step[1] % len(history)]["name"] = "ann"
     elif kind == "as_tuple":
         return tuple(history)
+    elif kind == "nested_in_place" and history:
+        inner = [(c, k) for c, k in _strings(history[step[1] % len(history)]) if not isinstance(c, dict) or c is not
+                 history[step[1] % len(history)]]
+        if inner:
+            container, key = inner[step[1] % len(inner)]
+            container[key] = step[2]
+    elif kind == "reorder" and history:
+        i = step[1] % len(history)
+        history[i] = _reversed(history[i])
+    elif kind == "retype" and history:
+        numbers = _numbers(history[step[1] % len(history)])
+        if numbers:
+            container, key = numbers[0]
+            container[key] = step[2]
     return history
 
 

@@ -43,6 +43,55 @@ def role(value: Any, default: str) -> str:
     return value[:ROLE_MAX] if isinstance(value, str) and value else default
 
 
+def text_of(value: Any) -> str:
+    """A value a reader wants as text: a string as it is, a dict or list as canonical JSON
+    (sorted keys, so two equal dicts give the same text whatever their key order, which a
+    memo comparing by value relies on), anything else ``str()``-ed."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (dict, list)):
+        try:
+            return canonical(value)
+        except (TypeError, ValueError):
+            return str(value)
+    return str(value)
+
+
+class _Unkept(Exception):
+    """A message the memo does not keep (see ``snapshot``)."""
+
+
+def snapshot(value: Any, depth: int = 0) -> Any:
+    """A deep copy of ``value`` if it is a tree of exactly ``dict`` (string keys), ``list``,
+    ``str`` and ``None``; raises ``_Unkept`` otherwise. The memo keeps such copies of the
+    messages it read and reuses the reading while the app's messages still equal them
+    (``==``, in C). Numbers and booleans are not kept: ``1 == 1.0 == True``, yet they read
+    as different text. Nor is anything else (a pydantic object, a tuple, a sentinel), whose
+    equality says nothing about how it reads. Deeper than 16 levels is not kept either."""
+    kind = type(value)
+    if kind is str or value is None:
+        return value
+    if depth >= 16:
+        raise _Unkept
+    if kind is dict:
+        copy = {}
+        for key, inner in value.items():
+            if type(key) is not str:
+                raise _Unkept
+            copy[key] = snapshot(inner, depth + 1)
+        return copy
+    if kind is list:
+        return [snapshot(inner, depth + 1) for inner in value]
+    raise _Unkept
+
+
+def _kept_copy(message: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        return snapshot(message)  # type: ignore[no-any-return]
+    except _Unkept:
+        return None
+
+
 def structured_parts(content: Any, texts: list[str]) -> Iterator[Any]:
     """The parts of a message's ``content`` that are not plain text, in order; plain text
     (a string content, string parts, or anything else stringified) goes to ``texts``."""
@@ -52,7 +101,7 @@ def structured_parts(content: Any, texts: list[str]) -> Iterator[Any]:
         texts.append(content)
         return
     if not isinstance(content, (list, tuple)):
-        texts.append(str(content))
+        texts.append(text_of(content))
         return
     for part in content:
         if isinstance(part, str):
@@ -106,15 +155,18 @@ def items(
     ``plain_first``: the common ``{"role": ..., "content": "text"}`` message is read here,
     inline, without calling ``read`` (which gives the same Item for it): this loop runs once
     per message per call, and the calls saved are most of its cost.
-    ``memo``: the conversation's previous call (see ``ctxguard.memo``): its leading plain
-    messages whose values are unchanged are not read again.
+    ``memo``: the conversation's previous call (see ``ctxguard.memo``): its leading
+    messages whose values are unchanged are not read again. Kept: plain messages, and
+    messages of other shapes (tool calls, tool results, content parts) whose value is a
+    tree of dicts, lists, strings and None (``snapshot``); the first message of any other
+    kind ends what is kept.
     """
     if not isinstance(seq, (list, tuple)):
         # Never iterate a generator: that would consume the app's own argument.
         view.unreadable = f"{name} is not a list ({type(seq).__name__})"
         return
     start = 0
-    copies: list[dict[str, Any]] | None = None  # of the leading plain messages, for the next call
+    copies: list[dict[str, Any]] | None = None  # of the leading kept messages, for the next call
     kept: list[Item] = []
     if memo is not None and plain_first:
         copies = []
@@ -129,20 +181,25 @@ def items(
         if plain_first and type(element) is dict and len(element) == 2:
             r, content = element.get("role"), element.get("content")
             if type(r) is str and type(content) is str and 0 < len(r) <= ROLE_MAX:
-                item = (r, content, (), "message")
+                item: Item = (r, content, (), "message")
                 append(item)
                 if copies is not None:  # still in the leading run of plain messages: keep it
                     copies.append(element.copy())
                     kept.append(item)
                 continue
-        if copies is not None and memo is not None:
+        copy = _kept_copy(element) if copies is not None and type(element) is dict else None
+        if copy is None and copies is not None and memo is not None:
             memo.read = (copies, kept)
-        copies = None
+            copies = None
         try:
-            append(read(element))
+            item = read(element)
         except Exception as exc:
             view.items = []
             view.unreadable = f"{noun} {index} could not be read ({type(exc).__name__})"
             return
+        append(item)
+        if copy is not None and copies is not None:  # still in the leading run: keep it
+            copies.append(copy)
+            kept.append(item)
     if copies is not None and memo is not None:
         memo.read = (copies, kept)

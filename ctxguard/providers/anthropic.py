@@ -19,6 +19,7 @@ from ._read import as_str as _str
 from ._read import canonical, items, schemas, structured_parts
 from ._read import get as _get
 from ._read import role as _role
+from ._read import text_of as _text
 
 __all__ = ["ADAPTER", "SUPPORTED", "TARGETS"]
 
@@ -52,11 +53,11 @@ def _blocks(content: Any, texts: list[str], refs: list[str]) -> None:
         elif kind in ("tool_use", "server_tool_use"):
             tool_input = _get(block, "input")
             text = tool_input if isinstance(tool_input, str) else canonical(tool_input)
-            texts.append(f"{_get(block, 'name') or ''} {text}")
-            refs.append(f"id:tool_use={_get(block, 'id')}")
+            texts.append(f"{_text(_get(block, 'name') or '')} {text}")
+            refs.append(f"id:tool_use={_text(_get(block, 'id'))}")
         elif kind == "tool_result" or (isinstance(kind, str) and kind.endswith("_tool_result")):
             _blocks(_get(block, "content"), texts, refs)
-            refs.append(f"id:tool_result={_get(block, 'tool_use_id')}")
+            refs.append(f"id:tool_result={_text(_get(block, 'tool_use_id'))}")
         elif kind in ("image", "document"):
             source = _get(block, "source")
             ref = None
@@ -67,7 +68,7 @@ def _blocks(content: Any, texts: list[str], refs: list[str]) -> None:
             if title:
                 texts.append(title)
         elif kind is not None:
-            refs.append(f"id:block={kind}")
+            refs.append(f"id:block={_text(kind)}")
 
 
 def _message_item(message: Any) -> Item:

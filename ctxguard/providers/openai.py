@@ -18,6 +18,7 @@ from ._read import as_str as _str
 from ._read import get as _get
 from ._read import items, schemas, structured_parts
 from ._read import role as _role
+from ._read import text_of as _text
 
 __all__ = ["ADAPTER", "SUPPORTED", "TARGETS"]
 
@@ -64,7 +65,7 @@ def _parts(content: Any, texts: list[str], refs: list[str]) -> None:
             ref = _str(_get(part, "file_id")) or _str(_get(part, "file_url")) or _str(_get(part, "file_data"))
             refs.append(ref or "file")
         elif kind is not None:
-            refs.append(f"id:part:{kind}")
+            refs.append(f"id:part:{_text(kind)}")
 
 
 def _chat_item(message: Any) -> Item:
@@ -74,13 +75,13 @@ def _chat_item(message: Any) -> Item:
     for call in _get(message, "tool_calls") or ():
         function = _get(call, "function")
         if function is not None:
-            texts.append(f"{_get(function, 'name') or ''} {_get(function, 'arguments') or ''}")
+            texts.append(f"{_text(_get(function, 'name') or '')} {_text(_get(function, 'arguments') or '')}")
         call_id = _str(_get(call, "id"))
         if call_id:
             refs.append("id:" + call_id)
     function_call = _get(message, "function_call")
     if function_call is not None:
-        texts.append(f"{_get(function_call, 'name') or ''} {_get(function_call, 'arguments') or ''}")
+        texts.append(f"{_text(_get(function_call, 'name') or '')} {_text(_get(function_call, 'arguments') or '')}")
     for key in ("tool_call_id", "name"):
         value = _str(_get(message, key))
         if value:
