@@ -135,6 +135,32 @@ def fields(payload: ctxguard.guard.Payload) -> tuple[Any, ...]:
 @settings(max_examples=300, deadline=None)
 @given(steps=st.lists(edit, max_size=40), anthropic=st.booleans())
 def test_a_memo_gives_the_payload_read_from_scratch(steps: list[tuple[Any, ...]], anthropic: bool) -> None:
+    same_as_from_scratch(steps, anthropic)
+
+
+TOOL_USE = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {"n": 1}}]}
+ARGS_DICT = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "c2", "function": {"name": "f", "arguments": {"b": "Lyon", "a": "Pune"}}}]}
+TOOL_CALL = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]}
+
+
+def test_kept_tool_messages_are_read_again_when_they_change_deep_inside_or_read_the_same_when_equal() -> None:
+    """The cases the property above reaches only by chance, each spelled out."""
+    for anthropic, steps in [
+        # 1 == True == 1.0, yet a tool input reads as "1", "true" or "1.0": numbers are never kept.
+        (True, [("append", TOOL_USE), ("retype", 1, True), ("retype", 1, 1.0)]),
+        # A string deep inside a kept message, edited in place.
+        (False, [("append", TOOL_CALL), ("nested_in_place", 1, "Ship to Lyon"), ("append", TOOL_CALL)]),
+        # Equal dicts with their keys in another order read the same.
+        (False, [("append", ARGS_DICT), ("reorder", 1), ("append", ARGS_DICT)]),
+        (True, [("append", {"role": "user", "content": {"b": "Lyon", "a": "Pune"}}), ("reorder", 1)]),
+    ]:
+        same_as_from_scratch([("append", {"role": "system", "content": "Be brief."}), *steps], anthropic)
+
+
+def same_as_from_scratch(steps: list[tuple[Any, ...]], anthropic: bool) -> None:
+    """Apply ``steps`` to a history, one call after each: the memo's payload must equal one
+    read from scratch, and stay unchanged afterwards."""
     adapter = anthropic_provider.ADAPTER if anthropic else openai_provider.ADAPTER
     api = "messages" if anthropic else "chat.completions"
     extra: dict[str, Any] = {"system": "Be brief.", "max_tokens": 10} if anthropic else {}
