@@ -239,3 +239,26 @@ def test_a_message_redacted_in_place_is_seen_on_the_next_call(harness, llm, clie
     assert digests[0][1] != digests[1][1]
     assert "fact_forgotten" not in spans[1].attributes["ctxguard.violations"]
     assert harness.metric("ctxguard_checks_total", check="fact_forgotten", outcome="pass") == 1
+
+
+def test_a_tool_result_redacted_in_place_deep_inside_is_seen_on_the_next_call(harness, llm, client: openai.OpenAI) -> None:
+    """Tool calls and content parts are kept by the memo too: a value blanked in place inside a
+    content part, after the SDK sent it once, must not be judged as still sent."""
+    harness.start(mode="observe")
+    history: list[Any] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"id": "41"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "phone 555-0101"}]},
+    ]
+    with ctxguard.conversation("c-tool-redact"):
+        client.chat.completions.create(model="gpt-4o", messages=history)
+        ctxguard.record_fact("phone", "555-0101")
+        ctxguard.forget_fact("phone")
+        client.chat.completions.create(model="gpt-4o", messages=history)  # still sent: a leak
+        history[2]["content"][0]["text"] = "phone [deleted]"
+        client.chat.completions.create(model="gpt-4o", messages=history)
+    assert "555-0101" in llm.requests[1].body.decode() and "555-0101" not in llm.requests[2].body.decode()
+    spans = [s for s in harness.spans() if "ctxguard.payload.hash" in s.attributes]
+    assert ["fact_forgotten" in s.attributes["ctxguard.violations"] for s in spans[1:]] == [True, False]
+    assert spans[1].attributes["ctxguard.message.hashes"][2] != spans[2].attributes["ctxguard.message.hashes"][2]
