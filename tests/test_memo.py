@@ -38,7 +38,8 @@ odd = st.sampled_from([
     {"role": "assistant", "content": None, "tool_calls": [{"id": "c2", "function": {"name": "f", "arguments": {
         "b": "Lyon", "a": "Pune"}}}]},
     {"role": "user", "content": {"b": "Lyon", "a": "Pune"}},
-    {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {"n": 1, "city": "Lyon"}}]},
+    {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t1", "name": "f", "input": {"n": 1, "city": "Lyon"}}]},
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
         {"type": "text", "text": "Ship to Lyon"}]}]},
     {"role": "user", "content": [{"type": {"odd": "kind"}, "text": None}]},
@@ -141,7 +142,8 @@ def test_a_memo_gives_the_payload_read_from_scratch(steps: list[tuple[Any, ...]]
 TOOL_USE = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {"n": 1}}]}
 ARGS_DICT = {"role": "assistant", "content": None, "tool_calls": [
     {"id": "c2", "function": {"name": "f", "arguments": {"b": "Lyon", "a": "Pune"}}}]}
-TOOL_CALL = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]}
+TOOL_CALL = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "c1", "function": {"name": "f", "arguments": "{}"}}]}
 
 
 def test_kept_tool_messages_are_read_again_when_they_change_deep_inside_or_read_the_same_when_equal() -> None:
@@ -241,7 +243,7 @@ def test_a_message_redacted_in_place_is_seen_on_the_next_call(harness, llm, clie
     assert harness.metric("ctxguard_checks_total", check="fact_forgotten", outcome="pass") == 1
 
 
-def test_a_tool_result_redacted_in_place_deep_inside_is_seen_on_the_next_call(harness, llm, client: openai.OpenAI) -> None:
+def test_a_tool_result_redacted_in_place_deep_inside_is_seen_on_the_next_call(harness, llm, client) -> None:
     """Tool calls and content parts are kept by the memo too: a value blanked in place inside a
     content part, after the SDK sent it once, must not be judged as still sent."""
     harness.start(mode="observe")
