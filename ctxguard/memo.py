@@ -10,11 +10,17 @@ for the rest: ~25 ns per reused message instead of ~300.
 
 Never a stale answer: reuse is decided by comparing the current messages' values with
 the values read last time, not by object identity, so a message dict edited in place
-(a redaction, a trimmed text) no longer matches and is read again. Only the common
-``{"role": str, "content": str}`` dict message is kept; the first message of any other
-shape ends what is reused. Bounded: at most ``max_messages`` kept messages across all
-memos, each memo counting as one more (a kept message costs ~300 bytes besides its text,
-which the app holds anyway), least recently used conversations dropped first.
+(a redaction, a trimmed text) no longer matches and is read again. Kept: the common
+``{"role": str, "content": str}`` dict message (a shallow copy), and messages of other
+shapes (tool calls, tool results, content parts) whose value is a tree of exactly dicts,
+lists, strings and None (a deep copy: an edit deep inside one shows; ``_read.snapshot``).
+Numbers and booleans are never kept (``1 == 1.0 == True`` read differently), and
+readers render a dict or list they want as text as canonical JSON, so two equal values
+always read the same. The first message of any other kind (a pydantic object, a tuple)
+ends what is reused. Bounded: at most ``max_messages`` kept messages across all memos,
+each memo counting as one more (a kept plain message costs ~300 bytes besides its text,
+which the app holds anyway; a tool message a few hundred more for its containers),
+least recently used conversations dropped first.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ class Memo:
     __slots__ = ("measured", "read")
 
     def __init__(self) -> None:
-        #: (copies of the leading plain message dicts as sent, their Items).
+        #: (copies of the leading kept message dicts as sent, their Items).
         self.read: tuple[list[dict[str, Any]], list[Item]] | None = None
         #: (Items measured, their Messages, their digests, running token sums (``len + 1``),
         #: the payload digest's hasher after all of their digests). Shared with the call's
