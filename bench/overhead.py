@@ -101,6 +101,24 @@ def message(i: int) -> Message:
     return {"role": "user" if i % 2 else "assistant", "content": text(i)}
 
 
+def agent_messages(n: int) -> list[Any]:
+    """``n`` messages of a tool-using agent's history: after the system message, turns of
+    a user message, a tool call, its result, and the assistant's answer."""
+    history: list[Any] = [{"role": "system", "content": text(0)}]
+    i = 1
+    while len(history) < n:
+        call_id = f"call_{i}"
+        history += [
+            {"role": "user", "content": text(i)},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function", "function": {
+                "name": "lookup_order", "arguments": json.dumps({"order_id": f"A-{i}"})}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": text(i + 1)},
+            {"role": "assistant", "content": text(i + 2)},
+        ]
+        i += 4
+    return history[:n]
+
+
 def system_message(pinned: str) -> Message:
     return {"role": "system", "content": f"{text(0)}\n\n{pinned}"}
 

@@ -107,6 +107,13 @@ def main() -> None:
         def remembered() -> None:
             guard.measurer.measure(ADAPTER.normalise("chat.completions", kwargs, memo), memo)
 
+        agent = {"model": "gpt-4o", "messages": ov.agent_messages(SIZE)}
+        agent_memo = Memo()
+        guard.measurer.measure(ADAPTER.normalise("chat.completions", agent, agent_memo), agent_memo)
+
+        def agent_remembered() -> None:
+            guard.measurer.measure(ADAPTER.normalise("chat.completions", agent, agent_memo), agent_memo)
+
         def bare_span() -> None:
             tracer.start_span("x", kind=SpanKind.CLIENT).end()
         rows += [
@@ -114,6 +121,7 @@ def main() -> None:
             ("normalise (provider module)", mean_us(lambda: ADAPTER.normalise("chat.completions", kwargs))),
             ("measure (cached digests and counts)", mean_us(lambda: guard.measurer.measure(view))),
             ("normalise + measure, history resent (conversation memo)", mean_us(remembered)),
+            ("  the same, an agent's history (tool calls and results)", mean_us(agent_remembered)),
             ("evaluate (pinned, budget, diff, facts, checks)", mean_us(evaluate)),
             ("record (span start/attributes/end, metrics, events)", mean_us(record)),
             ("  of which: span attributes dict", mean_us(judged._attributes)),
