@@ -183,7 +183,7 @@ def items(
             if type(r) is str and type(content) is str and 0 < len(r) <= ROLE_MAX:
                 item: Item = (r, content, (), "message")
                 append(item)
-                if copies is not None:  # still in the leading run of plain messages: keep it
+                if copies is not None:  # still in the leading run of kept messages: keep it
                     copies.append(element.copy())
                     kept.append(item)
                 continue
