@@ -58,26 +58,15 @@ edit = st.one_of(
 )
 
 
-def _strings(node: Any) -> list[tuple[Any, Any]]:
-    """(container, key) of every string inside ``node``'s nested dicts and lists."""
+def _leaves(node: Any, kinds: tuple[type, ...]) -> list[tuple[Any, Any]]:
+    """(container, key) of every value of one of ``kinds`` inside ``node``'s nested dicts and lists."""
     found: list[tuple[Any, Any]] = []
     pairs = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
     for key, value in pairs:
-        if isinstance(value, str):
+        if isinstance(value, kinds):
             found.append((node, key))
         else:
-            found.extend(_strings(value))
-    return found
-
-
-def _numbers(node: Any) -> list[tuple[Any, Any]]:
-    found: list[tuple[Any, Any]] = []
-    pairs = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    for key, value in pairs:
-        if isinstance(value, (int, float)):
-            found.append((node, key))
-        else:
-            found.extend(_numbers(value))
+            found.extend(_leaves(value, kinds))
     return found
 
 
@@ -109,8 +98,8 @@ def apply(history: list[Any], step: tuple[Any, ...]) -> list[Any] | tuple[Any, .
     elif kind == "as_tuple":
         return tuple(history)
     elif kind == "nested_in_place" and history:
-        inner = [(c, k) for c, k in _strings(history[step[1] % len(history)]) if not isinstance(c, dict) or c is not
-                 history[step[1] % len(history)]]
+        m = history[step[1] % len(history)]
+        inner = [(c, k) for c, k in _leaves(m, (str,)) if c is not m]  # the top level is "in_place"'s
         if inner:
             container, key = inner[step[1] % len(inner)]
             container[key] = step[2]
@@ -118,7 +107,7 @@ def apply(history: list[Any], step: tuple[Any, ...]) -> list[Any] | tuple[Any, .
         i = step[1] % len(history)
         history[i] = _reversed(history[i])
     elif kind == "retype" and history:
-        numbers = _numbers(history[step[1] % len(history)])
+        numbers = _leaves(history[step[1] % len(history)], (int, float))
         if numbers:
             container, key = numbers[0]
             container[key] = step[2]
