@@ -171,6 +171,7 @@ def own(side: str, guard: Any, tracer: Any, send: Callable[[Any], tuple[Any, byt
     body sent and the response, run between them, uncounted. ``peer-own``: a whole call
     under the peer's wrapper, whose SDK call runs inside ``operator.call``, where callgrind's
     collection toggles off again: its wrapper's work alone is counted."""
+    global COUNTING
     import overhead as ov
     from opentelemetry import context as otel_context
     from opentelemetry import trace
@@ -210,7 +211,6 @@ def own(side: str, guard: Any, tracer: Any, send: Callable[[Any], tuple[Any, byt
                 history = [*history, ov.message(200_000 + i)]
             response, body = send(history)
             kwargs = {"model": ov.MODEL, "messages": history}
-            global COUNTING
             COUNTING = True
             counted(lambda: run(kwargs, body, response))()  # noqa: B023 (called at once)
             COUNTING = False
