@@ -52,7 +52,7 @@ def text_of(value: Any) -> str:
     if isinstance(value, (dict, list)):
         try:
             return canonical(value)
-        except (TypeError, ValueError):
+        except Exception:  # an element that will not serialise (a failing model_dump, a cycle)
             return str(value)
     return str(value)
 
