@@ -253,3 +253,21 @@ def test_a_tool_result_redacted_in_place_deep_inside_is_seen_on_the_next_call(ha
     spans = [s for s in harness.spans() if "ctxguard.payload.hash" in s.attributes]
     assert ["fact_forgotten" in s.attributes["ctxguard.violations"] for s in spans[1:]] == [True, False]
     assert spans[1].attributes["ctxguard.message.hashes"][2] != spans[2].attributes["ctxguard.message.hashes"][2]
+
+
+def test_a_dict_that_will_not_serialise_is_still_read_as_text() -> None:
+    """Readers render a dict as canonical JSON; one holding an object whose ``model_dump``
+    fails is rendered with ``str()`` instead, never making the message unreadable."""
+
+    class Broken:
+        def model_dump(self, **_: Any) -> Any:
+            raise RuntimeError("no")
+
+        def __repr__(self) -> str:
+            return "Broken()"
+
+    content = {"note": Broken()}
+    view = openai_provider.ADAPTER.normalise("chat.completions", {
+        "model": "gpt-4o", "messages": [{"role": "user", "content": content}]})
+    assert view.unreadable is None
+    assert view.items[0][1] == str(content)
