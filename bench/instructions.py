@@ -64,6 +64,9 @@ SIDES = ("base", "guarded", "span")
 COUNTING = False  # inside a counted call (``own``)
 OWN_SIDES = ("guarded-own", "span-own")
 WARM = 20
+#: ``--cache``: this machine's per-core caches (48 KiB L1d, 64 KiB L1i, 2 MiB L2), the L2 as the
+#: last level: a miss there goes to the shared L3, the slow trip in situ.
+CACHE_SIM = ("--cache-sim=yes", "--I1=65536,16,64", "--D1=49152,12,64", "--LL=2097152,16,64")
 
 
 def child(side: str, size: int, calls: int, grow: bool) -> None:
@@ -216,18 +219,20 @@ def own(side: str, guard: Any, tracer: Any, send: Callable[[Any], tuple[Any, byt
             COUNTING = False
 
 
-def count(side: str, size: int, calls: int, grow: bool) -> int:
-    """Instructions of ``calls`` timed calls of ``side`` (a child process under callgrind)."""
+def count(side: str, size: int, calls: int, grow: bool, cache: bool = False) -> dict[str, int]:
+    """Events of ``calls`` timed calls of ``side`` (a child process under callgrind): ``Ir``
+    (instructions), and with ``cache`` the simulated cache misses as well."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--toggle-collect=ffi_call*",
-           "--toggle-collect=_operator_call",
+           "--toggle-collect=_operator_call", *(CACHE_SIM if cache else ()),
            sys.executable, __file__,
            "--child", side, str(size), str(calls), "grow" if grow else "fixed"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    found = re.search(r"Collected : (\d+)", out.stderr)
-    if found is None:
-        raise RuntimeError(f"no instruction count from callgrind:\n{out.stderr[-2000:]}")
-    return int(found.group(1))
+    events = re.search(r"Events *: ([\w ]+)", out.stderr)
+    found = re.search(r"Collected : ([\d ]+)", out.stderr)
+    if events is None or found is None:
+        raise RuntimeError(f"no event counts from callgrind:\n{out.stderr[-2000:]}")
+    return dict(zip(events.group(1).split(), map(int, found.group(1).split()), strict=True))
 
 
 def main() -> int:
@@ -239,6 +244,7 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=10, help="counted calls per side (default 10)")
     parser.add_argument("--grow", action="store_true", help="append one new message per call (from each size)")
     parser.add_argument("--own", action="store_true", help="count ctxguard's hooks and a bare span alone, no SDK")
+    parser.add_argument("--cache", action="store_true", help="also simulate the caches: misses per call, by level")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         print("valgrind not found (Debian: apt-get install valgrind)", file=sys.stderr)
@@ -250,7 +256,10 @@ def main() -> int:
         sides = (*sides, "peer-own" if args.own else "peer")
     jobs = [(side, size) for size in sizes for side in sides]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        totals = dict(zip(jobs, pool.map(lambda job: count(*job, args.calls, args.grow), jobs), strict=True))
+        events = dict(
+            zip(jobs, pool.map(lambda job: count(*job, args.calls, args.grow, args.cache), jobs), strict=True)
+        )
+    totals = {job: e["Ir"] for job, e in events.items()}
     if args.grow:
         print(f"growing: each of the {args.calls} calls adds one new message to a history of the size given\n")
     if args.own:
@@ -279,7 +288,25 @@ def main() -> int:
         lo, hi = sizes[0], sizes[-1]
         per = (per_call[hi] - per_call[lo]) / (hi - lo)
         print(f"\nper message beyond {lo}: {per:,.0f} instructions")
+    if args.cache:
+        cache_table(events, sizes, args.calls, args.own)
     return 0
+
+
+def cache_table(events: dict[tuple[str, int], dict[str, int]], sizes: list[int], calls: int, own: bool) -> None:
+    """Simulated misses per call by side (``CACHE_SIM``); without ``--own``, less the bare calls'."""
+    print("\n| msgs | side | instructions | L1i misses | L1d misses | L2 misses (to L3) |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for size in sizes:
+        base = events.get(("base", size)) if not own else None
+        for (side, n), e in events.items():
+            if n != size or side == "base":
+                continue
+            row = {k: (v - (base[k] if base else 0)) / calls for k, v in e.items()}
+            print(
+                f"| {size} | {side} | {row['Ir']:,.0f} | {row['I1mr']:,.0f} | {row['D1mr'] + row['D1mw']:,.0f} "
+                f"| {row['ILmr'] + row['DLmr'] + row['DLmw']:,.0f} |"
+            )
 
 
 if __name__ == "__main__":
