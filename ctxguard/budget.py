@@ -190,26 +190,25 @@ def budget_for(
 _breakdown = functools.lru_cache(maxsize=4096)(BudgetBreakdown)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class BudgetEval:
-    """One request measured against the equation."""
+    """One request measured against the equation. ``reserved``, ``headroom`` and
+    ``utilization`` are derived once, here: each is read several times per call."""
 
     breakdown: BudgetBreakdown
     input_tokens: int
     history: int
     history_max: int | None
+    reserved: int
+    headroom: int
+    utilization: float
 
-    @property
-    def reserved(self) -> int:
-        return self.breakdown.reserved_output + self.breakdown.reserved_reasoning
-
-    @property
-    def headroom(self) -> int:
-        return self.breakdown.window - self.input_tokens - self.reserved
-
-    @property
-    def utilization(self) -> float:
-        return (self.input_tokens + self.reserved) / self.breakdown.window
+    def __init__(self, breakdown: BudgetBreakdown, input_tokens: int, history: int, history_max: int | None) -> None:
+        self.breakdown, self.input_tokens = breakdown, input_tokens
+        self.history, self.history_max = history, history_max
+        self.reserved = reserved = breakdown.reserved_output + breakdown.reserved_reasoning
+        self.headroom = breakdown.window - input_tokens - reserved
+        self.utilization = (input_tokens + reserved) / breakdown.window
 
     @property
     def over_history_max(self) -> bool:

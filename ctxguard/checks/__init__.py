@@ -47,12 +47,30 @@ CHECK_NAMES: tuple[str, ...] = (
 
 def run_checks(payload: Payload, ctx: Context) -> list[Outcome]:
     if payload.unreadable is not None:
-        return [Outcome(name, "skip", [], payload.unreadable) for name in CHECKS]
+        return [_settled(name, payload.unreadable) for name in CHECKS]
     outcomes = []
     for name, check in CHECKS.items():
         result = check(payload, ctx)
         if isinstance(result, Skip):
-            outcomes.append(Outcome(name, "skip", [], result.reason))
+            outcomes.append(_settled(name, result.reason))
+        elif result:
+            outcomes.append(Outcome(name, "fail", result))
         else:
-            outcomes.append(Outcome(name, "fail" if result else "pass", result))
+            outcomes.append(_settled(name, None))
     return outcomes
+
+
+#: Passes and skips carry nothing of their call, so one instance per (check, skip reason)
+#: serves every call: no new objects on the common path. Outcomes are read-only.
+_SETTLED: dict[tuple[str, str | None], Outcome] = {}
+_SETTLED_CAP = 1024  # skip reasons can name a model; past the cap, new ones are built per call
+
+
+def _settled(name: str, reason: str | None) -> Outcome:
+    key = (name, reason)
+    outcome = _SETTLED.get(key)
+    if outcome is None:
+        outcome = Outcome(name, "pass" if reason is None else "skip", (), reason)
+        if len(_SETTLED) < _SETTLED_CAP:
+            _SETTLED[key] = outcome
+    return outcome

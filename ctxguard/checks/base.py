@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..budget import BudgetEval
@@ -35,11 +35,13 @@ class Context:
     facts: FactView | str  # a string is the reason facts cannot be judged
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class Outcome:
+    """One check's verdict on one call. Passes and skips are shared between calls: read-only."""
+
     check: str
     outcome: str  # "pass", "fail" or "skip"
-    violations: list[Violation]
+    violations: Sequence[Violation]
     reason: str | None = None
 
 
