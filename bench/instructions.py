@@ -66,7 +66,7 @@ OWN_SIDES = ("guarded-own", "span-own")
 WARM = 20
 #: ``--cache``: this machine's per-core caches (48 KiB L1d, 64 KiB L1i, 2 MiB L2), the L2 as the
 #: last level: a miss there goes to the shared L3, the slow trip in situ.
-CACHE_SIM = ("--cache-sim=yes", "--I1=65536,16,64", "--D1=49152,12,64", "--LL=2097152,16,64")
+CACHE_SIM = ("--cache-sim=yes", "--branch-sim=yes", "--I1=65536,16,64", "--D1=49152,12,64", "--LL=2097152,16,64")
 
 
 def child(side: str, size: int, calls: int, grow: bool) -> None:
@@ -295,8 +295,8 @@ def main() -> int:
 
 def cache_table(events: dict[tuple[str, int], dict[str, int]], sizes: list[int], calls: int, own: bool) -> None:
     """Simulated misses per call by side (``CACHE_SIM``); without ``--own``, less the bare calls'."""
-    print("\n| msgs | side | instructions | L1i misses | L1d misses | L2 misses (to L3) |")
-    print("|---:|---|---:|---:|---:|---:|")
+    print("\n| msgs | side | instructions | L1i misses | L1d misses | L2 misses (to L3) | branches mispredicted |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
     for size in sizes:
         base = events.get(("base", size)) if not own else None
         for (side, n), e in events.items():
@@ -305,7 +305,7 @@ def cache_table(events: dict[tuple[str, int], dict[str, int]], sizes: list[int],
             row = {k: (v - (base[k] if base else 0)) / calls for k, v in e.items()}
             print(
                 f"| {size} | {side} | {row['Ir']:,.0f} | {row['I1mr']:,.0f} | {row['D1mr'] + row['D1mw']:,.0f} "
-                f"| {row['ILmr'] + row['DLmr'] + row['DLmw']:,.0f} |"
+                f"| {row['ILmr'] + row['DLmr'] + row['DLmw']:,.0f} | {row['Bcm'] + row['Bim']:,.0f} |"
             )
 
 
