@@ -529,7 +529,11 @@ class Call:
         if self.request is not None:
             with guarded("capture"):
                 self._capture(json.loads(sent))
-        self._late("wire_intact", wire_intact(self.payload, self.ctx, sent), {attr.WIRE_HASH: self.wire_hash})
+        # Counted with the call's end when the end follows the response at once; a stream's
+        # end may never come (an app can abandon it), so its verdict is counted now.
+        streamed = self.payload.stream or self.api.endswith(".stream")
+        verdict = wire_intact(self.payload, self.ctx, sent)
+        self._late("wire_intact", verdict, {attr.WIRE_HASH: self.wire_hash}, at_end=not streamed)
         self.elapsed += _perf() - started  # ctxguard's own time includes judging the wire
 
     def _capture(self, body: Any) -> None:

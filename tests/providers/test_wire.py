@@ -153,3 +153,13 @@ def test_the_instruction_is_found_wherever_it_moves_in_the_body_and_missed_when_
     assert [len(b["messages"]) for b in llm.bodies()] == [2, 1, 2, 2, 1]
     assert [list(s.attributes["ctxguard.violations"]) for s in harness.spans()] == [
         [], ["wire_intact"], [], [], ["wire_intact"]]
+
+
+def test_a_stream_the_app_abandons_still_counts_its_wire_verdict(harness, llm, client):
+    """A plain call's wire verdict is counted with its end; a stream's end may never come."""
+    harness.start(mode="observe")
+    stream = client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, USER], stream=True)
+    assert llm.requests, "the request was sent before create() returned"
+    assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
+    assert harness.metric("ctxguard_checks_total", check="answer_consistent", outcome="skip") == 0  # not ended
+    stream.close()  # never iterated
