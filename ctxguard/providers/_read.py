@@ -19,6 +19,11 @@ ROLE_MAX = 32
 _MAPPINGS: dict[type, bool] = {dict: True}
 
 
+#: type -> whether it is one of the SDKs' "not given" sentinels (by name: both SDKs have their
+#: own). ``type(value).__name__`` of a built-in type builds a new string on every call.
+_SENTINEL_TYPES: dict[type, bool] = {type(None): False, str: False, int: False, list: False, dict: False}
+
+
 def get(obj: Any, key: str) -> Any:
     cls = type(obj)
     mapping = _MAPPINGS.get(cls)
@@ -28,7 +33,13 @@ def get(obj: Any, key: str) -> Any:
         if obj.__class__ is cls and len(_MAPPINGS) < 1024:
             _MAPPINGS[cls] = mapping
     value = obj.get(key) if mapping else getattr(obj, key, None)
-    return None if type(value).__name__ in SENTINELS else value
+    kind = type(value)
+    sentinel = _SENTINEL_TYPES.get(kind)
+    if sentinel is None:
+        sentinel = kind.__name__ in SENTINELS
+        if len(_SENTINEL_TYPES) < 1024:
+            _SENTINEL_TYPES[kind] = sentinel
+    return None if sentinel else value
 
 
 def as_int(value: Any) -> int | None:
