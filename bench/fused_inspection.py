@@ -33,7 +33,6 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
-import statistics
 import sys
 import threading
 import time
@@ -263,13 +262,7 @@ def main() -> None:
             for _ in range(3):
                 for name, fn in arms.items():
                     for where, before in (("tight", lambda: None), ("situ", sdk_call)):
-                        times = []
-                        for _ in range(300):
-                            before()
-                            t0 = time.perf_counter_ns()
-                            fn()
-                            times.append(time.perf_counter_ns() - t0)
-                        results[name][where].append(statistics.median(times) / 1000)
+                        results[name][where].append(ov.median_after(before, fn, 300))
         finally:
             gc.enable()
     ctxguard.uninstrument()

@@ -22,10 +22,8 @@ from __future__ import annotations
 import email.utils
 import gc
 import json
-import statistics
 import sys
 import textwrap
-import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -108,13 +106,7 @@ def main() -> None:
         try:
             for _ in range(3):
                 for name, fn in before.items():
-                    times = []
-                    for _ in range(400):
-                        fn()
-                        t0 = time.perf_counter_ns()
-                        hooks()
-                        times.append(time.perf_counter_ns() - t0)
-                    medians[name].append(statistics.median(times) / 1000)
+                    medians[name].append(ov.median_after(fn, hooks, 400))
         finally:
             gc.enable()
     ctxguard.uninstrument()

@@ -129,6 +129,15 @@ def timed(fn: Callable[[], object]) -> int:
     return time.perf_counter_ns() - t0
 
 
+def median_after(before: Callable[[], object], fn: Callable[[], object], runs: int) -> float:
+    """Median µs of ``fn``, each run timed right after an untimed ``before()`` (gc left as it is)."""
+    times = []
+    for _ in range(runs):
+        before()
+        times.append(timed(fn))
+    return statistics.median(times) / 1000
+
+
 def one_round(arms: Sequence[Callable[[], object]], first: int) -> list[int]:
     """ns of one call of each arm, in the arms' order, starting the round with arm ``first``."""
     times = [0] * len(arms)
