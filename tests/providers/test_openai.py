@@ -178,6 +178,19 @@ def test_provider_managed_history_is_skipped_not_guessed(harness, llm, client):
     assert "ctxguard.messages.dropped" not in a
 
 
+def test_history_arguments_given_as_sentinels_are_not_given(harness, llm, client):
+    """Wrappers forward optional arguments as the SDK's "not given" sentinels: those are absent,
+    not a provider-managed history."""
+    harness.start(mode="observe", policy=ctxguard.Policy(pinned=ctxguard.Pinned()))
+    with ctxguard.conversation("c"):
+        client.responses.create(model="gpt-4o", instructions="sys", input="next",
+                                previous_response_id=openai.NOT_GIVEN, conversation=openai.omit)
+    a = only_span(harness).attributes
+    assert "ctxguard.history.elsewhere" not in a
+    assert a["ctxguard.head.role"] == "system"
+    assert "pinned_present" in a["ctxguard.violations"]  # judged, not skipped: there is no pinned block
+
+
 def test_enforce_mode_sends_nothing(harness, llm, client):
     harness.start(mode="enforce")
     with pytest.raises(ctxguard.ContextViolation) as info:
