@@ -122,3 +122,20 @@ def test_non_list_responses_input(harness, llm, client):
     ])
     a = harness.spans()[-1].attributes
     assert list(a["ctxguard.message.roles"]) == ["system", "user", "assistant", "tool"]
+
+
+def test_a_message_nested_deeper_than_python_can_copy(harness, llm, client):
+    """Too deep for the memo to copy (or the SDK to encode): not kept, still read (its text
+    part), no internal error; the SDK's own error reaches the app as without ctxguard."""
+    deep: object = "leaf"
+    for _ in range(5000):
+        deep = {"k": deep}
+    messages = [SYSTEM, {"role": "user", "content": [{"type": "text", "text": "hi", "extra": deep}]}]
+    with pytest.raises(RecursionError):  # the SDK alone
+        client.chat.completions.create(model="gpt-4o", messages=messages)
+    harness.start(mode="observe")
+    with ctxguard.conversation("deep"), pytest.raises(RecursionError):
+        client.chat.completions.create(model="gpt-4o", messages=messages)
+    assert not llm.requests
+    a = harness.spans()[-1].attributes
+    assert a["ctxguard.payload.messages"] == 2 and a["error.type"] == "RecursionError"
