@@ -232,3 +232,15 @@ def test_mappings_and_proxies_of_dicts_read_like_dicts():
         assert [i[:3] for i in view.items] == [
             ("system", "Be brief.", ()), ("user", "Ship to Lyon", ("id:name=ann",)), ("user", "again", ()),
             ("assistant", "ok", ())]
+
+
+def test_shared_check_outcomes_are_bounded_and_keep_their_reason():
+    from ctxguard.checks import _SETTLED, _SETTLED_CAP, _settled
+
+    outcomes = [_settled("payload_under_budget", f"unknown context window for model 'm{i}'")
+                for i in range(_SETTLED_CAP + 50)]
+    assert len(_SETTLED) <= _SETTLED_CAP
+    assert [o.reason for o in outcomes[-2:]] == [f"unknown context window for model 'm{i}'"
+                                                  for i in (_SETTLED_CAP + 48, _SETTLED_CAP + 49)]
+    assert _settled("system_at_head", None) is _settled("system_at_head", None)
+    assert _settled("system_at_head", None).outcome == "pass"

@@ -10,6 +10,7 @@ import openai
 import pytest
 from openai.resources.chat.completions.completions import AsyncCompletions, Completions
 from openai.resources.responses.responses import AsyncResponses, Responses
+from opentelemetry.trace import StatusCode
 from pydantic import BaseModel
 
 import ctxguard
@@ -217,7 +218,9 @@ def test_sdk_errors_pass_through_unchanged(harness, llm, client):
     with pytest.raises(openai.RateLimitError) as info:
         client.chat.completions.create(model="gpt-4o", messages=HISTORY)
     assert info.value.status_code == 429
-    assert only_span(harness).attributes["error.type"] == "RateLimitError"
+    span = only_span(harness)
+    assert span.attributes["error.type"] == "RateLimitError"
+    assert span.status.status_code == StatusCode.ERROR
 
 
 def test_raw_response_wrapper_still_works(harness, llm, client):
