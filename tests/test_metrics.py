@@ -69,3 +69,28 @@ def test_counters_are_exact_under_concurrent_calls() -> None:
     assert got[("ctxguard_checks_total", (("check", "system_at_head"), ("outcome", "fail")))] == 160_000
     assert registry.get_sample_value("ctxguard_calls_total", {"provider": "openai", "operation": "chat"}) == 80_000
     assert registry.get_sample_value("ctxguard_messages_dropped_total", {"role": "user"}) == 160_000
+
+
+def _listening(port: int) -> list[str]:
+    """Local IPv4 addresses listening on ``port``, as the kernel reports them (/proc/net/tcp)."""
+    found = []
+    with open("/proc/net/tcp") as table:
+        for line in list(table)[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if int(hex_port, 16) == port and state == "0A":  # LISTEN
+                found.append(".".join(str(b) for b in reversed(bytes.fromhex(address))))
+    return found
+
+
+def test_metrics_port_listens_on_loopback_only(harness):
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    harness.start(mode="observe", metrics_port=port)
+    assert _listening(port) == ["127.0.0.1"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+        assert b"ctxguard_calls_total" in page.read()
