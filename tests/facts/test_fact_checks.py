@@ -74,6 +74,17 @@ def test_enforce_message_names_fact_stage_and_values(harness, llm, client):
     assert {v.stage for v in info.value.violations} == {"selection"}
 
 
+def test_a_blocked_request_is_counted_once_per_check_however_many_violations(harness, llm, client):
+    harness.start(mode="enforce")
+    with ctxguard.conversation("order-42"), pytest.raises(ctxguard.ContextViolation) as info:
+        ctxguard.record_fact("shipping_city", "Pune")
+        ctxguard.record_fact("order_id", "A-1041")
+        ask(client, "where is my parcel?")
+    assert [v.check for v in info.value.violations] == ["fact_present", "fact_present"]
+    assert llm.requests == []
+    assert harness.metric("ctxguard_blocked_total", check="fact_present") == 1
+
+
 @pytest.mark.parametrize("answer", ["It ships to Mumbai.", "It ships to Pune."])
 def test_stale_value_only_in_the_answer(harness, llm, client, answer):
     harness.start(mode="observe")
