@@ -76,7 +76,8 @@ def _listening(port: int) -> list[str]:
     found = []
     with open("/proc/net/tcp") as table:
         for line in list(table)[1:]:
-            local, state = line.split()[1], line.split()[3]
+            fields = line.split()
+            local, state = fields[1], fields[3]
             address, hex_port = local.split(":")
             if int(hex_port, 16) == port and state == "0A":  # LISTEN
                 found.append(".".join(str(b) for b in reversed(bytes.fromhex(address))))
