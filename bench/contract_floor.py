@@ -26,7 +26,10 @@ transport, same span pipeline, gc off in timed loops):
 * span: a wrapper that only records a bare span (bench/overhead.py's floor);
 * contract outputs: the replay described above;
 * peer: OpenTelemetry's own openai instrumentation, when installed
-  (bench/requirements-peer.txt).
+  (bench/requirements-peer.txt);
+* fused inspection + outputs (``--fused``): bench/fused_inspection.py's one-function
+  inspection of the common shape (wire digest included), then the replay: the cheapest
+  ctxguard conceivable for this payload, as an overhead over the bare call.
 
 Each arm's "own" time is its wrapper's time outside the SDK call: ctxguard's is its
 ``ctxguard_guard_duration_seconds`` (span end excluded), the others' are timed around
@@ -95,12 +98,17 @@ class Outputs:
         self.metrics = m
 
 
-def replay(outputs: Outputs, tracer: Any, spent: list[int]) -> Callable[..., Any]:
-    """A wrapt wrapper emitting ``outputs`` around each call, as ctxguard's wrapper would."""
+def replay(
+    outputs: Outputs, tracer: Any, spent: list[int], inspect: Callable[[dict[str, Any]], object] | None = None
+) -> Callable[..., Any]:
+    """A wrapt wrapper emitting ``outputs`` around each call, as ctxguard's wrapper would;
+    ``inspect(kwargs)`` first, when given (the fused arm)."""
     m = outputs.metrics
 
     def wrapper(wrapped: Any, instance: Any, call_args: Any, kwargs: Any) -> Any:
         t0 = time.perf_counter_ns()
+        if inspect is not None:
+            inspect(kwargs)
         m.add(outputs.cells, outputs.observed)
         span = tracer.start_span(outputs.name, kind=SpanKind.CLIENT)
         token = otel_context.attach(trace.set_span_in_context(span))
@@ -147,6 +155,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=400)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument(
+        "--fused", action="store_true", help="add bench/fused_inspection.py's inspection before the replay (an arm)"
+    )
     args = parser.parse_args()
 
     original = Completions.__dict__["create"]
@@ -166,6 +177,7 @@ def main() -> int:
     tracer = provider.get_tracer("floor")
     span_spent: list[int] = []
     contract_spent: list[int] = []
+    fused_spent: list[int] = []
 
     def self_ns() -> float:
         return (registry.get_sample_value("ctxguard_guard_duration_seconds_sum") or 0.0) * 1e9
@@ -194,6 +206,16 @@ def main() -> int:
                 }
                 if peer is not None:
                     arms["peer"] = partial(peer[0], chat, **kwargs)
+                if args.fused:
+                    import fused_inspection  # imports this module: only when asked for
+
+                    fused = fused_inspection.Fused(guard)
+                    instruction = json.dumps(kwargs["messages"][0]["content"])[1:-1].encode()
+                    fused_call = wrapt.FunctionWrapper(
+                        original,
+                        replay(outputs, tracer, fused_spent, lambda kw: fused.call(kw, body, instruction)),
+                    )
+                    arms["fused inspection + outputs"] = partial(fused_call, chat, **kwargs)
                 same_cells(outputs.metrics, arms["ctxguard"], arms["contract outputs"])
                 for _ in range(100):
                     for fn in arms.values():
@@ -203,6 +225,7 @@ def main() -> int:
                 for _ in range(args.runs):
                     span_spent.clear()
                     contract_spent.clear()
+                    fused_spent.clear()
                     if peer is not None:
                         peer[1].clear()
                     before = self_ns()
@@ -220,6 +243,8 @@ def main() -> int:
                     own["ctxguard"].append((self_ns() - before) / args.rounds / 1000)
                     own["span"].append(statistics.mean(span_spent) / 1000)
                     own["contract outputs"].append(statistics.mean(contract_spent) / 1000)
+                    if fused_spent:
+                        own["fused inspection + outputs"].append(statistics.mean(fused_spent) / 1000)
                     if peer is not None:
                         peer_own = (t - i for t, i in zip(columns["peer"], peer[1], strict=True))
                         own["peer"].append(statistics.mean(peer_own) / 1000)

@@ -57,7 +57,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 import contract_floor
 import overhead as ov
 
-SIZE = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 KEY = b"fused-experiment"
 MARKER = "[Pinned facts"
 WINDOW = 128_000
@@ -200,6 +199,7 @@ class Fused:
 
 
 def main() -> None:
+    size = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(ov.DropExporter()))
     policy = ctxguard.Policy(pinned=ctxguard.Pinned(max_tokens=800))
@@ -207,7 +207,7 @@ def main() -> None:
                                 tracer_provider=provider, digest_key=ov.KEY)
     assert guard is not None
     pinned = ctxguard.render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
-    kwargs = {"model": ov.MODEL, "messages": [ov.system_message(pinned), *(ov.message(i) for i in range(1, SIZE))]}
+    kwargs = {"model": ov.MODEL, "messages": [ov.system_message(pinned), *(ov.message(i) for i in range(1, size))]}
     body = json.dumps(kwargs).encode()
     instruction = json.dumps(kwargs["messages"][0]["content"])[1:-1].encode()
     http = ov.http_lib.Client(transport=ov.http_lib.MockTransport(ov.handler))
@@ -267,7 +267,7 @@ def main() -> None:
             gc.enable()
     ctxguard.uninstrument()
     provider.shutdown()
-    print(f"{SIZE} messages resent, µs (median of 300, three rounds)\n")
+    print(f"{size} messages resent, µs (median of 300, three rounds)\n")
     print("| arm | tight loop | right after the bare SDK call |\n|---|---|---|")
     for name, r in results.items():
         tight, situ = (" / ".join(f"{v:.0f}" for v in r[k]) for k in ("tight", "situ"))
