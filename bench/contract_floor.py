@@ -213,7 +213,7 @@ def main() -> int:
                     instruction = json.dumps(kwargs["messages"][0]["content"])[1:-1].encode()
                     fused_call = wrapt.FunctionWrapper(
                         original,
-                        replay(outputs, tracer, fused_spent, lambda kw: fused.call(kw, body, instruction)),
+                        replay(outputs, tracer, fused_spent, partial(fused.call, body=body, instruction=instruction)),
                     )
                     arms["fused inspection + outputs"] = partial(fused_call, chat, **kwargs)
                 same_cells(outputs.metrics, arms["ctxguard"], arms["contract outputs"])
