@@ -93,6 +93,23 @@ def test_pinned_capped_by_tokens_and_entries(harness, client):
     assert harness.metric("ctxguard_pinned_tokens_count") == 2
 
 
+def test_pinned_capped_boundary_is_inclusive(harness, client):
+    """A block of exactly ``max_tokens`` tokens (or ``max_entries`` entries) is within its cap."""
+    guard = harness.start(mode="observe", policy=Policy(pinned=Pinned(max_tokens=10_000)))
+    messages = [SYSTEM, {"role": "system", "content": BLOCK}, USER]
+    send(client, messages)
+    tokens = harness.spans()[-1].attributes["ctxguard.pinned.tokens"]
+    guard.policy = Policy(pinned=Pinned(max_tokens=tokens, max_entries=2))
+    send(client, messages)
+    assert violations(harness) == []
+    guard.policy = Policy(pinned=Pinned(max_tokens=tokens - 1))
+    send(client, messages)
+    assert violations(harness) == ["pinned_capped"]
+    guard.policy = Policy(pinned=Pinned(max_tokens=tokens, max_entries=1))
+    send(client, messages)
+    assert violations(harness) == ["pinned_capped"]
+
+
 def test_pinned_intact(harness, client):
     harness.start(mode="observe", policy=Policy(pinned=Pinned()))
     send(client, [SYSTEM, {"role": "system", "content": BLOCK}, USER])
@@ -118,6 +135,21 @@ def test_payload_under_budget_window(harness, client):
     assert a["ctxguard.budget.headroom"] < 0
     assert a["ctxguard.budget.utilization"] > 1
     assert harness.metric("ctxguard_budget_utilization_ratio_count", provider="openai") == 2
+
+
+def test_payload_exactly_filling_the_window_fits(harness, client):
+    """Headroom 0 passes; one token more fails."""
+    harness.start(mode="observe", policy=Policy(budget=Budget(window=1000)))
+    for _ in range(2):  # the second call's count is calibrated, as every later one's
+        send(client, [SYSTEM, USER], max_tokens=100)
+    headroom = harness.spans()[-1].attributes["ctxguard.budget.headroom"]
+    assert headroom > 0
+    send(client, [SYSTEM, USER], max_tokens=100 + headroom)
+    assert harness.spans()[-1].attributes["ctxguard.budget.headroom"] == 0
+    assert violations(harness) == []
+    send(client, [SYSTEM, USER], max_tokens=101 + headroom)
+    assert harness.spans()[-1].attributes["ctxguard.budget.headroom"] == -1
+    assert violations(harness) == ["payload_under_budget"]
 
 
 def test_reasoning_is_not_reserved_twice(harness, client):
