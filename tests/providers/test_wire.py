@@ -109,6 +109,46 @@ def test_active_facts_sent_unchanged_pass_wire_intact(harness, llm, client):
     assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
 
 
+def test_an_active_fact_rewritten_below_the_sdk_fails_with_a_pinned_block_in_the_payload(harness, llm):
+    """Only the messages carrying the instruction or the pinned block are left to their own
+    checks: a fact in any other message is still looked for on the wire."""
+    harness.start(mode="observe", policy=ctxguard.Policy(pinned=ctxguard.Pinned()))
+    block = ctxguard.render_pinned({"order": "A-1041"}, max_tokens=100)
+    messages = [SYSTEM, {"role": "system", "content": block}, {"role": "user", "content": "Ship to Lyon, 69002."}]
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0,
+                       http_client=http.Client(event_hooks={"request": [redact_user_city]})) as client, \
+            ctxguard.conversation("w-3"):
+        ctxguard.record_fact("city", "Lyon, 69002")
+        client.chat.completions.create(model="gpt-4o", messages=messages)
+    events = [(e.attributes["detail"], e.attributes.get("fact_id")) for e in harness.spans()[-1].events]
+    assert events == [("city@1 passed is not in the body sent", "city")]
+
+
+def cut(edit):  # type: ignore[no-untyped-def]
+    """A call path that edits the system instruction's text with ``edit``."""
+
+    def hook(request) -> None:  # type: ignore[no-untyped-def]
+        body = json.loads(request.content)
+        for m in body["messages"]:
+            if m["role"] == "system":
+                m["content"] = edit(m["content"])
+        replace_body(request, body)
+
+    return hook
+
+
+def test_an_instruction_one_character_short_on_the_wire_fails(harness, llm):
+    """Cut by one character at either end (a byte limit, a trim) is not carried."""
+    harness.start(mode="observe")
+    instruction = {"role": "system", "content": "You are terse, and you answer in English"}  # one line
+    for edit in (lambda t: t[:-1], lambda t: t[1:], lambda t: t):
+        with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0,
+                           http_client=http.Client(event_hooks={"request": [cut(edit)]})) as client:
+            client.chat.completions.create(model="gpt-4o", messages=[instruction, USER])
+    verdicts = [list(s.attributes["ctxguard.violations"]) for s in harness.spans()]
+    assert verdicts == [["wire_intact"], ["wire_intact"], []]
+
+
 def rewrite_pinned_city(request) -> None:
     """A call path that edits the pinned block (its own message) and leaves the instruction alone."""
     body = json.loads(request.content)
