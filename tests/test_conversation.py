@@ -113,6 +113,37 @@ def test_repeated_identical_messages_are_counted_as_a_multiset(harness, client):
     assert harness.metric("ctxguard_messages_dropped_total", role="assistant") == 1
 
 
+def test_repeats_on_both_sides_are_matched_one_for_one(harness, client):
+    """Three "ok"s sent, two resent: one dropped, though the text is still in the payload."""
+    harness.start(mode="observe")
+    ok = {"role": "user", "content": "ok"}
+    with ctxguard.conversation("c"):
+        x = {"role": "assistant", "content": "x"}
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, ok, x, ok, ok])
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, ok, ok, user(9)])
+    a = harness.spans()[-1].attributes
+    assert (a["ctxguard.messages.added"], a["ctxguard.messages.dropped"]) == (1, 2)
+    assert harness.metric("ctxguard_messages_dropped_total", role="user") == 1
+    assert harness.metric("ctxguard_messages_dropped_total", role="assistant") == 1
+    with ctxguard.conversation("d"):  # a repeat only now: the second "ok" is new
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, ok, x])
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, ok, ok])
+    a = harness.spans()[-1].attributes
+    assert (a["ctxguard.messages.added"], a["ctxguard.messages.dropped"]) == (1, 1)
+
+
+def test_a_system_message_moved_off_the_head_is_not_evicted(harness, client):
+    """The rotating-buffer bug moves the instruction, or loses it: only losing it is an eviction."""
+    harness.start(mode="observe")
+    with ctxguard.conversation("c"):
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, user(1)])
+        client.chat.completions.create(model="gpt-4o", messages=[user(1), SYSTEM, user(2)])
+        assert list(harness.spans()[-1].attributes["ctxguard.violations"]) == ["system_at_head"]
+        assert harness.metric("ctxguard_evictions_total", kind="system") == 0
+        client.chat.completions.create(model="gpt-4o", messages=[user(1), user(2)])
+    assert harness.metric("ctxguard_evictions_total", kind="system") == 1
+
+
 def test_evictions_are_counted_once_per_disappearance(harness, client):
     harness.start(mode="observe", policy=Policy(pinned=Pinned()))
     with ctxguard.conversation("c"):
@@ -143,6 +174,35 @@ def test_conversation_id_callable_is_the_fallback(harness, client):
     with ctxguard.conversation("scoped"):
         client.chat.completions.create(model="gpt-4o", messages=[SYSTEM], user="customer-7")
     assert harness.spans()[-1].attributes["gen_ai.conversation.id"] == "scoped"
+
+
+def test_the_conversation_used_last_is_the_one_kept(harness, client, monkeypatch):
+    monkeypatch.setenv("CTXGUARD_MAX_CONVERSATIONS", "2")
+    harness.start(mode="observe")
+    for name in ("a", "b", "a", "c", "a", "b"):  # "c" pushes out "b", used less recently than "a"
+        with ctxguard.conversation(name):
+            client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, user(1)])
+    remembered = ["ctxguard.prev.hash" in s.attributes for s in harness.spans()]
+    assert remembered == [False, False, True, False, True, False]
+
+
+def test_a_conversation_id_must_be_a_non_empty_string():
+    for bad in ("", None, 41):
+        with pytest.raises(ValueError):
+            ctxguard.conversation(bad)  # type: ignore[arg-type]
+
+
+def test_async_with_restores_the_outer_scope():
+    async def main() -> list[object]:
+        seen = []
+        async with ctxguard.conversation("outer"):
+            async with ctxguard.conversation("inner"):
+                seen.append(current_conversation())
+            seen.append(current_conversation())
+        seen.append(current_conversation())
+        return seen
+
+    assert asyncio.run(main()) == [("inner", None), ("outer", None), None]
 
 
 def test_memory_is_bounded_lru():
