@@ -205,6 +205,15 @@ def test_async_with_restores_the_outer_scope():
     assert asyncio.run(main()) == [("inner", None), ("outer", None), None]
 
 
+def test_fact_locations_per_conversation_are_bounded():
+    memory = ConversationMemory()
+    locations = memory.fact_locations(("c", None))
+    locations.update((f"f{i}@1", "digest") for i in range(4 * 1024))
+    assert len(memory.fact_locations(("c", None))) == 4 * 1024  # at the bound: kept
+    locations["one-more@1"] = "digest"
+    assert memory.fact_locations(("c", None)) == {}  # over it: started afresh
+
+
 def test_memory_is_bounded_lru():
     memory = ConversationMemory(max_conversations=3)
     from ctxguard.payload import Payload

@@ -57,6 +57,16 @@ def test_render_pinned_drops_oldest_whole_and_parses_back():
     assert "a b" in render_pinned({"k": "a\nb"}, max_tokens=100)  # one line per entry
 
 
+def test_render_pinned_edges():
+    assert render_pinned({"city": "Pune"}, max_tokens=100).startswith("[Pinned facts: 1 entry]\n")
+    assert render_pinned({"city": "Pune"}, max_tokens=100, max_entries=0) == "[Pinned facts: 0 entries]\n" \
+        "[end of Pinned facts]"
+    assert render_pinned({}, max_tokens=1)  # the smallest cap still renders the empty block
+    for bad in ({"max_tokens": 0}, {"max_tokens": 100, "max_entries": -1}, {"max_tokens": 100, "marker": ""}):
+        with pytest.raises(ValueError):
+            render_pinned({"city": "Pune"}, **bad)
+
+
 def test_find_block_intact_and_cut():
     from ctxguard.payload import Message
 
