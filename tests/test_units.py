@@ -67,6 +67,20 @@ def test_render_pinned_edges():
             render_pinned({"city": "Pune"}, **bad)
 
 
+def test_render_pinned_keeps_as_many_newest_facts_as_fit_exactly():
+    class Chars:
+        name = "chars"
+
+        def count(self, text: str) -> int:
+            return len(text)
+
+    facts = {"a": "1", "b": "2", "c": "3"}
+    two = render_pinned({"b": "2", "c": "3"}, max_tokens=10_000, counter=Chars())
+    assert render_pinned(facts, max_tokens=len(two), counter=Chars()) == two  # exactly at the cap: kept
+    one = render_pinned({"c": "3"}, max_tokens=10_000, counter=Chars())
+    assert render_pinned(facts, max_tokens=len(two) - 1, counter=Chars()) == one
+
+
 def test_find_block_intact_and_cut():
     from ctxguard.payload import Message
 
