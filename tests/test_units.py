@@ -37,7 +37,7 @@ def test_budget_for_is_the_equation():
     ("gpt-4o", 128_000), ("gpt-4o-2024-08-06", 128_000), ("gpt-4-0613", 8_192), ("gpt-4.1-mini", 1_047_576),
     ("claude-sonnet-4-20250514", 200_000), ("claude-3-5-sonnet-latest", 200_000), ("openai/gpt-4o", 128_000),
     ("gemini-2.5-flash", 1_048_576), ("models/gemini-2.0-flash-001", 1_048_576), ("gemini-3-ultra", None),
-    ("gpt-4o-mini-tts", None), ("gpt-4.5-turbo", None), ("", None), (None, None),
+    ("gpt-4o-mini-tts", None), ("gpt-4.5-turbo", None), ("", None), (None, None), (41, None), (b"gpt-4o", None),
 ])
 def test_window_table_resolves_snapshots_and_never_guesses(model, window):
     assert window_for(model) == window

@@ -110,6 +110,20 @@ def test_pinned_capped_boundary_is_inclusive(harness, client):
     assert violations(harness) == ["pinned_capped"]
 
 
+def test_a_hand_made_block_runs_from_its_marker_line_to_the_next_blank_line(harness, client):
+    from ctxguard.digest import Digester
+    from tests.conftest import KEY
+
+    harness.start(mode="observe", policy=Policy(pinned=Pinned(marker="Pinned facts", max_tokens=400)))
+    block = "Pinned facts:\n- city: Pune\n- order: A-1041"
+    send(client, [{"role": "system", "content": f"You are terse.\n{block}\n\nBe kind."}, USER])
+    a = harness.spans()[-1].attributes
+    assert a["ctxguard.pinned.hash"] == Digester(KEY).text(block)
+    assert a["ctxguard.pinned.entries"] == 2
+    send(client, [{"role": "system", "content": block}, USER])  # at the very start, to the very end
+    assert harness.spans()[-1].attributes["ctxguard.pinned.hash"] == Digester(KEY).text(block)
+
+
 def test_pinned_intact(harness, client):
     harness.start(mode="observe", policy=Policy(pinned=Pinned()))
     send(client, [SYSTEM, {"role": "system", "content": BLOCK}, USER])
