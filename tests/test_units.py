@@ -31,6 +31,33 @@ def test_budget_for_is_the_equation():
         budget_for("mystery-model")
     with pytest.raises(ValueError):
         Budget(window=-1)
+    assert budget_for("gpt-4o").history_available == 128_000  # every term defaults to 0
+    for term in ("window", "system", "tools", "retrieved", "reserved_output", "reserved_reasoning"):
+        with pytest.raises(ValueError, match=term):
+            budget_for("gpt-4o", **{term: -1})
+
+
+def test_budget_evaluate_derives_the_missing_terms_from_the_request():
+    from ctxguard.budget import evaluate
+
+    ev = evaluate(Budget(window=1000), model="m", input_tokens=100, system_tokens=10, tools_tokens=5,
+                  max_output_tokens=None)
+    assert not isinstance(ev, str)
+    assert (ev.breakdown.model, ev.breakdown.reserved_output, ev.history, ev.headroom) == ("m", 0, 85, 900)
+    short = evaluate(Budget(window=1000), model=None, input_tokens=10, system_tokens=10, tools_tokens=5,
+                     max_output_tokens=50)
+    assert not isinstance(short, str)
+    assert (short.breakdown.model, short.history, short.headroom) == ("", 0, 940)  # history never below 0
+    assert evaluate(Budget(window=0), model="m", input_tokens=1, system_tokens=0, tools_tokens=0,
+                    max_output_tokens=None) == "window must be positive"
+    assert not isinstance(evaluate(Budget(window=1), model="m", input_tokens=1, system_tokens=0, tools_tokens=0,
+                                   max_output_tokens=None), str)
+    at_cap = evaluate(Budget(window=1000, history_max=85), model="m", input_tokens=100, system_tokens=10,
+                      tools_tokens=5, max_output_tokens=None)
+    assert not isinstance(at_cap, str) and not at_cap.over_history_max
+    over = evaluate(Budget(window=1000, history_max=84), model="m", input_tokens=100, system_tokens=10,
+                    tools_tokens=5, max_output_tokens=None)
+    assert not isinstance(over, str) and over.over_history_max
 
 
 @pytest.mark.parametrize(("model", "window"), [
