@@ -74,6 +74,49 @@ def test_enforce_message_names_fact_stage_and_values(harness, llm, client):
     assert {v.stage for v in info.value.violations} == {"selection"}
 
 
+def test_enforce_messages_name_the_value_sent_when_no_stage_was_recorded(harness, llm, client):
+    """Without checkpoints the divergence is seen at the payload: the message names what was sent."""
+    harness.start(mode="enforce")
+    with ctxguard.conversation("order-43"), pytest.raises(ctxguard.ContextViolation) as info:
+        ctxguard.record_fact("shipping_city", "Mumbai")
+        ctxguard.record_fact("shipping_city", "Pune")
+        ctxguard.record_fact("phone", "+91 98200 12345")
+        ctxguard.forget_fact("phone")
+        ask(client, "deliver to Mumbai, call +91 98200 12345")
+    text = str(info.value)
+    assert "shipping_city diverged at payload: expected 'Pune' (v2), sent 'Mumbai' (v1)" in text
+    assert "phone diverged at payload: expected no value, sent '+91 98200 12345' (v1)" in text
+    with ctxguard.conversation("order-44"):
+        ctxguard.record_fact("account", "4417-2231-9902")
+    with ctxguard.conversation("order-45"), pytest.raises(ctxguard.ContextViolation) as info:
+        ask(client, "my account is 4417-2231-9902")
+    assert "account of conversation 'order-44' sent here: '4417-2231-9902'" in str(info.value)
+    assert llm.requests == []
+
+
+def test_a_correction_sent_next_to_the_old_value_is_current(harness, llm, client):
+    """The active value is in the payload: the stale one beside it ("from Mumbai to Pune") is history."""
+    harness.start(mode="observe")
+    llm.script("Changed: it now ships to Pune, not Mumbai.")
+    with ctxguard.conversation("order-46"):
+        ctxguard.record_fact("shipping_city", "Mumbai")
+        ctxguard.record_fact("shipping_city", "Pune")
+        ask(client, "Please change the delivery from Mumbai to Pune.")
+    assert failed(harness) == []
+    assert harness.metric("ctxguard_checks_total", check="fact_current", outcome="pass") == 1
+    assert harness.metric("ctxguard_checks_total", check="answer_consistent", outcome="pass") == 1
+
+
+def test_a_stale_value_of_the_shortest_matchable_length_in_the_answer_is_caught(harness, llm, client):
+    harness.start(mode="observe")
+    llm.script("It ships to Goa.")
+    with ctxguard.conversation("order-47"):
+        ctxguard.record_fact("shipping_city", "Goa")  # three characters: the shortest matched
+        ctxguard.record_fact("shipping_city", "Pune")
+        ask(client, "deliver to Pune please")
+    assert failed(harness) == ["answer_consistent"]
+
+
 def test_a_blocked_request_is_counted_once_per_check_however_many_violations(harness, llm, client):
     harness.start(mode="enforce")
     with ctxguard.conversation("order-42"), pytest.raises(ctxguard.ContextViolation) as info:
