@@ -214,6 +214,16 @@ def test_memos_that_keep_nothing_are_bounded_too() -> None:
     assert len(memos) == 100 and memos.kept == 100
 
 
+def test_the_memo_used_last_is_the_one_kept() -> None:
+    memos = Memos(max_messages=3)
+    for key in ("a", "b", "c"):
+        memos.settle(key, memos.get(key))
+    a = memos.get("a")  # used again: "b" is now the oldest
+    memos.settle("d", memos.get("d"))
+    assert memos.get("a") is a
+    assert len(memos) == 3 and memos.kept == 3
+
+
 def test_a_message_redacted_in_place_is_seen_on_the_next_call(harness, llm, client: openai.OpenAI) -> None:
     """The app reuses its message dicts and blanks a deleted value in place: the guard must not
     judge the next call on what the dict said before."""
