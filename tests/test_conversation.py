@@ -214,6 +214,23 @@ def test_fact_locations_per_conversation_are_bounded():
     assert memory.fact_locations(("c", None)) == {}  # over it: started afresh
 
 
+@pytest.mark.parametrize("found", ["", 42, None])
+def test_a_conversation_id_callback_returning_no_id_leaves_the_call_unscoped(harness, client, found):
+    harness.start(mode="observe", conversation_id=lambda kwargs: found)
+    client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, user(1)])
+    a = harness.spans()[-1].attributes
+    assert "gen_ai.conversation.id" not in a
+    assert "system_stable: no conversation id (use ctxguard.conversation())" in a["ctxguard.checks.skipped"]
+
+
+def test_calls_without_facts_count_no_fact_eviction(harness, client):
+    harness.start(mode="observe")
+    with ctxguard.conversation("c"):
+        for i in range(3):
+            client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, user(i)])
+    assert harness.metric("ctxguard_evictions_total", kind="fact") == 0
+
+
 def test_memory_is_bounded_lru():
     memory = ConversationMemory(max_conversations=3)
     from ctxguard.payload import Payload

@@ -166,6 +166,12 @@ def test_payload_exactly_filling_the_window_fits(harness, client):
     assert violations(harness) == ["payload_under_budget"]
 
 
+def test_no_system_message_and_no_pinned_block_reserve_nothing(harness, client):
+    harness.start(mode="observe", policy=Policy(budget=Budget(window=1000), pinned=Pinned(required=False)))
+    send(client, [USER], max_tokens=100)
+    assert harness.spans()[-1].attributes["ctxguard.budget.history_available"] == 900
+
+
 def test_reasoning_is_not_reserved_twice(harness, client):
     harness.start(mode="observe", policy=Policy(budget=Budget(window=1000)))
     send(client, [SYSTEM, USER], model="o3", max_completion_tokens=900, reasoning_effort="high")

@@ -279,6 +279,16 @@ async def test_asyncio_tasks_sharing_an_operator_cache(harness, llm, keyed_by_op
     assert (sum(expected.values()) > 0) == keyed_by_operator
 
 
+def test_another_conversations_fact_is_listed_as_leaked_on_the_span(harness, llm, client):
+    harness.start(mode="observe")
+    with ctxguard.conversation("a"):
+        ctxguard.record_fact("account", "4417-2231-9902")
+    with ctxguard.conversation("b"):
+        ask(client, "my account is 4417-2231-9902")
+    assert failed(harness) == ["fact_scoped"]
+    assert list(last(harness)["ctxguard.facts.leaked"]) == ["account@foreign"]
+
+
 def test_common_values_shared_by_two_customers_are_not_leaks(harness, llm, client):
     harness.start(mode="observe")
     with ctxguard.conversation("a"):
@@ -393,6 +403,7 @@ def test_values_too_short_are_skipped_never_flagged(harness, llm, client):
         ask(client, "hello")
     skipped = list(last(harness)["ctxguard.checks.skipped"])
     assert "fact_present: values too short to match reliably: size" in skipped
+    assert list(last(harness)["ctxguard.facts.missing"]) == []  # not judged, so not missing
     with ctxguard.conversation("c"):
         ctxguard.record_fact("fit", "XL")
         ctxguard.forget_fact("fit")

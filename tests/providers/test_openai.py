@@ -32,7 +32,7 @@ def only_span(harness: GuardHarness):
 def test_chat_span_matches_the_body_that_arrived(harness, llm, client):
     harness.start(mode="observe")
     with ctxguard.conversation("order-41"):
-        client.chat.completions.create(model="gpt-4o", messages=HISTORY, max_tokens=300)
+        reply = client.chat.completions.create(model="gpt-4o", messages=HISTORY, max_tokens=300)
     sent = llm.bodies("/chat/completions")[0]
     span = only_span(harness)
     a = span.attributes
@@ -55,7 +55,8 @@ def test_chat_span_matches_the_body_that_arrived(harness, llm, client):
     assert a["gen_ai.response.id"] == "chatcmpl-fake-1"
     assert a["gen_ai.response.model"] == "gpt-4o"
     assert list(a["gen_ai.response.finish_reasons"]) == ["stop"]
-    assert a["gen_ai.usage.input_tokens"] > 0
+    assert a["gen_ai.usage.input_tokens"] == reply.usage.prompt_tokens > 0
+    assert a["gen_ai.usage.output_tokens"] == reply.usage.completion_tokens > 0
     assert list(a["ctxguard.violations"]) == []
     assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 1
 
