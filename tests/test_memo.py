@@ -224,6 +224,25 @@ def test_the_memo_used_last_is_the_one_kept() -> None:
     assert len(memos) == 3 and memos.kept == 3
 
 
+def test_a_memo_dropped_while_its_call_ran_is_not_counted_when_settled() -> None:
+    memos = Memos(max_messages=2)
+    early = memos.get("early")
+    for key in ("b", "c", "d"):  # push "early" out while its call is still running
+        memos.settle(key, memos.get(key))
+    memos.settle("early", early)
+    assert "early" not in memos._memos and memos.kept == 2
+
+
+def test_the_guard_settles_its_memos_within_their_bound(harness, client: openai.OpenAI) -> None:
+    guard = harness.start(mode="observe")
+    guard.memos.max_messages = 50
+    for conversation in range(10):
+        with ctxguard.conversation(f"c{conversation}"):
+            client.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": f"{conversation} {i}"} for i in range(10)])
+    assert 0 < guard.memos.kept <= 50 and len(guard.memos) < 10
+
+
 def test_a_message_redacted_in_place_is_seen_on_the_next_call(harness, llm, client: openai.OpenAI) -> None:
     """The app reuses its message dicts and blanks a deleted value in place: the guard must not
     judge the next call on what the dict said before."""

@@ -95,3 +95,13 @@ def test_metrics_port_listens_on_loopback_only(harness):
     assert _listening(port) == ["127.0.0.1"]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
         assert b"ctxguard_calls_total" in page.read()
+
+
+def test_the_duration_counts_the_inspection_before_sending(harness, client):
+    """ctxguard's own time includes before(): here a conversation-id callback that takes 30 ms."""
+    import time
+
+    harness.start(mode="observe", conversation_id=lambda kwargs: time.sleep(0.03) or "slow")
+    client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert harness.metric("ctxguard_guard_duration_seconds_sum") >= 0.03
+    assert harness.metric("ctxguard_guard_duration_seconds_count") == 1
