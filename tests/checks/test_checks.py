@@ -38,6 +38,23 @@ def test_system_at_head(harness, client):
     assert event.attributes["check"] == "system_at_head"
 
 
+def test_each_violation_is_one_structured_warning(harness, client, caplog):
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="ctxguard")
+    harness.start(mode="observe", policy=Policy(pinned=Pinned()))
+    with ctxguard.conversation("order-41", tenant="acme"):
+        send(client, [USER, SYSTEM])  # system not at head, no pinned block
+    span = harness.spans()[-1].attributes
+    records = [r for r in caplog.records if r.name == "ctxguard" and r.levelno == logging.WARNING]
+    assert [r.ctxguard["check"] for r in records] == ["system_at_head", "pinned_present"]
+    for r in records:
+        assert r.ctxguard["provider"] == "openai"
+        assert r.ctxguard["conversation_id"] == "order-41"
+        assert r.ctxguard["payload_hash"] == span["ctxguard.payload.hash"]
+        assert r.ctxguard["detail"] and r.ctxguard["detail"] in r.getMessage()
+
+
 def test_system_at_head_can_be_disabled(harness, client):
     harness.start(mode="enforce", policy=Policy(system_at_head=False))
     send(client, [USER])

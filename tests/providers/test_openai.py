@@ -276,3 +276,14 @@ def test_disabled_by_environment(monkeypatch, client):
     monkeypatch.setenv("CTXGUARD_DISABLED", "1")
     assert ctxguard.instrument() is None
     assert Completions.__dict__["create"] is ORIGINALS[(Completions, "create")]
+
+
+def test_per_message_lists_stop_at_128_and_say_so(harness, client):
+    harness.start(mode="observe")
+    for n in (128, 129):
+        messages = [{"role": "user", "content": f"m{i}"} for i in range(n)]
+        client.chat.completions.create(model="gpt-4o", messages=messages)
+        a = harness.spans()[-1].attributes
+        assert a["ctxguard.payload.messages"] == n
+        assert len(a["ctxguard.message.roles"]) == len(a["ctxguard.message.hashes"]) == 128
+        assert a.get("ctxguard.message.truncated", False) is (n > 128)
