@@ -95,6 +95,16 @@ def test_thinking_is_drawn_from_max_tokens_and_reply_room_is_reported(harness, l
     assert a["ctxguard.budget.reply_room_low"] is True
 
 
+@pytest.mark.parametrize(("thinking", "low"), [(3000, False), (3001, True)])
+def test_reply_room_is_low_under_a_quarter_of_max_tokens(harness, llm, claude, thinking, low):
+    harness.start(mode="observe")
+    claude.messages.create(model="claude-sonnet-4-20250514", max_tokens=4000, system=SYSTEM, messages=MESSAGES,
+                           thinking={"type": "enabled", "budget_tokens": thinking})
+    a = only(harness).attributes
+    assert a["ctxguard.budget.reply_room"] == 4000 - thinking
+    assert a["ctxguard.budget.reply_room_low"] is low
+
+
 def test_stream_true_output_identical_to_uninstrumented(harness, llm, claude):
     kwargs = dict(model="claude-sonnet-4-20250514", max_tokens=100, system=SYSTEM, messages=MESSAGES, stream=True)
     llm.script("parcel in Pune")
