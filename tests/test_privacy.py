@@ -79,8 +79,9 @@ def export_spans(client, *, capture_content: bool) -> tuple[str, ExportTraceServ
     return raw.decode("latin-1"), request, generate_latest(registry).decode()
 
 
-def test_canary_absent_from_exported_spans_logs_and_metrics(client, caplog):
+def test_canary_absent_from_exported_spans_logs_and_metrics(llm, client, caplog):
     caplog.set_level(logging.DEBUG, logger="ctxguard")
+    llm.script(f"Noted, {CANARY}.", f"Again, ANSWER-{CANARY}.")  # the model's answers carry it too
     raw, request, metrics = export_spans(client, capture_content=False)
     spans = [s for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
     assert len(spans) == 2
@@ -97,7 +98,9 @@ def test_canary_absent_from_exported_spans_logs_and_metrics(client, caplog):
         assert CANARY not in repr(record.__dict__)
 
 
-def test_capture_content_opt_in_puts_content_on_spans(client):
+def test_capture_content_opt_in_puts_content_on_spans(llm, client):
+    llm.script("Noted.", f"Again, ANSWER-{CANARY}.")
     raw, _, metrics = export_spans(client, capture_content=True)
     assert CANARY in raw  # positive control: the canary is findable when it is there
+    assert f"ANSWER-{CANARY}" in raw  # and in the answer
     assert CANARY not in metrics
