@@ -7,9 +7,11 @@ import sys
 import textwrap
 
 import openai
+import openai._base_client as _openai_base
 import pytest
 from openai.resources.chat.completions.completions import AsyncCompletions, Completions
 from openai.resources.responses.responses import AsyncResponses, Responses
+from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 from pydantic import BaseModel
 
@@ -287,3 +289,30 @@ def test_per_message_lists_stop_at_128_and_say_so(harness, client):
         assert a["ctxguard.payload.messages"] == n
         assert len(a["ctxguard.message.roles"]) == len(a["ctxguard.message.hashes"]) == 128
         assert a.get("ctxguard.message.truncated", False) is (n > 128)
+
+
+def test_the_span_is_current_while_sending_and_the_apps_span_is_current_again_after(harness, llm):
+    """HTTP-level spans nest under ctxguard's; once the call returns (or raises, or hands back a
+    stream) the app's own span is current again, as it was before."""
+    http = getattr(_openai_base, "httpx2", None) or _openai_base.httpx
+    harness.start(mode="observe")
+    during: list[trace.Span] = []
+    hooks = {"request": [lambda request: during.append(trace.get_current_span())]}
+    app = harness.tracer_provider.get_tracer("app")
+    llm.script("one", Reply(status=429, text="slow down"), "three")
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0,
+                       http_client=http.Client(event_hooks=hooks)) as client, \
+            app.start_as_current_span("app request") as outer:
+        client.chat.completions.create(model="gpt-4o", messages=HISTORY)
+        assert trace.get_current_span() is outer
+        with pytest.raises(openai.RateLimitError):
+            client.chat.completions.create(model="gpt-4o", messages=HISTORY)
+        assert trace.get_current_span() is outer
+        stream = client.chat.completions.create(model="gpt-4o", messages=HISTORY, stream=True)
+        assert trace.get_current_span() is outer
+        for _ in stream:
+            assert trace.get_current_span() is outer
+        assert trace.get_current_span() is outer
+    ours = [s for s in harness.spans() if s.name == "chat gpt-4o"]
+    assert [s.context.span_id for s in during] == [s.context.span_id for s in ours]
+    assert all(s.parent is not None and s.parent.span_id == outer.get_span_context().span_id for s in ours)
