@@ -33,6 +33,10 @@ def answer(client, **kwargs):
     return reply.choices[0].message.content, reply.usage.prompt_tokens, reply.model
 
 
+def judging_the_answer(mp):  # a check that runs after sending: the checks before it still enforce
+    mp.setattr("ctxguard.guard.Call._judge_answer", boom)
+
+
 FAULTS = [
     ("normalise", lambda mp: mp.setattr(openai_provider.OpenAIAdapter, "normalise", boom)),
     ("digest", lambda mp: mp.setattr(Measurer, "measure", boom)),
@@ -42,6 +46,8 @@ FAULTS = [
     ("response", lambda mp: mp.setattr(openai_provider.OpenAIAdapter, "read_response", boom)),
     ("response", lambda mp: mp.setattr(WireDigests, "digest", boom)),  # judging the body on the wire
     ("tokens", lambda mp: mp.setattr(Calibration, "observe", boom)),
+    ("checks", judging_the_answer),
+    ("telemetry", lambda mp: mp.setattr("ctxguard.guard._reply_attributes", boom)),  # ending the span
 ]
 
 
@@ -55,7 +61,7 @@ def test_fault_in_stage_leaves_the_call_unchanged(harness, llm, client, internal
     inject(monkeypatch)
     llm.script("same answer")
     with ctxguard.conversation("c"):
-        if where in ("checks", "normalise", "digest"):
+        if where in ("checks", "normalise", "digest") and inject is not judging_the_answer:
             assert answer(client) == expected  # no verdict, so nothing to enforce
         elif mode == "enforce":
             with pytest.raises(ctxguard.ContextViolation):
