@@ -12,6 +12,7 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+import ctxguard
 from ctxguard.checks import CHECK_NAMES
 from ctxguard.telemetry.metrics import _PINNED_BUCKETS, _RATIO_BUCKETS, Metrics
 from tests.conftest import race
@@ -105,3 +106,19 @@ def test_the_duration_counts_the_inspection_before_sending(harness, client):
     client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
     assert harness.metric("ctxguard_guard_duration_seconds_sum") >= 0.03
     assert harness.metric("ctxguard_guard_duration_seconds_count") == 1
+
+
+def test_every_completed_call_counts_one_outcome_per_check(harness, client):
+    """pass + fail + skip of every check equals the calls made: dashboards divide by it."""
+    harness.start(mode="observe")
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    client.chat.completions.create(model="gpt-4o", messages=messages)
+    with ctxguard.conversation("c"):
+        client.chat.completions.create(model="gpt-4o", messages=messages)
+        client.chat.completions.create(model="gpt-4o", messages=messages[1:])  # a violation
+        for _ in client.chat.completions.create(model="gpt-4o", messages=messages, stream=True):
+            pass
+        client.responses.create(model="gpt-4o", instructions="Be brief.", input="hi")
+    for check in CHECK_NAMES:
+        counted = sum(harness.metric("ctxguard_checks_total", check=check, outcome=o) for o in ("pass", "fail", "skip"))
+        assert counted == 5, check
