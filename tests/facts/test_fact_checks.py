@@ -146,6 +146,26 @@ def test_stale_value_only_in_the_answer(harness, llm, client, answer):
         assert harness.metric("ctxguard_checks_total", check="answer_consistent", outcome="pass") == 1
 
 
+def test_an_answer_judged_late_is_logged_and_keeps_the_first_divergence(harness, llm, client, caplog):
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="ctxguard")
+    harness.start(mode="observe")
+    llm.script("It ships to Mumbai.")
+    with ctxguard.conversation("order-48"):
+        ctxguard.record_fact("shipping_city", "Mumbai")
+        ctxguard.record_fact("shipping_city", "Pune")
+        ctxguard.record_fact("phone", "+91 98200 12345")
+        ctxguard.forget_fact("phone")
+        ask(client, "deliver to Pune, call +91 98200 12345")
+    assert failed(harness) == ["fact_forgotten", "answer_consistent"]
+    a = last(harness)
+    assert (a["ctxguard.divergence.stage"], a["ctxguard.divergence.fact"]) == ("payload", "phone")
+    logged = [r.ctxguard for r in caplog.records if r.name == "ctxguard" and r.levelno == logging.WARNING]
+    assert [(r["check"], r["conversation_id"], r["stage"]) for r in logged] == [
+        ("fact_forgotten", "order-48", "payload"), ("answer_consistent", "order-48", "answer")]
+
+
 def test_stale_value_in_a_streamed_answer(harness, llm, client):
     harness.start(mode="observe")
     llm.script("It ships to Mumbai.")
