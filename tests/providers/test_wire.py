@@ -10,6 +10,7 @@ import openai._base_client as _openai_base
 
 import ctxguard
 from ctxguard.digest import Digester
+from ctxguard.testing import Reply
 from tests.conftest import KEY, replace_body
 
 # The HTTP library this openai release is built on (httpx2 for 3.x, httpx for 1.x).
@@ -203,3 +204,13 @@ def test_a_stream_the_app_abandons_still_counts_its_wire_verdict(harness, llm, c
     assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
     assert harness.metric("ctxguard_checks_total", check="answer_consistent", outcome="skip") == 0  # not ended
     stream.close()  # never iterated
+
+
+def test_a_retried_request_is_judged_on_the_wire_once(harness, llm):
+    harness.start(mode="observe")
+    llm.script(Reply(status=429, text="slow down"), "ok")  # the SDK waits ~0.5 s, then retries
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=1) as client:
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, USER])
+    assert len(llm.requests) == 2  # sent twice, one call
+    assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
+    assert harness.spans()[-1].attributes["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[0].body)
