@@ -113,6 +113,22 @@ def test_content_parts_images_become_references(harness, llm, client):
     assert "A" * 100 not in str(dict(a))
 
 
+def test_an_image_part_is_charged_a_flat_count_and_a_name_nothing(harness, llm, client):
+    """Each call on its own model, so no calibration from an earlier answer moves the counts."""
+    from ctxguard.tokens import NON_TEXT_PART
+
+    harness.start(mode="observe")
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/parcel.png"}}
+    question = {"type": "text", "text": "what is this?"}
+    for model, user in [("gpt-4o", {"role": "user", "content": [question]}),
+                        ("gpt-4o-mini", {"role": "user", "content": [question, image]}),
+                        ("gpt-4.1", {"role": "user", "content": [question, image, image]}),
+                        ("gpt-4.1-mini", {"role": "user", "content": [question], "name": "alice"})]:
+        client.chat.completions.create(model=model, messages=[SYSTEM, user])
+    tokens = [s.attributes["ctxguard.payload.tokens"] for s in harness.spans()]
+    assert [t - tokens[0] for t in tokens] == [0, NON_TEXT_PART, 2 * NON_TEXT_PART, 0]
+
+
 def test_non_list_responses_input(harness, llm, client):
     harness.start(mode="observe")
     client.responses.create(model="gpt-4o", instructions="sys", input=[
