@@ -155,3 +155,52 @@ def test_a_message_nested_deeper_than_python_can_copy(harness, llm, client):
     assert not llm.requests
     a = harness.spans()[-1].attributes
     assert a["ctxguard.payload.messages"] == 2 and a["error.type"] == "RecursionError"
+
+
+
+PARTS = {  # a part made from a value, by the field that carries it
+    "image_url url": ("chat", lambda v: {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{v}"}}),
+    "input_audio data": ("chat", lambda v: {"type": "input_audio", "input_audio": {"data": v, "format": "wav"}}),
+    "file file_id": ("chat", lambda v: {"type": "file", "file": {"file_id": f"file-{v}"}}),
+    "file file_data": ("chat", lambda v: {"type": "file", "file": {"file_data": v}}),
+    "input_image image_url": ("responses", lambda v: {"type": "input_image", "image_url": f"https://img/{v}.png"}),
+    "input_image file_id": ("responses", lambda v: {"type": "input_image", "file_id": f"file-{v}"}),
+    "input_file file_id": ("responses", lambda v: {"type": "input_file", "file_id": f"file-{v}"}),
+    "input_file file_url": ("responses", lambda v: {"type": "input_file", "file_url": f"https://f/{v}"}),
+    "input_file file_data": ("responses", lambda v: {"type": "input_file", "file_data": v}),
+}
+
+
+def _send(client, api: str, model: str, content: list[dict[str, object]]) -> None:
+    if api == "chat":
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": content}])
+    else:
+        client.responses.create(model=model, input=[{"role": "user", "content": content}])
+
+
+@pytest.mark.parametrize("name", list(PARTS))
+def test_every_non_text_part_is_a_reference_that_tells_parts_apart(harness, llm, client, name):
+    """Its digest changes with the part it stands for, it is charged the flat count, its bytes go nowhere."""
+    from ctxguard.tokens import NON_TEXT_PART
+
+    api, make = PARTS[name]
+    harness.start(mode="observe")
+    text = {"type": "text" if api == "chat" else "input_text", "text": "what is this?"}
+    for i, content in enumerate([[text], [text, make("QUFB")], [text, make("QUFB")], [text, make("QkJC")]]):
+        _send(client, api, f"model-{i}", content)  # a model of its own: no calibration from an earlier answer
+    spans = [s.attributes for s in harness.spans()]
+    digests = [a["ctxguard.message.hashes"][-1] for a in spans]
+    assert digests[1] == digests[2] and len({digests[0], digests[1], digests[3]}) == 3
+    base = spans[0]["ctxguard.payload.tokens"]
+    assert [a["ctxguard.payload.tokens"] - base for a in spans[1:]] == [NON_TEXT_PART] * 3
+    assert not any(secret in str(dict(a)) for a in spans for secret in ("QUFB", "QkJC"))
+
+
+def test_a_part_of_a_type_not_known_yet_is_told_apart_and_not_charged(harness, llm, client):
+    harness.start(mode="observe")
+    text = {"type": "text", "text": "what is this?"}
+    for i, content in enumerate([[text], [text, {"type": "hologram", "hologram": {"id": "h-1"}}]]):
+        _send(client, "chat", f"model-{i}", content)
+    plain, other = (s.attributes for s in harness.spans())
+    assert plain["ctxguard.message.hashes"][-1] != other["ctxguard.message.hashes"][-1]
+    assert plain["ctxguard.payload.tokens"] == other["ctxguard.payload.tokens"]
