@@ -204,3 +204,64 @@ def test_a_part_of_a_type_not_known_yet_is_told_apart_and_not_charged(harness, l
     plain, other = (s.attributes for s in harness.spans())
     assert plain["ctxguard.message.hashes"][-1] != other["ctxguard.message.hashes"][-1]
     assert plain["ctxguard.payload.tokens"] == other["ctxguard.payload.tokens"]
+
+
+def _call(name: str = "track", arguments: str = '{"order": "A-1041"}', call_id: str = "call_1") -> dict[str, object]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+CHAT_VARIANTS = [  # each differs from the first in one thing a reader could overlook
+    {"role": "assistant", "content": None, "tool_calls": [_call()]},
+    {"role": "assistant", "content": None, "tool_calls": [_call(name="cancel")]},
+    {"role": "assistant", "content": None, "tool_calls": [_call(arguments='{"order": "A-1042"}')]},
+    {"role": "assistant", "content": None, "tool_calls": [_call(call_id="call_2")]},
+    {"role": "assistant", "content": None, "function_call": {"name": "track", "arguments": '{"order": "A-1041"}'}},
+    {"role": "assistant", "content": None, "function_call": {"name": "track", "arguments": '{"order": "B-7"}'}},
+    {"role": "tool", "tool_call_id": "call_1", "content": "in transit"},
+    {"role": "tool", "tool_call_id": "call_2", "content": "in transit"},
+    {"role": "user", "name": "alice", "content": "in transit"},
+    {"role": "user", "name": "bob", "content": "in transit"},
+]
+
+RESPONSES_VARIANTS = [
+    {"type": "function_call", "call_id": "c1", "name": "track", "arguments": '{"order": "A-1041"}'},
+    {"type": "function_call", "call_id": "c1", "name": "track", "arguments": '{"order": "A-1042"}'},
+    {"type": "function_call", "call_id": "c2", "name": "track", "arguments": '{"order": "A-1041"}'},
+    {"type": "function_call", "call_id": "c1", "name": "cancel", "arguments": '{"order": "A-1041"}'},
+    {"type": "function_call_output", "call_id": "c1", "output": "in transit"},
+    {"type": "function_call_output", "call_id": "c1", "output": "delivered"},
+    {"type": "custom_tool_call_output", "call_id": "c1", "output": "in transit"},
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "check the order"}]},
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "check the refund"}]},
+    {"role": "user", "content": "in transit"},
+    {"role": "user", "content": [{"type": "input_text", "text": "delivered"}]},
+]
+
+
+def test_tool_calls_and_results_are_told_apart_by_every_field(harness, llm, client):
+    """Digests are what evictions, diffs and the wire are judged on: a changed argument, call id,
+    tool name or result is another message; the same message is the same digest."""
+    harness.start(mode="observe")
+    user = {"role": "user", "content": "where is A-1041?"}
+    for variant in [*CHAT_VARIANTS, CHAT_VARIANTS[0]]:
+        client.chat.completions.create(model="gpt-4o", messages=[user, variant])
+    for variant in [*RESPONSES_VARIANTS, RESPONSES_VARIANTS[0]]:
+        client.responses.create(model="gpt-4o", input=[user, variant])
+    digests = [s.attributes["ctxguard.message.hashes"][-1] for s in harness.spans()]
+    chat, responses = digests[: len(CHAT_VARIANTS) + 1], digests[len(CHAT_VARIANTS) + 1 :]
+    assert len(set(chat)) == len(CHAT_VARIANTS) and chat[-1] == chat[0]
+    assert len(set(responses)) == len(RESPONSES_VARIANTS) and responses[-1] == responses[0]
+    roles = [s.attributes["ctxguard.message.roles"][-1] for s in harness.spans()][len(CHAT_VARIANTS) + 1 :]
+    assert roles[:9] == ["assistant"] * 4 + ["tool"] * 3 + ["assistant"] * 2
+
+
+def test_a_fact_in_tool_call_arguments_is_sent(harness, llm, client):
+    harness.start(mode="observe")
+    with ctxguard.conversation("tools"):
+        ctxguard.record_fact("order_id", "A-1041")
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "where is it?"},
+                                                                 CHAT_VARIANTS[0]])
+        assert list(harness.spans()[-1].attributes["ctxguard.facts.present"]) == ["order_id@1"]
+        client.responses.create(model="gpt-4o", input=[{"role": "user", "content": "where is it?"},
+                                                      RESPONSES_VARIANTS[0]])
+        assert list(harness.spans()[-1].attributes["ctxguard.facts.present"]) == ["order_id@1"]
