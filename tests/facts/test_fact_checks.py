@@ -166,6 +166,17 @@ def test_an_answer_judged_late_is_logged_and_keeps_the_first_divergence(harness,
         ("fact_forgotten", "order-48", "payload"), ("answer_consistent", "order-48", "answer")]
 
 
+def test_stale_value_in_a_responses_api_answer(harness, llm, client):
+    harness.start(mode="observe")
+    llm.script("It ships to Mumbai.", "It ships to Pune.")
+    with ctxguard.conversation("order-49"):
+        ctxguard.record_fact("shipping_city", "Mumbai")
+        ctxguard.record_fact("shipping_city", "Pune")
+        for _ in range(2):
+            client.responses.create(model="gpt-4o", instructions="You are the order assistant.", input="to Pune")
+    assert [list(s.attributes["ctxguard.violations"]) for s in harness.spans()] == [["answer_consistent"], []]
+
+
 def test_stale_value_in_a_streamed_answer(harness, llm, client):
     harness.start(mode="observe")
     llm.script("It ships to Mumbai.")

@@ -316,3 +316,11 @@ def test_the_span_is_current_while_sending_and_the_apps_span_is_current_again_af
     ours = [s for s in harness.spans() if s.name == "chat gpt-4o"]
     assert [s.context.span_id for s in during] == [s.context.span_id for s in ours]
     assert all(s.parent is not None and s.parent.span_id == outer.get_span_context().span_id for s in ours)
+
+
+def test_empty_responses_instructions_are_no_instruction(harness, llm, client):
+    harness.start(mode="observe")
+    client.responses.create(model="gpt-4o", instructions="", input="hi")
+    a = harness.spans()[-1].attributes
+    assert a["ctxguard.head.role"] == "user"
+    assert list(a["ctxguard.violations"]) == ["system_at_head"]
