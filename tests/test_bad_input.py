@@ -265,3 +265,12 @@ def test_a_fact_in_tool_call_arguments_is_sent(harness, llm, client):
         client.responses.create(model="gpt-4o", input=[{"role": "user", "content": "where is it?"},
                                                       RESPONSES_VARIANTS[0]])
         assert list(harness.spans()[-1].attributes["ctxguard.facts.present"]) == ["order_id@1"]
+
+
+def test_an_empty_role_reads_as_other_and_a_boolean_is_no_token_limit(harness, llm, client):
+    harness.start(mode="observe")
+    client.chat.completions.create(model="gpt-4o", max_tokens=True,  # type: ignore[arg-type]
+                                   messages=[{"role": "", "content": "x"}, {"role": "user", "content": "hi"}])
+    a = harness.spans()[-1].attributes
+    assert list(a["ctxguard.message.roles"]) == ["other", "user"]
+    assert "gen_ai.request.max_tokens" not in a and a["ctxguard.budget.reserved_output"] == 0
