@@ -27,6 +27,12 @@ def failed(harness) -> list[str]:
     return list(last(harness)["ctxguard.violations"])
 
 
+def moved_to_pune() -> None:
+    """The customer corrected the delivery city: Mumbai (v1) is stale, Pune (v2) active."""
+    ctxguard.record_fact("shipping_city", "Mumbai")
+    ctxguard.record_fact("shipping_city", "Pune")
+
+
 # -- correction lost by a selector -------------------------------------------------
 
 def select_buggy(history: list[str]) -> list[str]:
@@ -65,8 +71,7 @@ def test_correction_lost_by_the_selector(harness, llm, client, corrected, select
 def test_enforce_message_names_fact_stage_and_values(harness, llm, client):
     harness.start(mode="enforce")
     with ctxguard.conversation("order-41"), pytest.raises(ctxguard.ContextViolation) as info:
-        ctxguard.record_fact("shipping_city", "Mumbai")
-        ctxguard.record_fact("shipping_city", "Pune")
+        moved_to_pune()
         ctxguard.checkpoint("selection", ["deliver to Mumbai"])
         ask(client, "deliver to Mumbai")
     assert "shipping_city diverged at selection: expected 'Pune' (v2), selected 'Mumbai' (v1)" in str(info.value)
@@ -78,8 +83,7 @@ def test_enforce_messages_name_the_value_sent_when_no_stage_was_recorded(harness
     """Without checkpoints the divergence is seen at the payload: the message names what was sent."""
     harness.start(mode="enforce")
     with ctxguard.conversation("order-43"), pytest.raises(ctxguard.ContextViolation) as info:
-        ctxguard.record_fact("shipping_city", "Mumbai")
-        ctxguard.record_fact("shipping_city", "Pune")
+        moved_to_pune()
         ctxguard.record_fact("phone", "+91 98200 12345")
         ctxguard.forget_fact("phone")
         ask(client, "deliver to Mumbai, call +91 98200 12345")
@@ -99,8 +103,7 @@ def test_a_correction_sent_next_to_the_old_value_is_current(harness, llm, client
     harness.start(mode="observe")
     llm.script("Changed: it now ships to Pune, not Mumbai.")
     with ctxguard.conversation("order-46"):
-        ctxguard.record_fact("shipping_city", "Mumbai")
-        ctxguard.record_fact("shipping_city", "Pune")
+        moved_to_pune()
         ask(client, "Please change the delivery from Mumbai to Pune.")
     assert failed(harness) == []
     assert harness.metric("ctxguard_checks_total", check="fact_current", outcome="pass") == 1
@@ -133,8 +136,7 @@ def test_stale_value_only_in_the_answer(harness, llm, client, answer):
     harness.start(mode="observe")
     llm.script(answer)
     with ctxguard.conversation("order-41"):
-        ctxguard.record_fact("shipping_city", "Mumbai")
-        ctxguard.record_fact("shipping_city", "Pune")
+        moved_to_pune()
         ask(client, "deliver to Pune please")
     a = last(harness)
     if "Mumbai" in answer:
@@ -153,8 +155,7 @@ def test_an_answer_judged_late_is_logged_and_keeps_the_first_divergence(harness,
     harness.start(mode="observe")
     llm.script("It ships to Mumbai.")
     with ctxguard.conversation("order-48"):
-        ctxguard.record_fact("shipping_city", "Mumbai")
-        ctxguard.record_fact("shipping_city", "Pune")
+        moved_to_pune()
         ctxguard.record_fact("phone", "+91 98200 12345")
         ctxguard.forget_fact("phone")
         ask(client, "deliver to Pune, call +91 98200 12345")
@@ -170,8 +171,7 @@ def test_stale_value_in_a_responses_api_answer(harness, llm, client):
     harness.start(mode="observe")
     llm.script("It ships to Mumbai.", "It ships to Pune.")
     with ctxguard.conversation("order-49"):
-        ctxguard.record_fact("shipping_city", "Mumbai")
-        ctxguard.record_fact("shipping_city", "Pune")
+        moved_to_pune()
         for _ in range(2):
             client.responses.create(model="gpt-4o", instructions="You are the order assistant.", input="to Pune")
     assert [list(s.attributes["ctxguard.violations"]) for s in harness.spans()] == [["answer_consistent"], []]
@@ -181,8 +181,7 @@ def test_stale_value_in_a_streamed_answer(harness, llm, client):
     harness.start(mode="observe")
     llm.script("It ships to Mumbai.")
     with ctxguard.conversation("order-41"):
-        ctxguard.record_fact("shipping_city", "Mumbai")
-        ctxguard.record_fact("shipping_city", "Pune")
+        moved_to_pune()
         stream = client.chat.completions.create(
             model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": "to Pune"}], stream=True
         )
@@ -310,23 +309,18 @@ async def test_asyncio_tasks_sharing_an_operator_cache(harness, llm, keyed_by_op
     assert (sum(expected.values()) > 0) == keyed_by_operator
 
 
-def test_another_conversations_fact_is_listed_as_leaked_on_the_span(harness, llm, client):
+@pytest.mark.parametrize(("fact", "value", "text", "leaked"), [
+    ("account", "4417-2231-9902", "my account is 4417-2231-9902", ["account@foreign"]),
+    ("shipping_city", "Pune", "I also live in Pune", []),  # a common value two customers share: no leak
+])
+def test_another_conversations_fact_in_this_payload(harness, llm, client, fact, value, text, leaked):
     harness.start(mode="observe")
     with ctxguard.conversation("a"):
-        ctxguard.record_fact("account", "4417-2231-9902")
+        ctxguard.record_fact(fact, value)
     with ctxguard.conversation("b"):
-        ask(client, "my account is 4417-2231-9902")
-    assert failed(harness) == ["fact_scoped"]
-    assert list(last(harness)["ctxguard.facts.leaked"]) == ["account@foreign"]
-
-
-def test_common_values_shared_by_two_customers_are_not_leaks(harness, llm, client):
-    harness.start(mode="observe")
-    with ctxguard.conversation("a"):
-        ctxguard.record_fact("shipping_city", "Pune")
-    with ctxguard.conversation("b"):
-        ask(client, "I also live in Pune")
-    assert failed(harness) == []
+        ask(client, text)
+    assert failed(harness) == (["fact_scoped"] if leaked else [])
+    assert list(last(harness).get("ctxguard.facts.leaked", ())) == leaked
 
 
 # -- the three trimming bugs ----------------------------------------------------------
