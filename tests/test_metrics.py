@@ -8,7 +8,10 @@ included.
 
 from __future__ import annotations
 
+import time
+
 import prometheus_client
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -98,12 +101,35 @@ def test_metrics_port_listens_on_loopback_only(harness):
         assert b"ctxguard_calls_total" in page.read()
 
 
-def test_the_duration_counts_the_inspection_before_sending(harness, client):
-    """ctxguard's own time includes before(): here a conversation-id callback that takes 30 ms."""
-    import time
+def _slowed(cls: type, name: str, monkeypatch) -> None:
+    original = getattr(cls, name)
 
-    harness.start(mode="observe", conversation_id=lambda kwargs: time.sleep(0.03) or "slow")
-    client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(0.03)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(cls, name, slow)
+
+
+@pytest.mark.parametrize("stage", ["before sending", "the wire", "the response", "stream chunks"])
+def test_the_duration_counts_ctxguards_time_at_every_stage(harness, client, monkeypatch, stage):
+    """Each stage of ctxguard's own work, slowed by 30 ms, shows in its duration histogram."""
+    from ctxguard.providers import openai as openai_provider
+    from ctxguard.wiredigest import WireDigests
+
+    slowed = {"the wire": (WireDigests, "digest"), "the response": (openai_provider.OpenAIAdapter, "read_response"),
+              "stream chunks": (openai_provider._ChatStream, "feed")}
+    if stage == "before sending":
+        harness.start(mode="observe", conversation_id=lambda kwargs: time.sleep(0.03) or "slow")
+    else:
+        harness.start(mode="observe")
+        _slowed(*slowed[stage], monkeypatch)
+    messages = [{"role": "user", "content": "hi"}]
+    if stage == "stream chunks":
+        for _ in client.chat.completions.create(model="gpt-4o", messages=messages, stream=True):
+            pass
+    else:
+        client.chat.completions.create(model="gpt-4o", messages=messages)
     assert harness.metric("ctxguard_guard_duration_seconds_sum") >= 0.03
     assert harness.metric("ctxguard_guard_duration_seconds_count") == 1
 
