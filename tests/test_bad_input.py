@@ -10,6 +10,7 @@ from openai.types.chat import ChatCompletionMessage
 
 import ctxguard
 from ctxguard import Pinned, Policy
+from ctxguard.tokens import NON_TEXT_PART
 
 SYSTEM = {"role": "system", "content": "sys"}
 
@@ -115,8 +116,6 @@ def test_content_parts_images_become_references(harness, llm, client):
 
 def test_an_image_part_is_charged_a_flat_count_and_a_name_nothing(harness, llm, client):
     """Each call on its own model, so no calibration from an earlier answer moves the counts."""
-    from ctxguard.tokens import NON_TEXT_PART
-
     harness.start(mode="observe")
     image = {"type": "image_url", "image_url": {"url": "https://example.com/parcel.png"}}
     question = {"type": "text", "text": "what is this?"}
@@ -181,8 +180,6 @@ def _send(client, api: str, model: str, content: list[dict[str, object]]) -> Non
 @pytest.mark.parametrize("name", list(PARTS))
 def test_every_non_text_part_is_a_reference_that_tells_parts_apart(harness, llm, client, name):
     """Its digest changes with the part it stands for, it is charged the flat count, its bytes go nowhere."""
-    from ctxguard.tokens import NON_TEXT_PART
-
     api, make = PARTS[name]
     harness.start(mode="observe")
     text = {"type": "text" if api == "chat" else "input_text", "text": "what is this?"}

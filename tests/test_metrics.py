@@ -17,7 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import ctxguard
 from ctxguard.checks import CHECK_NAMES
+from ctxguard.providers import openai as openai_provider
 from ctxguard.telemetry.metrics import _PINNED_BUCKETS, _RATIO_BUCKETS, Metrics
+from ctxguard.wiredigest import WireDigests
 from tests.conftest import race
 
 
@@ -114,9 +116,6 @@ def _slowed(cls: type, name: str, monkeypatch) -> None:
 @pytest.mark.parametrize("stage", ["before sending", "the wire", "the response", "stream chunks"])
 def test_the_duration_counts_ctxguards_time_at_every_stage(harness, client, monkeypatch, stage):
     """Each stage of ctxguard's own work, slowed by 30 ms, shows in its duration histogram."""
-    from ctxguard.providers import openai as openai_provider
-    from ctxguard.wiredigest import WireDigests
-
     slowed = {"the wire": (WireDigests, "digest"), "the response": (openai_provider.OpenAIAdapter, "read_response"),
               "stream chunks": (openai_provider._ChatStream, "feed")}
     if stage == "before sending":

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 import ctxguard
 from ctxguard import Budget, Pinned, Policy, budget_for, render_pinned
+from ctxguard import budget as budget_mod
 from ctxguard.budget import window_for
 from ctxguard.checks import CHECK_NAMES
 from ctxguard.config import Config
@@ -38,26 +39,21 @@ def test_budget_for_is_the_equation():
 
 
 def test_budget_evaluate_derives_the_missing_terms_from_the_request():
-    from ctxguard.budget import evaluate
+    def judge(budget: Budget, model: str | None = "m", input_tokens: int = 100, max_output_tokens: int | None = None):
+        ev = budget_mod.evaluate(budget, model=model, input_tokens=input_tokens, system_tokens=10, tools_tokens=5,
+                                 max_output_tokens=max_output_tokens)
+        assert not isinstance(ev, str), ev
+        return ev
 
-    ev = evaluate(Budget(window=1000), model="m", input_tokens=100, system_tokens=10, tools_tokens=5,
-                  max_output_tokens=None)
-    assert not isinstance(ev, str)
+    ev = judge(Budget(window=1000))
     assert (ev.breakdown.model, ev.breakdown.reserved_output, ev.history, ev.headroom) == ("m", 0, 85, 900)
-    short = evaluate(Budget(window=1000), model=None, input_tokens=10, system_tokens=10, tools_tokens=5,
-                     max_output_tokens=50)
-    assert not isinstance(short, str)
+    short = judge(Budget(window=1000), model=None, input_tokens=10, max_output_tokens=50)
     assert (short.breakdown.model, short.history, short.headroom) == ("", 0, 940)  # history never below 0
-    assert evaluate(Budget(window=0), model="m", input_tokens=1, system_tokens=0, tools_tokens=0,
-                    max_output_tokens=None) == "window must be positive"
-    assert not isinstance(evaluate(Budget(window=1), model="m", input_tokens=1, system_tokens=0, tools_tokens=0,
-                                   max_output_tokens=None), str)
-    at_cap = evaluate(Budget(window=1000, history_max=85), model="m", input_tokens=100, system_tokens=10,
-                      tools_tokens=5, max_output_tokens=None)
-    assert not isinstance(at_cap, str) and not at_cap.over_history_max
-    over = evaluate(Budget(window=1000, history_max=84), model="m", input_tokens=100, system_tokens=10,
-                    tools_tokens=5, max_output_tokens=None)
-    assert not isinstance(over, str) and over.over_history_max
+    assert budget_mod.evaluate(Budget(window=0), model="m", input_tokens=1, system_tokens=0, tools_tokens=0,
+                               max_output_tokens=None) == "window must be positive"
+    judge(Budget(window=1))  # the smallest window is judged
+    assert not judge(Budget(window=1000, history_max=85)).over_history_max  # history exactly at the cap
+    assert judge(Budget(window=1000, history_max=84)).over_history_max
 
 
 @pytest.mark.parametrize(("model", "window"), [

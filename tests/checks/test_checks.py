@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 import ctxguard
 from ctxguard import Budget, Pinned, Policy, render_pinned
+from ctxguard.digest import Digester
+from tests.conftest import KEY
 
 SYSTEM = {"role": "system", "content": "You are the order assistant."}
 USER = {"role": "user", "content": "where is my parcel?"}
@@ -39,8 +43,6 @@ def test_system_at_head(harness, client):
 
 
 def test_each_violation_is_one_structured_warning(harness, client, caplog):
-    import logging
-
     caplog.set_level(logging.WARNING, logger="ctxguard")
     harness.start(mode="observe", policy=Policy(pinned=Pinned()))
     with ctxguard.conversation("order-41", tenant="acme"):
@@ -128,9 +130,6 @@ def test_pinned_capped_boundary_is_inclusive(harness, client):
 
 
 def test_a_hand_made_block_runs_from_its_marker_line_to_the_next_blank_line(harness, client):
-    from ctxguard.digest import Digester
-    from tests.conftest import KEY
-
     harness.start(mode="observe", policy=Policy(pinned=Pinned(marker="Pinned facts", max_tokens=400)))
     block = "Pinned facts:\n- city: Pune\n- order: A-1041"
     send(client, [{"role": "system", "content": f"You are terse.\n{block}\n\nBe kind."}, USER])
