@@ -216,7 +216,7 @@ def main() -> int:
                     import fused_inspection  # imports this module: only when asked for
 
                     fused = fused_inspection.Fused(guard)
-                    instruction = json.dumps(kwargs["messages"][0]["content"])[1:-1].encode()
+                    instruction = fused_inspection.instruction_of(kwargs)
                     fused_call = wrapt.FunctionWrapper(
                         original,
                         replay(outputs, tracer, fused_spent, partial(fused.call, body=body, instruction=instruction)),

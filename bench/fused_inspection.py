@@ -63,6 +63,11 @@ WINDOW = 128_000
 FACT_CHECKS = ("fact_present", "fact_current", "fact_forgotten", "fact_scoped")
 
 
+def instruction_of(kwargs: dict[str, Any]) -> bytes:
+    """The first message's text as the SDK's JSON body carries it (the needle the wire search looks for)."""
+    return json.dumps(kwargs["messages"][0]["content"])[1:-1].encode()
+
+
 class State:
     """One conversation's previous call, as the fused path keeps it."""
 
@@ -209,7 +214,7 @@ def main() -> None:
     pinned = ctxguard.render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
     kwargs = {"model": ov.MODEL, "messages": [ov.system_message(pinned), *(ov.message(i) for i in range(1, size))]}
     body = json.dumps(kwargs).encode()
-    instruction = json.dumps(kwargs["messages"][0]["content"])[1:-1].encode()
+    instruction = instruction_of(kwargs)
     http = ov.http_lib.Client(transport=ov.http_lib.MockTransport(ov.handler))
     client = openai.OpenAI(api_key="x", base_url=ov.BASE_URL, max_retries=0, http_client=http)
     original: Any = Completions.create.__wrapped__  # type: ignore[attr-defined]
