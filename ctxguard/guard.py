@@ -40,7 +40,7 @@ from .payload import Payload, Reply
 from .pinned import PinnedBlock, find_block
 from .policy import Policy
 from .providers.base import Adapter, StreamReader
-from .providers.streams import wrap_manager, wrap_stream
+from .providers.streams import http_response_of, tap_response, wrap_manager, wrap_stream
 from .summaries import LOSSY
 from .telemetry import spans as attr
 from .telemetry.log import log_violation
@@ -213,12 +213,14 @@ class Call:
         "api",
         "ctx",
         "diff",
+        "done",
         "elapsed",
         "fact_evictions",
         "guard",
         "late_attrs",
         "late_cells",
         "late_fails",
+        "late_skips",
         "outcomes",
         "payload",
         "request",
@@ -240,10 +242,12 @@ class Call:
         self.scope = scope
         self.started = started
         self.elapsed = 0.0
+        self.done = False
         self.ctx: Context | None = None
         self.diff: Diff | None = None
         self.fact_evictions = 0
         self.late_fails: list[str] = []  # checks judged after sending that failed
+        self.late_skips: list[str] = []  # "check: reason" of checks skipped after sending
         self.late_attrs: dict[str, Any] = {}  # set on the span when it ends (one call, not one per check)
         self.late_cells: list[int] = []  # counted with the call's duration, when it ends
         self.wire_hash: str | None = None
@@ -384,7 +388,7 @@ class Call:
                 a[attr.PREV_HASH] = diff.prev_hash
             a[attr.MESSAGES_ADDED] = diff.added
             a[attr.MESSAGES_DROPPED] = sum(diff.dropped.values())
-            a[attr.EVICTED] = diff.evicted
+            a[attr.EVICTED] = (*diff.evicted, "fact") if self.fact_evictions else diff.evicted
         if ctx is not None:
             if not isinstance(ctx.budget, str):
                 ev = ctx.budget
@@ -415,7 +419,7 @@ class Call:
         with guarded("telemetry"):
             m = self.guard.metrics
             m.add(m.blocked_at[check] for check in dict.fromkeys(v.check for v in self.violations))
-            self._end(error_type=ContextViolation.__name__)
+        self._conclude(None, _perf(), error_type=ContextViolation.__name__, unanswered="not sent (enforce mode)")
         raise ContextViolation(self.violations)
 
     # -- after sending --------------------------------------------------
@@ -438,6 +442,9 @@ class Call:
                         update[attr.OUTPUT_MESSAGES] = attr.content_json([{"role": "assistant", "content": reply.text}])
                 if error_type is not None:
                     update[attr.ERROR_TYPE] = error_type
+                if self.late_skips:
+                    early = [f"{o.check}: {o.reason}" for o in self.outcomes if o.outcome == "skip"]
+                    update[attr.SKIPPED] = (*early, *self.late_skips)
                 if update:
                     attr.set_attributes(span, update)
             if error_type is not None:
@@ -449,7 +456,7 @@ class Call:
 
     def finished(self, result: Any, *, asynchronous: bool = False) -> Any:
         """The SDK returned ``result`` (to an ``async`` call site if ``asynchronous``); returns it
-        (or a transparent stream proxy)."""
+        (the same object, or a transparent stream proxy)."""
         started = _perf()
         try:
             self._detach()
@@ -461,14 +468,26 @@ class Call:
                 proxy = wrap_manager(result, self, final)
                 self.elapsed += _perf() - started
                 return proxy
+        adapter, api = self.adapter, self.api
+        try:
+            http = http_response_of(result)
+            if http is not None:
+                # A stream or a raw response: its body is read as it passes, the object stays the SDK's.
+                self.elapsed += _perf() - started
+                tap_response(http, self, adapter.stream_reader(api), lambda body: adapter.read_response(api, body))
+                return result
+        except Exception as exc:
+            report_internal_error("response", exc)
+            self.answer(None, started)
+            return result
         if self.payload.stream and _is_stream(result):
             with guarded("stream"):
-                reader = self.adapter.stream_reader(self.api)
+                reader = adapter.stream_reader(api)
                 proxy = wrap_stream(result, self, reader, asynchronous=asynchronous)
                 self.elapsed += _perf() - started
                 return proxy
         try:
-            reply = self.adapter.read_response(self.api, result)
+            reply = adapter.read_response(api, result)
         except Exception as exc:
             report_internal_error("response", exc)
             reply = None
@@ -477,45 +496,61 @@ class Call:
 
     def failed(self, exc: BaseException) -> None:
         """The SDK raised; record it. The caller re-raises ``exc`` unchanged."""
-        started = _perf()
-        with guarded("telemetry"):
-            self.elapsed += _perf() - started
-            self._end(error_type=type(exc).__qualname__)
+        self._conclude(None, _perf(), error_type=type(exc).__qualname__, unanswered="the call failed")
 
     def answer(self, reply: Reply | None, started: float | None = None) -> None:
         """The whole answer is known (after the response, or at the end of a stream)."""
-        started = _perf() if started is None else started
+        self._conclude(reply, _perf() if started is None else started)
+
+    def ended_early(self, reply: Reply | None, *, streamed: bool) -> None:
+        """The app closed or dropped the answer before its end: a stream with what it said so
+        far (``ctxguard.stream.abandoned``), a response body unread."""
+        if streamed:
+            self.late_attrs[attr.STREAM_ABANDONED] = True
+        self._conclude(reply, _perf(), unanswered="the stream was abandoned" if streamed else "the answer was not read")
+
+    def _conclude(
+        self, reply: Reply | None, started: float, *, error_type: str | None = None, unanswered: str = "no answer"
+    ) -> None:
+        """End the call, once: every check not judged yet gets its outcome (``unanswered`` says
+        why the answer could not be judged), then the span ends."""
+        if self.done:
+            return
+        self.done = True
         if reply is not None and reply.input_tokens:
             try:
                 self.guard.calibration.observe(self.payload.model, self.payload.raw_tokens, reply.input_tokens)
             except Exception as exc:
                 report_internal_error("tokens", exc)
         try:
-            self._judge_answer(reply)
+            self._judge_answer(reply, unanswered)
             if self.wire_hash is None and self.ctx is not None:
-                # The transport was not observed (a helper that sends later, another HTTP stack):
-                # counted as a skip, so every call still yields one outcome per check.
-                self._late("wire_intact", None, at_end=True)
+                # The transport was not observed (not sent, a helper that sends later, another
+                # HTTP stack): counted as a skip, so every call still yields one outcome per check.
+                why = unanswered if error_type is not None else "the body sent was not observed"
+                self._late("wire_intact", None, at_end=True, reason=why)
         except Exception as exc:
             report_internal_error("checks", exc)
-        if self.request is not None and self.wire_hash is None:
+        if self.request is not None and self.wire_hash is None and error_type is None:
             with guarded("capture"):
                 self._capture(capture_body(self.request))
         try:
             self.elapsed += _perf() - started
-            self._end(reply=reply)
+            self._end(reply=reply, error_type=error_type)
         except Exception as exc:
             report_internal_error("telemetry", exc)
 
-    def _judge_answer(self, reply: Reply | None) -> None:
+    def _judge_answer(self, reply: Reply | None, unanswered: str) -> None:
         """``answer_consistent``: a model-level miss, judged once the answer is known."""
         ctx = self.ctx
         if ctx is None:
             return
         if isinstance(ctx.facts, FactView) and reply is not None and reply.text:
             self._late("answer_consistent", answer_consistent(ctx.facts, normalise(reply.text)), at_end=True)
+        elif not isinstance(ctx.facts, FactView):
+            self._late("answer_consistent", None, at_end=True)  # its reason is the fact checks' (on the span)
         else:
-            self._late("answer_consistent", None, at_end=True)
+            self._late("answer_consistent", None, at_end=True, reason=unanswered if reply is None else "no answer text")
 
     def wire(self, body: object) -> None:
         """The transport is sending ``body`` for this call: judge ``wire_intact`` (once)."""
@@ -549,6 +584,7 @@ class Call:
         extra: dict[str, Any] | None = None,
         *,
         at_end: bool = False,
+        reason: str | None = None,
     ) -> None:
         """Record a check judged after the request left (``None``: skipped). It never blocks:
         the request is already sent; it is counted, logged and put on the span like the others.
@@ -557,6 +593,8 @@ class Call:
         m, provider = self.guard.metrics, self.payload.provider
         outcome = "skip" if violations is None else "fail" if violations else "pass"
         cells = [m.checks_at[(check, outcome)]]
+        if reason is not None and outcome == "skip":
+            self.late_skips.append(f"{check}: {reason}")
         span = self.span
         recording = span is not None and span.is_recording()
         update = self.late_attrs

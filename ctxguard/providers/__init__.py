@@ -24,7 +24,7 @@ from . import anthropic as anthropic_provider
 from . import google_genai as google_provider
 from . import litellm as litellm_provider
 from . import openai as openai_provider
-from . import wire
+from . import streams, wire
 from .base import Adapter
 
 if TYPE_CHECKING:
@@ -34,13 +34,14 @@ __all__ = ["install", "uninstall"]
 
 logger = logging.getLogger("ctxguard")
 
-#: distribution -> (import name, adapter, targets, supported majors). A target is
-#: (module, "Class.method" or "function", api).
-INTEGRATIONS: dict[str, tuple[str, Adapter, tuple[tuple[str, str, str], ...], tuple[int, int]]] = {
-    "openai": ("openai", openai_provider.ADAPTER, openai_provider.TARGETS, openai_provider.SUPPORTED),
-    "anthropic": ("anthropic", anthropic_provider.ADAPTER, anthropic_provider.TARGETS, anthropic_provider.SUPPORTED),
-    "google-genai": ("google.genai", google_provider.ADAPTER, google_provider.TARGETS, google_provider.SUPPORTED),
-    "litellm": ("litellm", litellm_provider.ADAPTER, litellm_provider.TARGETS, litellm_provider.SUPPORTED),
+#: distribution -> (import name, provider module). A provider module declares ``ADAPTER``,
+#: ``TARGETS`` ((module, "Class.method" or "function", api) per call site), ``SUPPORTED``
+#: (majors) and optionally ``HTTP_RESULTS`` (result types holding the HTTP response).
+INTEGRATIONS: dict[str, tuple[str, Any]] = {
+    "openai": ("openai", openai_provider),
+    "anthropic": ("anthropic", anthropic_provider),
+    "google-genai": ("google.genai", google_provider),
+    "litellm": ("litellm", litellm_provider),
 }
 
 _lock = threading.RLock()
@@ -116,7 +117,9 @@ def _major(distribution: str) -> int | None:
 
 
 def _patch(distribution: str) -> None:
-    _, adapter, targets, (low, high) = INTEGRATIONS[distribution]
+    provider = INTEGRATIONS[distribution][1]
+    adapter: Adapter = provider.ADAPTER
+    low, high = provider.SUPPORTED
     major = _major(distribution)
     if major is None or not low <= major <= high:
         logger.warning(
@@ -127,7 +130,12 @@ def _patch(distribution: str) -> None:
             high,
         )
         return
-    for module_name, attribute, api in targets:
+    for module_name, class_name, attribute in getattr(provider, "HTTP_RESULTS", ()):
+        try:
+            streams.HTTP_RESULTS[getattr(importlib.import_module(module_name), class_name)] = attribute
+        except (ImportError, AttributeError):
+            logger.debug("ctxguard: %s.%s not found; its results are read as answers", module_name, class_name)
+    for module_name, attribute, api in provider.TARGETS:
         class_name, _, method = attribute.rpartition(".")
         try:
             module = importlib.import_module(module_name)
@@ -200,6 +208,7 @@ def uninstall() -> None:
     global _active
     with _lock:
         _active = None
+        streams.forget_http_results()
         while _patched:
             owner, method, original = _patched.pop()
             setattr(owner, method, original)

@@ -21,7 +21,7 @@ from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
 
-__all__ = ["ADAPTER", "SUPPORTED", "TARGETS"]
+__all__ = ["ADAPTER", "HTTP_RESULTS", "SUPPORTED", "TARGETS"]
 
 #: Supported ``anthropic`` releases, as (lowest major, highest major) inclusive.
 SUPPORTED = (0, 2)
@@ -39,6 +39,15 @@ TARGETS = (
     (_BETA, "AsyncMessages.create", "messages"),
     (_BETA, "Messages.stream", "messages.stream"),
     (_BETA, "AsyncMessages.stream", "messages.stream"),
+)
+
+#: SDK results that hold the HTTP response instead of a parsed answer (streams,
+#: ``with_raw_response`` / ``with_streaming_response``): (module, class, attribute holding it).
+HTTP_RESULTS = (
+    ("anthropic._streaming", "Stream", "response"),
+    ("anthropic._streaming", "AsyncStream", "response"),
+    ("anthropic._response", "BaseAPIResponse", "http_response"),
+    ("anthropic._legacy_response", "LegacyAPIResponse", "http_response"),
 )
 
 

@@ -20,7 +20,7 @@ from ._read import items, schemas, structured_parts
 from ._read import role as _role
 from ._read import text_of as _text
 
-__all__ = ["ADAPTER", "SUPPORTED", "TARGETS"]
+__all__ = ["ADAPTER", "HTTP_RESULTS", "SUPPORTED", "TARGETS"]
 
 #: Supported ``openai`` releases, as (lowest major, highest major) inclusive.
 SUPPORTED = (1, 3)
@@ -39,6 +39,16 @@ TARGETS = (
     (_RESPONSES, "AsyncResponses.create", "responses"),
     (_RESPONSES, "AsyncResponses.parse", "responses"),
 )
+
+#: SDK results that hold the HTTP response instead of a parsed answer (streams,
+#: ``with_raw_response`` / ``with_streaming_response``): (module, class, attribute holding it).
+HTTP_RESULTS = (
+    ("openai._streaming", "Stream", "response"),
+    ("openai._streaming", "AsyncStream", "response"),
+    ("openai._response", "BaseAPIResponse", "http_response"),
+    ("openai._legacy_response", "LegacyAPIResponse", "http_response"),
+)
+
 
 def _parts(content: Any, texts: list[str], refs: list[str]) -> None:
     """Text of every content part; non-text parts as references (never their bytes)."""

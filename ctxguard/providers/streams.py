@@ -1,18 +1,31 @@
-"""Transparent stream proxies: every chunk reaches the app unchanged and in order.
+"""Observing answers as they are read, without changing what the app gets.
 
-The proxy is a ``wrapt.ObjectProxy``, so ``isinstance(stream, openai.Stream)``,
-``.response`` and every other attribute behave as before; only iteration and
-closing are observed, to finish the span when the answer is complete.
+Two mechanisms, one per kind of result:
+
+- An SDK that hands the app an object holding the HTTP response (the Stainless SDKs,
+  openai and anthropic: a ``Stream``, a ``with_raw_response`` / ``with_streaming_response``
+  response) keeps its exact object: the response's byte stream is tapped instead
+  (``tap_response``). The body is read as it passes (server-sent events fed to the
+  provider's stream reader, or the JSON body at its end), whichever way the app reads it:
+  iterating the stream, ``.parse()``, ``.read()``, ``.iter_lines()``. The call ends with
+  the body (its last event, its end, an error), or when the response is closed or
+  collected before that: the app abandoned it.
+- Any other stream (google-genai's generators, LiteLLM's wrapper) is returned through a
+  ``wrapt.ObjectProxy``, so ``isinstance`` and every attribute behave as before; only
+  iteration and closing are observed. A proxy collected before its end ends the call too.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Callable
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import wrapt
 
-from .._isolation import guarded
+from .._isolation import guarded, report_internal_error
 from ..payload import Reply
 from .base import StreamReader
 from .wire import IN_FLIGHT
@@ -20,7 +33,253 @@ from .wire import IN_FLIGHT
 if TYPE_CHECKING:
     from ..guard import Call
 
-__all__ = ["wrap_manager", "wrap_stream"]
+__all__ = [
+    "BODY_LIMIT",
+    "HTTP_RESULTS",
+    "forget_http_results",
+    "http_response_of",
+    "tap_response",
+    "wrap_manager",
+    "wrap_stream",
+]
+
+#: Response bodies are read up to this many bytes; past it the answer is not read (ctxguard's
+#: memory stays bounded), and the call still ends with the body.
+BODY_LIMIT = 16 * 1024 * 1024
+
+#: SDK result type -> the attribute holding its HTTP response (registered by ``providers``
+#: when an SDK is patched, from each provider module's ``HTTP_RESULTS`` declaration).
+HTTP_RESULTS: dict[type, str] = {}
+#: Every result type seen, resolved once through its MRO (bounded: result types are few).
+_resolved: dict[type, str | None] = {}
+
+
+def forget_http_results() -> None:
+    HTTP_RESULTS.clear()
+    _resolved.clear()
+
+
+def http_response_of(result: Any) -> Any | None:
+    """The httpx / httpx2 ``Response`` inside ``result`` if it is one of the SDKs' HTTP-holding
+    types (a stream, a raw response), else None. One dict look-up per call for a new answer."""
+    cls = type(result)
+    name = _resolved.get(cls, "") if HTTP_RESULTS else None
+    if name == "":
+        name = next((HTTP_RESULTS[base] for base in cls.__mro__ if base in HTTP_RESULTS), None)
+        if len(_resolved) < 1024:
+            _resolved[cls] = name
+    return getattr(result, name, None) if name is not None else None
+
+
+class _Events:
+    """A server-sent event body, each event's JSON ``data`` fed to a provider's stream reader.
+    ``complete`` once OpenAI's ``[DONE]`` arrives (the end of the body also completes it)."""
+
+    __slots__ = ("_buffer", "_data", "_reader", "complete", "size")
+
+    def __init__(self, reader: StreamReader) -> None:
+        self._reader = reader
+        self._buffer = bytearray()
+        self._data: list[bytes] = []
+        self.complete = False
+        self.size = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > BODY_LIMIT:
+            self._buffer.clear()
+            return
+        buffer = self._buffer
+        buffer += chunk
+        start = 0
+        while True:
+            end = buffer.find(b"\n", start)
+            if end < 0:
+                break
+            line = bytes(buffer[start:end]).rstrip(b"\r")
+            start = end + 1
+            if not line:
+                self._dispatch()
+            elif line.startswith(b"data:"):
+                self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+        del buffer[:start]
+
+    def _dispatch(self) -> None:
+        data, self._data = b"\n".join(self._data), []
+        if not data:
+            return
+        if data.startswith(b"[DONE]"):
+            self.complete = True
+            return
+        try:
+            event = json.loads(data)
+        except ValueError:
+            return  # not JSON: not an event a reader knows
+        self._reader.feed(event)
+
+    def reply(self) -> Reply | None:
+        if self.size > BODY_LIMIT:
+            return None
+        self._dispatch()  # a last event without its blank line
+        return self._reader.reply()
+
+
+class _Document:
+    """A JSON body, read once it has all arrived."""
+
+    __slots__ = ("_parts", "_read", "complete", "size")
+
+    def __init__(self, read: Callable[[Any], Reply | None]) -> None:
+        self._read = read
+        self._parts: list[bytes] = []
+        self.complete = False
+        self.size = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size <= BODY_LIMIT:
+            self._parts.append(chunk)
+
+    def reply(self) -> Reply | None:
+        if self.size > BODY_LIMIT or not self._parts:
+            return None
+        try:
+            document = json.loads(b"".join(self._parts))
+        except ValueError:
+            return None  # not JSON: not an answer a provider module reads
+        return self._read(document)
+
+
+class _Tap:
+    """What both byte-stream taps share: feeding the body, and ending the call once."""
+
+    def _self_setup(self, inner: Any, call: Call, body: _Events | _Document, streamed: bool) -> None:
+        self.__dict__.update(_inner=inner, _call=call, _body=body, _streamed=streamed, _ended=False)
+
+    def __getattr__(self, name: str) -> Any:  # ``elapsed`` and whatever else the client reads off its stream
+        inner = self.__dict__.get("_inner")
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
+
+    def _self_chunk(self, chunk: bytes) -> None:
+        call = self._call
+        started = perf_counter()
+        with guarded("stream"):
+            self._body.feed(chunk)
+        call.elapsed += perf_counter() - started
+        if self._body.complete:
+            self._self_end()
+
+    def _self_end(self, exc: BaseException | None = None, *, early: bool = False) -> None:
+        if self.__dict__.get("_ended", True):
+            return
+        self._ended = True
+        call = self._call
+        if exc is not None:
+            call.failed(exc)
+            return
+        reply = None
+        if not early or self._streamed:  # what an abandoned stream said so far is its answer
+            with guarded("stream"):
+                reply = self._body.reply()
+        if early:
+            call.ended_early(reply, streamed=self._streamed)
+        else:
+            call.answer(reply)
+
+    def __del__(self) -> None:
+        try:
+            self._self_end(early=True)
+        except Exception as exc:  # pragma: no cover - a finaliser must not raise
+            report_internal_error("stream", exc)
+
+
+def _sync_tap(base: type) -> type:
+    class SyncTap(_Tap, base):  # type: ignore[misc,valid-type]
+        def __iter__(self) -> Any:
+            try:
+                for chunk in self._inner:
+                    self._self_chunk(chunk)
+                    yield chunk
+            except GeneratorExit:
+                raise
+            except BaseException as exc:
+                self._self_end(exc)
+                raise
+            self._self_end()
+
+        def close(self) -> None:
+            try:
+                self._inner.close()
+            finally:
+                self._self_end(early=True)
+
+    return SyncTap
+
+
+def _async_tap(base: type) -> type:
+    class AsyncTap(_Tap, base):  # type: ignore[misc,valid-type]
+        async def __aiter__(self) -> Any:
+            try:
+                async for chunk in self._inner:
+                    self._self_chunk(chunk)
+                    yield chunk
+            except GeneratorExit:
+                raise
+            except BaseException as exc:
+                self._self_end(exc)
+                raise
+            self._self_end()
+
+        async def aclose(self) -> None:
+            try:
+                await self._inner.aclose()
+            finally:
+                self._self_end(early=True)
+
+    return AsyncTap
+
+
+#: (httpx module name, asynchronous) -> tap class subclassing that module's byte stream
+#: (httpx checks ``isinstance(response.stream, SyncByteStream)`` before iterating it).
+_taps: dict[tuple[str, bool], type] = {}
+
+
+def _tap_class(response: Any) -> type | None:
+    http = sys.modules.get(type(response).__module__.partition(".")[0])
+    stream = response.stream
+    for asynchronous, base_name, make in ((False, "SyncByteStream", _sync_tap), (True, "AsyncByteStream", _async_tap)):
+        base = getattr(http, base_name, None)
+        if isinstance(base, type) and isinstance(stream, base):
+            key = (http.__name__, asynchronous)  # type: ignore[union-attr]
+            if key not in _taps:
+                _taps[key] = make(base)
+            return _taps[key]
+    return None
+
+
+def tap_response(response: Any, call: Call, reader: StreamReader, read: Callable[[Any], Reply | None]) -> None:
+    """Read ``response``'s body for ``call`` as it passes (``reader`` for events, ``read`` for a
+    JSON document); a body already read is read now. The call ends with the body."""
+    streamed = response.headers.get("content-type", "").startswith("text/event-stream")
+    body: _Events | _Document = _Events(reader) if streamed else _Document(read)
+    if response.is_stream_consumed:
+        try:
+            content = response.content
+        except Exception:  # consumed without being kept (iterated raw): nothing left to read
+            call.answer(None)
+            return
+        body.feed(content)
+        call.answer(body.reply())
+        return
+    cls = _tap_class(response)
+    if cls is None:  # a transport stream of a kind we do not know: the call ends unread
+        call.answer(None)
+        return
+    tap = cls()
+    tap._self_setup(response.stream, call, body, streamed)
+    response.stream = tap
 
 
 class _Observed(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
@@ -30,7 +289,7 @@ class _Observed(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
         self._self_reader = reader
         self._self_done = False
 
-    def _self_finish(self, exc: BaseException | None = None) -> None:
+    def _self_finish(self, exc: BaseException | None = None, *, early: bool = False) -> None:
         if self._self_done:
             return
         self._self_done = True
@@ -41,7 +300,26 @@ class _Observed(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
         reply = None
         with guarded("stream"):
             reply = self._self_reader.reply()
-        call.answer(reply)
+        if early:
+            call.ended_early(reply, streamed=True)
+        else:
+            call.answer(reply)
+
+    def _self_exited(self, exc: tuple[Any, ...]) -> None:
+        """Leaving ``with stream:``: an exception inside the block ended it in error; else the
+        stream was left before its end unless it was read to the end."""
+        error = exc[1] if len(exc) > 1 and isinstance(exc[1], BaseException) else None
+        if error is not None:
+            self._self_finish(error)
+        else:
+            self._self_finish(early=True)
+
+    def __del__(self) -> None:
+        try:
+            if not getattr(self, "_self_done", True):
+                self._self_finish(early=True)
+        except Exception as exc:  # pragma: no cover - a finaliser must not raise
+            report_internal_error("stream", exc)
 
 
 class _SyncStream(_Observed):
@@ -75,13 +353,13 @@ class _SyncStream(_Observed):
         try:
             return self.__wrapped__.__exit__(*exc)
         finally:
-            self._self_finish()
+            self._self_exited(exc)
 
     def close(self) -> Any:
         try:
             return self.__wrapped__.close()
         finally:
-            self._self_finish()
+            self._self_finish(early=True)
 
 
 class _AsyncStream(_Observed):
@@ -113,13 +391,13 @@ class _AsyncStream(_Observed):
         try:
             return await self.__wrapped__.__aexit__(*exc)
         finally:
-            self._self_finish()
+            self._self_exited(exc)
 
     async def close(self) -> Any:
         try:
             return await self.__wrapped__.close()
         finally:
-            self._self_finish()
+            self._self_finish(early=True)
 
 
 class _Manager(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]

@@ -346,9 +346,12 @@ def test_fixed_window_drops_the_account_at_exactly_the_first_call_past_it(harnes
                 first_missing = call
             if flagged is None and "fact_present" in failed(harness):
                 flagged = call
+            # The eviction is named on the span of exactly the first call that lacks the fact.
+            assert ("fact" in last(harness)["ctxguard.evicted"]) == (call == first_missing), call
     assert first_missing == 5
     assert flagged == first_missing
     assert harness.metric("ctxguard_evictions_total", kind="fact") == 1
+    assert list(last(harness)["ctxguard.facts.missing"]) == ["account_number@1"]
 
 
 def token_trimmer(history: list[str], budget_chars: int) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import subprocess
 import sys
@@ -272,3 +273,19 @@ def test_unsupported_version_logs_one_warning_and_is_left_untouched(harness, mon
     assert all(cls.__dict__[name] is fn for (cls, name), fn in originals.items())
     warnings = [r for r in caplog.records if "google-genai" in r.getMessage()]
     assert len(warnings) == 1 and "not supported" in warnings[0].getMessage()
+
+
+def test_a_stream_broken_off_and_dropped_still_ends_its_span(harness, llm, gemini):
+    harness.start(mode="observe")
+    llm.script("word " * 1000)
+    stream = gemini.models.generate_content_stream(model=MODEL, contents="where?",
+                                                   config={"system_instruction": SYSTEM})
+    for _ in stream:
+        break
+    assert guard_spans(harness) == []
+    del stream
+    gc.collect()
+    a = only_guard_span(harness).attributes
+    assert a["ctxguard.stream.abandoned"] is True
+    assert harness.metric("ctxguard_checks_total", check="answer_consistent", outcome="skip") == 1
+    assert harness.metric("ctxguard_guard_duration_seconds_count") == 1

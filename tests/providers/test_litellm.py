@@ -6,6 +6,7 @@ LiteLLM fetches its model cost map from the network at import unless
 
 from __future__ import annotations
 
+import gc
 import os
 
 import pytest
@@ -171,3 +172,29 @@ def test_uninstrument_restores_identity(harness):
     ctxguard.uninstrument()
     assert (litellm.completion, litellm.acompletion) == originals
     assert litellm.completion is originals[0] and litellm.acompletion is originals[1]
+
+
+def test_a_stream_broken_off_and_dropped_still_ends_its_span(harness, llm):
+    harness.start(mode="observe")
+    llm.script("word " * 1000)
+    stream = litellm.completion(model="openai/gpt-4o", messages=[SYSTEM, USER], stream=True,
+                                api_base=llm.base_url, api_key="t")
+    for _ in stream:
+        break
+    del stream
+    gc.collect()
+    a = only_guard_span(harness).attributes
+    assert a["ctxguard.stream.abandoned"] is True
+    assert harness.metric("ctxguard_guard_duration_seconds_count") == 1
+
+
+def test_an_exception_inside_with_stream_is_an_error_not_an_answer(harness, llm):
+    harness.start(mode="observe")
+    stream = litellm.completion(model="openai/gpt-4o", messages=[SYSTEM, USER], stream=True,
+                                api_base=llm.base_url, api_key="t")
+    with pytest.raises(KeyboardInterrupt), stream:
+        next(iter(stream))
+        raise KeyboardInterrupt  # the app's block was interrupted mid-stream
+    a = only_guard_span(harness).attributes
+    assert a["error.type"] == "KeyboardInterrupt"
+    assert "ctxguard.stream.abandoned" not in a
