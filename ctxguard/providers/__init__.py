@@ -13,6 +13,7 @@ import inspect
 import logging
 import sys
 import threading
+import warnings
 from collections.abc import Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ from . import litellm as litellm_provider
 from . import openai as openai_provider
 from . import streams, wire
 from .base import Adapter
+from .frames import transparent, warn_through
 
 if TYPE_CHECKING:
     from ..guard import Guard
@@ -68,6 +70,7 @@ def _request(adapter: Adapter, args: Any, kwargs: Any) -> Mapping[str, Any]:
 
 
 def _sync_wrapper(adapter: Adapter, api: str) -> Any:
+    @transparent
     def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         guard = _guard_for(adapter)
         if guard is None:
@@ -89,6 +92,7 @@ def _sync_wrapper(adapter: Adapter, api: str) -> Any:
 
 
 def _async_wrapper(adapter: Adapter, api: str) -> Any:
+    @transparent
     async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         guard = _guard_for(adapter)
         if guard is None:
@@ -190,6 +194,9 @@ def install(guard: Guard, *, only: list[str] | None = None) -> None:
         raise ValueError(f"unknown providers {sorted(unknown)}; supported: {sorted(INTEGRATIONS)}")
     with _lock:
         _active = guard
+        if not any(owner is warnings for owner, _, _ in _patched):
+            _patched.append((warnings, "warn", warnings.warn))
+            warnings.warn = wrapt.FunctionWrapper(warnings.warn, warn_through)  # type: ignore[assignment]
         for distribution in (*INTEGRATIONS, *wire.TARGETS):
             if only is not None and distribution in INTEGRATIONS and distribution not in only:
                 continue

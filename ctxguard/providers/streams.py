@@ -28,6 +28,7 @@ import wrapt
 from .._isolation import guarded, report_internal_error
 from ..payload import Reply
 from .base import StreamReader
+from .frames import transparent
 from .wire import IN_FLIGHT
 
 if TYPE_CHECKING:
@@ -197,6 +198,7 @@ class _Tap:
 
 def _sync_tap(base: type) -> type:
     class SyncTap(_Tap, base):  # type: ignore[misc,valid-type]
+        @transparent
         def __iter__(self) -> Any:
             try:
                 for chunk in self._inner:
@@ -209,6 +211,7 @@ def _sync_tap(base: type) -> type:
                 raise
             self._self_end()
 
+        @transparent
         def close(self) -> None:
             try:
                 self._inner.close()
@@ -220,6 +223,7 @@ def _sync_tap(base: type) -> type:
 
 def _async_tap(base: type) -> type:
     class AsyncTap(_Tap, base):  # type: ignore[misc,valid-type]
+        @transparent
         async def __aiter__(self) -> Any:
             try:
                 async for chunk in self._inner:
@@ -232,6 +236,7 @@ def _async_tap(base: type) -> type:
                 raise
             self._self_end()
 
+        @transparent
         async def aclose(self) -> None:
             try:
                 await self._inner.aclose()
@@ -326,6 +331,7 @@ class _SyncStream(_Observed):
     def __iter__(self) -> _SyncStream:
         return self
 
+    @transparent
     def __next__(self) -> Any:
         # A generator (google-genai) sends its request on the first chunk: until the
         # transport has seen the body, the call stays in flight.
@@ -345,16 +351,19 @@ class _SyncStream(_Observed):
         call.stream_chunk(self._self_reader, chunk)
         return chunk
 
+    @transparent
     def __enter__(self) -> _SyncStream:
         self.__wrapped__.__enter__()
         return self
 
+    @transparent
     def __exit__(self, *exc: Any) -> Any:
         try:
             return self.__wrapped__.__exit__(*exc)
         finally:
             self._self_exited(exc)
 
+    @transparent
     def close(self) -> Any:
         try:
             return self.__wrapped__.close()
@@ -366,6 +375,7 @@ class _AsyncStream(_Observed):
     def __aiter__(self) -> _AsyncStream:
         return self
 
+    @transparent
     async def __anext__(self) -> Any:
         call = self._self_call
         token = IN_FLIGHT.set(call) if call.wire_hash is None else None
@@ -383,16 +393,19 @@ class _AsyncStream(_Observed):
         call.stream_chunk(self._self_reader, chunk)
         return chunk
 
+    @transparent
     async def __aenter__(self) -> _AsyncStream:
         await self.__wrapped__.__aenter__()
         return self
 
+    @transparent
     async def __aexit__(self, *exc: Any) -> Any:
         try:
             return await self.__wrapped__.__aexit__(*exc)
         finally:
             self._self_exited(exc)
 
+    @transparent
     async def close(self) -> Any:
         try:
             return await self.__wrapped__.close()
@@ -425,6 +438,7 @@ class _Manager(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
                 reply = self._self_final(self._self_stream)
         self._self_call.answer(reply)
 
+    @transparent
     def __enter__(self) -> Any:
         token = IN_FLIGHT.set(self._self_call)  # the request leaves here: its body is judged
         try:
@@ -436,12 +450,14 @@ class _Manager(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
             IN_FLIGHT.reset(token)
         return self._self_stream
 
+    @transparent
     def __exit__(self, *exc: Any) -> Any:
         try:
             return self.__wrapped__.__exit__(*exc)
         finally:
             self._self_finish(exc[1] if len(exc) > 1 and isinstance(exc[1], BaseException) else None)
 
+    @transparent
     async def __aenter__(self) -> Any:
         token = IN_FLIGHT.set(self._self_call)
         try:
@@ -453,6 +469,7 @@ class _Manager(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
             IN_FLIGHT.reset(token)
         return self._self_stream
 
+    @transparent
     async def __aexit__(self, *exc: Any) -> Any:
         try:
             return await self.__wrapped__.__aexit__(*exc)

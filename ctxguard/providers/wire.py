@@ -13,6 +13,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from .._isolation import report_internal_error
+from .frames import transparent
 
 if TYPE_CHECKING:
     from ..guard import Call
@@ -41,11 +42,13 @@ def _observe(args: Any, kwargs: Any) -> None:
             report_internal_error("response", exc)
 
 
+@transparent
 def sync_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     _observe(args, kwargs)
     return wrapped(*args, **kwargs)
 
 
+@transparent
 async def async_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     _observe(args, kwargs)
     return await wrapped(*args, **kwargs)
