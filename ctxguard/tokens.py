@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
+from collections.abc import Callable
+from statistics import median
 from typing import Protocol
 
 __all__ = [
@@ -33,11 +36,14 @@ TIKTOKEN_MAX_CHARS = 200_000
 
 
 class TokenCounter(Protocol):
-    """Anything with ``name`` and ``count(text) -> int``."""
+    """Anything with ``name``, ``count(text) -> int`` and ``exact(model) -> bool`` (whether its
+    counts are the model's own tokenizer's)."""
 
     name: str
 
     def count(self, text: str) -> int: ...
+
+    def exact(self, model: str) -> bool: ...
 
 
 class EstimateCounter:
@@ -48,15 +54,28 @@ class EstimateCounter:
     def count(self, text: str) -> int:
         return (len(text) + 3) // 4
 
+    def exact(self, model: str) -> bool:
+        return False
+
 
 class TiktokenCounter:
     """Exact counts with a tiktoken encoding (``cl100k_base`` family)."""
 
     name = "tiktoken"
 
-    def __init__(self, encoding: object) -> None:
+    def __init__(self, encoding: object, base: str = "cl100k_base") -> None:
         self._encode = encoding.encode_ordinary  # type: ignore[attr-defined]
         self._estimate = EstimateCounter()
+        self._base = base  # the public encoding this one is a copy of
+
+    def exact(self, model: str) -> bool:
+        """Whether ``model`` uses this encoding (tiktoken's own model table, no download)."""
+        try:
+            from tiktoken.model import encoding_name_for_model
+
+            return bool(encoding_name_for_model(model) == self._base)
+        except Exception:  # a model tiktoken does not know: not exact
+            return False
 
     def count(self, text: str) -> int:
         if len(text) > TIKTOKEN_MAX_CHARS:
@@ -102,15 +121,31 @@ def default_counter() -> TokenCounter:
 class Calibration:
     """Per-model correction factor learnt from the provider's reported input tokens.
 
-    ``factor(model)`` multiplies our raw count; it is an exponentially weighted
-    ratio of reported to counted tokens, bounded so one odd response cannot
-    swing the budget check. Models are capped (a model string is user input).
+    ``factor(model)`` multiplies our raw count. It is the median ratio of reported to counted
+    tokens over the model's last ``WINDOW`` responses, applied once ``MIN_REPORTS`` are in:
+    one odd report (a fake reporting 10 tokens for 3,000, a cached-prefix discount, an input
+    we could not count) is outvoted by the others, never adopted, so no single report moves a
+    later verdict beyond the spread of the others. Ratios are bounded to 0.25-4. For a model
+    whose tokenizer we have exactly (``exact(model)``), the factor never falls below
+    ``EXACT_FLOOR``: a provider reporting less than that exact count is believed only so far,
+    since a count too low hides an over-budget request. Models are capped (a model string is
+    user input).
+
+    >>> calibration = Calibration()
+    >>> for _ in range(5): calibration.observe("gpt-4o", 100, 120)
+    >>> calibration.factor("gpt-4o")
+    1.2
     """
 
     MAX_MODELS = 256
-    ALPHA = 0.3
+    WINDOW = 15
+    MIN_REPORTS = 5
+    LOW, HIGH = 0.25, 4.0
+    EXACT_FLOOR = 0.9
 
-    def __init__(self) -> None:
+    def __init__(self, exact: Callable[[str], bool] | None = None) -> None:
+        self._exact = exact
+        self._ratios: dict[str, deque[float]] = {}
         self._factors: dict[str, float] = {}
         self._lock = threading.Lock()
 
@@ -120,9 +155,17 @@ class Calibration:
     def observe(self, model: str | None, counted: int, reported: int) -> None:
         if not model or counted <= 0 or reported <= 0:
             return
-        ratio = min(4.0, max(0.25, reported / counted))
+        ratio = min(self.HIGH, max(self.LOW, reported / counted))
         with self._lock:
-            old = self._factors.get(model)
-            if old is None and len(self._factors) >= self.MAX_MODELS:
+            ratios = self._ratios.get(model)
+            if ratios is None:
+                if len(self._ratios) >= self.MAX_MODELS:
+                    return
+                ratios = self._ratios[model] = deque(maxlen=self.WINDOW)
+            ratios.append(ratio)
+            if len(ratios) < self.MIN_REPORTS:
                 return
-            self._factors[model] = ratio if old is None else old + self.ALPHA * (ratio - old)
+            factor = median(ratios)
+            if factor < self.EXACT_FLOOR and self._exact is not None and self._exact(model):
+                factor = self.EXACT_FLOOR
+            self._factors[model] = factor

@@ -265,7 +265,8 @@ def test_calibrated_counts_are_respected(harness):
     """Once responses showed the counter runs low, the builder leaves room for the difference."""
     budget = ctxguard.Budget(window=3000, reserved_output=500, history_max=800)
     guard = harness.start(mode="enforce", policy=ctxguard.Policy(pinned=PINNED, budget=budget))
-    guard.calibration.observe("gpt-4o", 100, 170)
+    for _ in range(guard.calibration.MIN_REPORTS):
+        guard.calibration.observe("gpt-4o", 100, 170)
     with ctxguard.conversation("calibrated"):
         out = builder(budget=budget, tail_tokens=10_000).build(chat(40), "next")
         outcomes = judge(guard, {"model": "gpt-4o", "messages": out})

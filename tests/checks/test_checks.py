@@ -170,7 +170,7 @@ def test_payload_under_budget_window(harness, client):
 def test_payload_exactly_filling_the_window_fits(harness, client):
     """Headroom 0 passes; one token more fails."""
     harness.start(mode="observe", policy=Policy(budget=Budget(window=1000)))
-    for _ in range(2):  # the second call's count is calibrated, as every later one's
+    for _ in range(6):  # from the sixth call on, counts are calibrated (five reports in)
         send(client, [SYSTEM, USER], max_tokens=100)
     headroom = harness.spans()[-1].attributes["ctxguard.budget.headroom"]
     assert headroom > 0
@@ -234,3 +234,34 @@ def test_passing_payload_is_never_blocked(harness, llm, client, mode):
     send(client, [SYSTEM, {"role": "system", "content": BLOCK}, USER])
     assert len(llm.requests) == 1
     assert violations(harness) == []
+
+
+@pytest.mark.parametrize("odd", [10, 400_000], ids=["10 tokens reported", "a hundredfold"])
+def test_no_single_usage_report_changes_a_later_verdict(harness, llm, client, odd):
+    """Calls at the budget's edge are judged the same whether or not one odd usage report (a
+    fake reporting 10 tokens for thousands, a discount, an uncounted input) came before."""
+    from ctxguard.testing import Reply
+
+    history = [SYSTEM, {"role": "user", "content": "where is my parcel? " * 200}]
+
+    def warm_up(odd_report: bool) -> int:
+        harness.start(mode="observe", policy=Policy(budget=Budget(window=4000)))
+        for call in range(8):
+            if call == 6 and odd_report:
+                llm.script(Reply(text="ok", input_tokens=odd))
+            send(client, history, max_tokens=1000)
+        return int(harness.spans()[-1].attributes["ctxguard.budget.headroom"])
+
+    def verdicts(probes: list[int]) -> list[list[str]]:
+        seen = []
+        for max_tokens in probes:
+            send(client, history, max_tokens=max_tokens)
+            seen.append(violations(harness))
+        return seen
+
+    headroom = warm_up(False)
+    probes = [1000 + headroom - 1, 1000 + headroom, 1000 + headroom + 1]  # the last one token past the edge
+    plain = verdicts(probes)
+    assert plain == [[], [], ["payload_under_budget"]]
+    warm_up(True)
+    assert verdicts(probes) == plain
