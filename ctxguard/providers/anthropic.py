@@ -35,8 +35,12 @@ TARGETS = (
     (_MESSAGES, "AsyncMessages.create", "messages"),
     (_MESSAGES, "Messages.stream", "messages.stream"),
     (_MESSAGES, "AsyncMessages.stream", "messages.stream"),
+    (_MESSAGES, "Messages.parse", "messages"),  # structured outputs; posts itself, not through create
+    (_MESSAGES, "AsyncMessages.parse", "messages"),
     (_BETA, "Messages.create", "messages"),
     (_BETA, "AsyncMessages.create", "messages"),
+    (_BETA, "Messages.parse", "messages"),
+    (_BETA, "AsyncMessages.parse", "messages"),
     (_BETA, "Messages.stream", "messages.stream"),
     (_BETA, "AsyncMessages.stream", "messages.stream"),
 )

@@ -27,6 +27,7 @@ SUPPORTED = (1, 3)
 
 _CHAT = "openai.resources.chat.completions.completions"
 _RESPONSES = "openai.resources.responses.responses"
+_BETA_RESPONSES = "openai.resources.beta.responses.responses"  # openai 3.x: the beta Responses API
 
 #: (module, "Class.method", api)
 TARGETS = (
@@ -38,6 +39,8 @@ TARGETS = (
     (_RESPONSES, "Responses.parse", "responses"),
     (_RESPONSES, "AsyncResponses.create", "responses"),
     (_RESPONSES, "AsyncResponses.parse", "responses"),
+    (_BETA_RESPONSES, "Responses.create", "responses"),
+    (_BETA_RESPONSES, "AsyncResponses.create", "responses"),
 )
 
 #: SDK results that hold the HTTP response instead of a parsed answer (streams,

@@ -338,3 +338,33 @@ def test_a_streamed_raw_response_never_parsed_ends_when_dropped(harness, llm, cl
     del raw
     gc.collect()
     _assert_abandoned(harness)
+
+
+# -- call sites that post themselves -------------------------------------------------
+
+
+@pytest.mark.parametrize("beta", [False, True], ids=["messages", "beta.messages"])
+def test_anthropic_structured_output_parse_is_guarded(harness, llm, claude, beta):
+    harness.start(mode="observe")
+    llm.script(json.dumps({"city": "Lyon"}))
+    resource = claude.beta.messages if beta else claude.messages
+    parsed = resource.parse(**MESSAGES_API, output_format=City)
+    assert llm.bodies("/messages")[0]["system"] == SYSTEM
+    assert _message_answer(parsed) == _assert_span_answer(harness)
+
+
+def test_openai_beta_responses_is_guarded(harness, llm, client):
+    if not hasattr(client.beta, "responses"):
+        pytest.skip("this openai release has no beta Responses API")
+    harness.start(mode="observe")
+    response = client.beta.responses.create(**RESPONSES)
+    assert llm.requests[0].path.startswith("/v1/responses")
+    assert _response_answer(response) == _assert_span_answer(harness)
+    assert only_guard_span(harness).attributes["ctxguard.head.role"] == "system"
+
+
+def _assert_span_answer(harness) -> dict:
+    a = only_guard_span(harness).attributes
+    return {"id": a["gen_ai.response.id"], "model": a["gen_ai.response.model"],
+            "finish": list(a["gen_ai.response.finish_reasons"]),
+            "input": a["gen_ai.usage.input_tokens"], "output": a["gen_ai.usage.output_tokens"]}

@@ -1,0 +1,147 @@
+"""Every call site an installed SDK exposes that could reach a model is guarded, reached through
+a guarded one, or listed in docs/supported.md as deliberately left out with the reason: a new
+SDK release adding one (``client.beta.responses``, say) turns this red until it is decided."""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import inspect
+import os
+import pkgutil
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+import wrapt
+
+SUPPORTED = Path(__file__).resolve().parents[2] / "docs" / "supported.md"
+#: Stainless SDKs: public methods of these names on API resource classes.
+STAINLESS_METHODS = ("create", "parse", "stream")
+#: google-genai: public methods of its API modules whose names start so.
+GOOGLE_PREFIXES = ("generate", "send_message", "create", "embed", "count", "compute", "edit", "upscale",
+                   "recontext", "segment", "connect", "stream")
+#: LiteLLM: module functions that send a model request.
+LITELLM_FUNCTIONS = re.compile(r"a?(completion|text_completion|responses|anthropic_messages|chat)")
+
+
+def _modules(package: str):
+    root = importlib.import_module(package)
+    yield root
+    for info in pkgutil.walk_packages(root.__path__, package + ".", onerror=lambda name: None):
+        if ".tests" in info.name or "._" in info.name.removeprefix(package):
+            continue
+        try:
+            yield importlib.import_module(info.name)
+        except BaseException:  # an optional dependency of that module is missing: not reachable
+            continue
+
+
+def _classes(package: str, is_resource):
+    for module in _modules(package):
+        for cls in vars(module).values():
+            if inspect.isclass(cls) and cls.__module__ == module.__name__ and is_resource(cls):
+                yield module, cls
+
+
+def _stainless(sdk: str) -> list[str]:
+    def is_resource(cls) -> bool:
+        return any(base.__name__ in ("SyncAPIResource", "AsyncAPIResource") for base in cls.__mro__[1:])
+
+    return [f"{module.__name__}.{cls.__name__}.{name}" for module, cls in _classes(f"{sdk}.resources", is_resource)
+            for name in STAINLESS_METHODS if name in vars(cls)]
+
+
+def _google() -> list[str]:
+    from google.genai import _api_module
+
+    def is_resource(cls) -> bool:
+        return issubclass(cls, _api_module.BaseModule) or cls.__name__ in ("Chat", "AsyncChat")
+
+    return [f"{module.__name__}.{cls.__name__}.{name}" for module, cls in _classes("google.genai", is_resource)
+            for name, value in vars(cls).items()
+            if not name.startswith("_") and callable(value) and name.startswith(GOOGLE_PREFIXES)]
+
+
+def _litellm() -> list[str]:
+    import litellm
+
+    return [f"litellm.{name}" for name in dir(litellm)
+            if LITELLM_FUNCTIONS.fullmatch(name) and callable(getattr(litellm, name))]
+
+
+def _documented() -> list[tuple[str, str]]:
+    """(pattern, status) of every row of the call-site tables in docs/supported.md."""
+    rows = re.findall(r"^\| `([\w.*]+)` \| (guarded|through `[\w.]+`|left out: [^|]+?) \|$",
+                      SUPPORTED.read_text(), re.MULTILINE)
+    assert rows, "no call-site table in docs/supported.md"
+    return rows
+
+
+def _status(site: str, rows: list[tuple[str, str]]) -> str | None:
+    return next((status for pattern, status in rows if fnmatch.fnmatchcase(site, pattern)), None)
+
+
+def _resolve(site: str):
+    module_name, class_name, method = site.rsplit(".", 2) if site.count(".") > 1 else (site, "", "")
+    if site.startswith("litellm."):
+        return importlib.import_module("litellm"), site.removeprefix("litellm.")
+    return getattr(importlib.import_module(module_name), class_name), method
+
+
+def _ours(value) -> bool:
+    """Whether ctxguard's wrapper is anywhere in ``value``'s chain of wrappers."""
+    for _ in range(32):
+        if isinstance(value, wrapt.FunctionWrapper) and value._self_wrapper.__module__ == "ctxguard.providers":
+            return True
+        if not hasattr(value, "__wrapped__"):
+            return False
+        value = value.__wrapped__
+    return False
+
+
+def _sdk_sites(sdk: str) -> list[str]:
+    if sdk in ("openai", "anthropic"):
+        pytest.importorskip(sdk)
+        return _stainless(sdk)
+    if sdk == "google-genai":
+        pytest.importorskip("google.genai")
+        return _google()
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    pytest.importorskip("litellm")
+    return _litellm()
+
+
+@pytest.mark.parametrize("sdk", ["openai", "anthropic", "google-genai", "litellm"])
+def test_every_call_site_is_guarded_or_left_out_with_a_reason(harness, sdk):
+    sites = _sdk_sites(sdk)
+    assert sites, f"no call sites found in {sdk}: the introspection is broken"
+    harness.start(mode="observe")
+    rows = _documented()
+    undocumented = [site for site in sites if _status(site, rows) is None]
+    assert undocumented == [], f"call sites of {sdk} neither guarded nor listed in docs/supported.md"
+    for site in sites:
+        status = _status(site, rows)
+        owner, name = _resolve(site)
+        value = vars(owner).get(name) if inspect.isclass(owner) else getattr(owner, name)
+        if status == "guarded":
+            assert _ours(value), f"{site} is documented as guarded but is not wrapped"
+        elif status.startswith("through"):
+            target = status.split("`")[1]
+            assert _status(target, rows) == "guarded", f"{site} goes through {target}, which is not guarded"
+        else:
+            assert not _ours(value), f"{site} is wrapped but documented as {status!r}"
+
+
+def test_a_call_site_ctxguard_wraps_is_documented_as_guarded(harness):
+    from ctxguard import providers
+
+    harness.start(mode="observe")
+    rows = _documented()
+    for owner, name, _ in providers._patched:
+        if owner is warnings or (inspect.isclass(owner) and owner.__module__.split(".")[0] in ("httpx", "httpx2")):
+            continue  # warnings.warn and the transport hook are not call sites
+        where = f"{owner.__module__}.{owner.__qualname__}" if inspect.isclass(owner) else owner.__name__
+        site = f"{where}.{name}"
+        assert _status(site, rows) == "guarded", site
