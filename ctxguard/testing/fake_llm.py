@@ -168,6 +168,9 @@ class _Server(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    # The default backlog of 5 drops the SYNs of a burst of connections: those clients
+    # stall a second for the retry, or give up.
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], fake: FakeLLM) -> None:
         self.fake = fake

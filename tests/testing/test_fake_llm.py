@@ -412,6 +412,39 @@ def test_concurrent_requests_are_all_recorded(llm: FakeLLM) -> None:
     assert len(llm.requests) == 40
 
 
+def test_64_simultaneous_connections_are_all_accepted(llm: FakeLLM) -> None:
+    """The listen backlog holds a burst of connections: with the default of 5 the kernel drops
+    the excess SYNs and those clients wait a second for the retry (here: time out)."""
+    body = json.dumps({"model": "m", "messages": MESSAGES}).encode()
+    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+    barrier = threading.Barrier(64)
+    answers: list[bytes] = []
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            barrier.wait()
+            with socket.create_connection(("127.0.0.1", llm.port), timeout=0.5) as s:
+                s.settimeout(30)
+                s.sendall(request)
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+            answers.append(data)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(answers) == 64 and all(a.startswith(b"HTTP/1.1 200") for a in answers)
+    assert len(llm.requests) == 64
+
+
 # -- lifecycle -------------------------------------------------------------------------------
 
 
