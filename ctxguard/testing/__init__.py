@@ -3,7 +3,7 @@ capture, and the pytest plugin (``ctxguard.testing.plugin``: ``fake_llm``, ``ctx
 
 from __future__ import annotations
 
-from .fake_llm import FakeLLM, RecordedRequest, Reply
+from .fake_llm import FakeLLM, RecordedRequest, Reply, ServedResponse
 from .helpers import (
     ClaimProblem,
     ClaimsMismatch,
@@ -24,6 +24,7 @@ __all__ = [
     "FlipPoint",
     "RecordedRequest",
     "Reply",
+    "ServedResponse",
     "assert_claims",
     "assert_fact_survives",
     "find_flip_point",

@@ -5,6 +5,26 @@ on: the bytes the real SDKs put on the wire and the way they parse replies,
 including streaming.  This server sits behind the *real* SDKs over real HTTP so
 those paths are covered, while staying deterministic, offline and free.
 
+It answers the way the providers answer, because a fake with one shape hides
+parsing bugs and a fake with fixed usage hides calibration bugs:
+
+* usage grows with what the model reads (message text, instructions, tool
+  results and arguments, tool and output schemas, a few tokens of framing per
+  message) and with what it writes, never with JSON punctuation or parameters
+  the model does not read.  The count is a deterministic approximation (about a
+  token per five letters of a word, one per punctuation mark), not a tokenizer:
+  ctxguard's own estimate must not agree with it by construction.  Cached and
+  reasoning tokens can be scripted and land in each provider's own fields;
+* ids look like the real ones (``chatcmpl-…``, ``resp_…``, ``msg_01…``,
+  ``call_…``, ``toolu_01…``), deterministic per server and request, and every
+  answer is recorded in :attr:`FakeLLM.responses` so tests compare against what
+  the server really sent;
+* streams carry each provider's framing (OpenAI's ``obfuscation`` padding and
+  usage-only last chunk, Anthropic's ``ping`` and cumulative ``message_delta``
+  usage, the full Responses event sequence, Gemini's ``usageMetadata``) over
+  chunked HTTP, and can fail midway the way real streams fail;
+* errors carry each provider's error body.
+
 Only the standard library is used so importing this module never drags a
 third-party dependency into the library or its test environment.
 
@@ -13,26 +33,34 @@ Usage::
     with FakeLLM() as llm:
         llm.script("hello", Reply(status=429))
         client = openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0)
-        client.chat.completions.create(model="m", messages=[...])
+        r = client.chat.completions.create(model="m", messages=[...])
         assert llm.bodies("/chat/completions")[0]["model"] == "m"
+        assert r.id == llm.responses[0].id
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import json
+import re
+import secrets
 import socket
+import string
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from functools import cached_property
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-__all__ = ["FakeLLM", "RecordedRequest", "Reply"]
+__all__ = ["FakeLLM", "RecordedRequest", "Reply", "ServedResponse"]
 
 ReplyFn = Callable[["RecordedRequest"], "Reply | str"]
 
@@ -43,38 +71,54 @@ _MESSAGES = "/messages"
 # :streamGenerateContent?alt=sse for SSE; the model is in the path, not the body.
 _GENERATE = ":generateContent"
 _STREAM_GENERATE = ":streamGenerateContent"
+_GEMINI = (_GENERATE, _STREAM_GENERATE)
 
-# Error "type" strings per status, so SDK code that branches on them (or on the
-# exception subclass chosen from the status) sees what the real service sends.
-_OPENAI_ERROR_TYPES: dict[int, str] = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    409: "conflict_error",
-    422: "invalid_request_error",
-    429: "rate_limit_error",
+# Error bodies per status, worded as each service words them, so SDK code that
+# branches on the type (or on the exception class chosen from the status) sees
+# what the real service sends.  OpenAI: (type, code, message).
+_OPENAI_ERRORS: dict[int, tuple[str, str | None, str]] = {
+    400: ("invalid_request_error", None, "Invalid request."),
+    401: ("invalid_request_error", "invalid_api_key", "Incorrect API key provided."),
+    403: ("request_forbidden", "unsupported_country_region_territory", "Country, region, or territory not supported"),
+    404: ("invalid_request_error", "model_not_found",
+          "The model `{model}` does not exist or you do not have access to it."),
+    429: ("requests", "rate_limit_exceeded",
+          "Rate limit reached for {model} on requests per min (RPM): Limit 3, Used 3, Requested 1."),
+    500: ("server_error", None, "The server had an error while processing your request. Sorry about that!"),
+    503: ("server_error", None, "The server is overloaded or not ready yet."),
 }
-_ANTHROPIC_ERROR_TYPES: dict[int, str] = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    529: "overloaded_error",
+_ANTHROPIC_ERRORS: dict[int, tuple[str, str]] = {
+    400: ("invalid_request_error", "Invalid request."),
+    401: ("authentication_error", "invalid x-api-key"),
+    402: ("billing_error", "Your credit balance is too low to access the Anthropic API."),
+    403: ("permission_error", "Your API key does not have permission to use the specified resource."),
+    404: ("not_found_error", "model: {model}"),
+    413: ("request_too_large", "Request exceeds the maximum allowed number of bytes."),
+    429: ("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit."),
+    500: ("api_error", "Internal server error"),
+    504: ("timeout_error", "Request timed out"),
+    529: ("overloaded_error", "Overloaded"),
 }
-# OpenAI-style finish reasons are the lingua franca of ``Reply``; Anthropic
-# callers get the equivalent stop_reason so one script can drive both APIs.
-_GEMINI_STATUSES: dict[int, str] = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    429: "RESOURCE_EXHAUSTED",
-    500: "INTERNAL",
-    503: "UNAVAILABLE",
+_GEMINI_ERRORS: dict[int, tuple[str, str]] = {
+    400: ("INVALID_ARGUMENT", "Request contains an invalid argument."),
+    401: ("UNAUTHENTICATED", "Request had invalid authentication credentials."),
+    403: ("PERMISSION_DENIED", "The caller does not have permission"),
+    404: ("NOT_FOUND", "models/{model} is not found for API version v1beta, or is not supported for generateContent."),
+    429: ("RESOURCE_EXHAUSTED", "You exceeded your current quota, please check your plan and billing details."),
+    500: ("INTERNAL", "An internal error has occurred. Please retry or report in "
+                      "https://developers.generativeai.google/guide/troubleshooting"),
+    503: ("UNAVAILABLE", "The model is overloaded. Please try again later."),
+    504: ("DEADLINE_EXCEEDED", "Deadline expired before operation could complete."),
 }
+# A scripted mid-stream failure is the error each service really sends when it
+# fails after the first byte; when it happens before (a non-streaming request)
+# it arrives as this HTTP status instead.
+_FAILURE_STATUS = {_CHAT: 500, _RESPONSES: 500, _MESSAGES: 529, _GENERATE: 503, _STREAM_GENERATE: 503}
+_RESPONSES_FAILURE = ("An error occurred while processing your request. You can retry your request, or contact "
+                      "us through our help center at help.openai.com if the error persists.")
+
+# OpenAI-style finish reasons are the lingua franca of ``Reply``; the other
+# APIs get their equivalent so one script can drive all of them.
 _GEMINI_FINISH_REASONS: dict[str, str] = {
     "stop": "STOP",
     "length": "MAX_TOKENS",
@@ -89,6 +133,113 @@ _ANTHROPIC_STOP_REASONS: dict[str, str] = {
     "function_call": "tool_use",
     "content_filter": "refusal",
 }
+# Responses has no finish reason: a cut answer is an ``incomplete`` response.
+_INCOMPLETE_REASONS: dict[str, str] = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+_ALNUM = string.ascii_letters + string.digits
+_BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
+_BASE64URL = _ALNUM + "-_"
+_HEX = "0123456789abcdef"
+
+# -- token estimate ------------------------------------------------------------
+
+# Per message (role, separators) and once more for the reply's own header, as
+# OpenAI's cookbook counts chat framing.
+_FRAME_TOKENS = 3
+# A picture, audio clip or file part: a flat cost, since the fake never decodes media.
+_MEDIA_TOKENS = 85
+# Keys whose values the model never reads as text: ids, roles, block types, cache
+# hints, signatures.
+_UNREAD_KEYS = frozenset({
+    "type", "role", "id", "tool_call_id", "call_id", "tool_use_id", "cache_control", "signature", "status",
+    "index", "mime_type", "media_type", "mimeType", "thought_signature", "thoughtSignature", "encrypted_content",
+    "detail", "annotations", "logprobs", "citations",
+})
+_MEDIA_KEYS = frozenset({
+    "image_url", "input_image", "image", "input_audio", "file", "source", "inlineData", "inline_data", "fileData",
+    "file_data",
+})
+# JSON objects the model reads keys and all: tool arguments and results, schemas.
+_STRUCTURED_KEYS = frozenset({"input", "args", "response", "parameters", "input_schema", "schema", "properties"})
+_PIECES = re.compile(r"[^\W\d_]+|\d{1,3}|[^\s]")
+
+
+def _text_tokens(text: str) -> int:
+    """Roughly what a BPE tokenizer makes of ``text``: a word is a token per ~5 letters,
+    digits go in threes, every other visible character is its own token; non-ASCII
+    words cost a token per ~3 UTF-8 bytes.  An approximation, not a tokenizer."""
+    n = 0
+    for piece in _PIECES.findall(text):
+        if piece.isascii():
+            n += 1 + (len(piece) - 1) // 5
+        else:
+            n += -(-len(piece.encode()) // 3)
+    return n
+
+
+def _read_tokens(value: Any, *, keys: bool = False) -> int:
+    """Tokens of what the model reads in a message, part or schema (``keys``: names count too)."""
+    if isinstance(value, str):
+        return _text_tokens(value)
+    if isinstance(value, (bool, int, float)):
+        return 1
+    if isinstance(value, list):
+        return sum(_read_tokens(v, keys=keys) for v in value)
+    if not isinstance(value, dict):
+        return 0
+    n = 0
+    for key, v in value.items():
+        if key in _MEDIA_KEYS and not keys:
+            n += _MEDIA_TOKENS
+        elif keys or key not in _UNREAD_KEYS:
+            n += (_text_tokens(str(key)) if keys else 0) + _read_tokens(v, keys=keys or key in _STRUCTURED_KEYS)
+    return n
+
+
+def _schemas_tokens(*schemas: Any) -> int:
+    """Tool definitions and output formats, names and all; a plain-text format costs nothing."""
+    n = 0
+    for schema in schemas:
+        for item in schema if isinstance(schema, list) else [schema]:
+            if isinstance(item, dict) and item.get("type") != "text":
+                n += _read_tokens(item, keys=True)
+    return n
+
+
+def _messages_tokens(messages: Any) -> int:
+    if isinstance(messages, str):
+        messages = [messages]
+    if not isinstance(messages, list):
+        return 0
+    return sum(_FRAME_TOKENS + _read_tokens(m) for m in messages)
+
+
+def _prompt_tokens(kind: str, p: Mapping[str, Any]) -> int:
+    """What the model reads for one request, by API; see ``_text_tokens`` for the unit."""
+    if kind == _CHAT:
+        n = _messages_tokens(p.get("messages"))
+        n += _schemas_tokens(p.get("tools"), p.get("functions"), p.get("response_format"))
+    elif kind == _RESPONSES:
+        instructions = p.get("instructions")
+        n = _messages_tokens([instructions] if isinstance(instructions, str) else []) + _messages_tokens(p.get("input"))
+        text = p.get("text")
+        n += _schemas_tokens(p.get("tools"), text.get("format") if isinstance(text, dict) else None)
+    elif kind == _MESSAGES:
+        system = p.get("system")
+        n = (_FRAME_TOKENS + _read_tokens(system) if system else 0) + _messages_tokens(p.get("messages"))
+        config = p.get("output_config")
+        n += _schemas_tokens(p.get("tools"), p.get("output_format"),
+                             config.get("format") if isinstance(config, dict) else None)
+    else:
+        instruction = p.get("systemInstruction")
+        n = (_FRAME_TOKENS + _read_tokens(instruction) if instruction else 0) + _messages_tokens(p.get("contents"))
+        config = p.get("generationConfig")
+        config = config if isinstance(config, dict) else {}
+        n += _schemas_tokens(p.get("tools"), config.get("responseSchema"), config.get("responseJsonSchema"))
+    return n + _FRAME_TOKENS
+
+
+# -- records -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -111,13 +262,57 @@ class RecordedRequest:
 
 
 @dataclass(frozen=True)
+class ServedResponse:
+    """What the fake answered to one request, recorded before the first byte left.
+
+    Tests compare the SDK's parsed result and ctxguard's span with these rather
+    than with constants: ``llm.responses[0].id == span.attributes["gen_ai.response.id"]``.
+
+    ``finish_reasons`` are in the provider's own words (chat ``finish_reason``,
+    Anthropic ``stop_reason``, Gemini ``finishReason``, the Responses ``status``).
+    ``usage`` is the final usage object exactly as sent; ``input_tokens`` and
+    ``output_tokens`` are the totals as billed (cached prompt tokens included, so
+    for Anthropic ``input_tokens + cache_read_input_tokens``; reasoning included, so
+    for Gemini ``candidatesTokenCount + thoughtsTokenCount``).  A stream cut by a
+    scripted ``stream_failure`` never reported its final usage: those are None.
+    """
+
+    request: RecordedRequest
+    status: int
+    request_id: str
+    id: str | None = None
+    model: str | None = None
+    stream: bool = False
+    finish_reasons: tuple[str, ...] = ()
+    usage: Mapping[str, Any] | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    tool_call_ids: tuple[str, ...] = ()
+    error_type: str | None = None
+    failure: str | None = None
+
+
+@dataclass(frozen=True)
 class Reply:
     """What the fake model "says"; one description rendered per provider format.
 
-    Token counts default to cheap byte-based estimates so usage-accounting
-    code always sees plausible, non-zero numbers without a tokenizer.
-    ``finish_reason`` uses OpenAI vocabulary and is translated for Anthropic
-    (``stop`` -> ``end_turn`` and so on); unknown values pass through verbatim.
+    ``Reply(text="Pune")``; ``Reply(parsed={"city": "Pune"})`` for structured output
+    (the text is that value's JSON); ``Reply(refusal="I can't help with that.")``;
+    ``Reply(tool_calls=[{"function": {"name": "lookup", "arguments": {"q": "x"}}}])``;
+    ``Reply(status=429)`` for an HTTP error, ``Reply(text="…", stream_failure="error")``
+    for a stream that fails after its first delta (``"drop"``: the connection is cut).
+
+    Token counts default to an estimate of what was sent and what is said (see the
+    module docstring); explicit ``input_tokens`` / ``output_tokens`` win, and are
+    totals the way OpenAI reports them: ``input_tokens`` includes ``cached_tokens``,
+    ``output_tokens`` includes ``reasoning_tokens``.  ``reasoning`` is the thinking
+    text: an Anthropic ``thinking`` block with its signature, a Responses reasoning
+    item with a summary, a Gemini thought part (chat completions only report its
+    token count).  ``finish_reason`` uses OpenAI vocabulary and is translated for
+    the other APIs; it defaults to ``tool_calls`` when there are tool calls, else
+    ``stop``.  Unknown values pass through verbatim.
     """
 
     text: str = ""
@@ -125,8 +320,30 @@ class Reply:
     tool_calls: list[dict[str, Any]] | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
-    finish_reason: str = "stop"
+    finish_reason: str | None = None
     model: str | None = None
+    cached_tokens: int = 0
+    reasoning_tokens: int | None = None
+    reasoning: str = ""
+    parsed: Any = None
+    refusal: str = ""
+    stream_failure: str | None = None
+
+    def __post_init__(self) -> None:
+        # Mistakes rejected when the script is written, not when a test puzzles over a reply.
+        if self.parsed is not None:
+            if self.text:
+                raise ValueError("Reply: give text or parsed, not both (parsed becomes the text)")
+            object.__setattr__(self, "text", json.dumps(self.parsed, separators=(",", ":"), ensure_ascii=False))
+        if self.refusal and (self.text or self.tool_calls):
+            raise ValueError("Reply: a refusal carries no text or tool calls")
+        if self.stream_failure not in (None, "error", "drop"):
+            raise ValueError(f"Reply: stream_failure is 'error' or 'drop', not {self.stream_failure!r}")
+        if self.cached_tokens < 0 or (self.input_tokens is not None and self.cached_tokens > self.input_tokens):
+            raise ValueError("Reply: cached_tokens is part of input_tokens")
+        if (self.reasoning_tokens is not None and self.output_tokens is not None
+                and self.reasoning_tokens > self.output_tokens):
+            raise ValueError("Reply: reasoning_tokens is part of output_tokens")
 
 
 def _coerce(reply: Reply | str) -> Reply:
@@ -148,15 +365,43 @@ def _split(text: str, parts: int = 3) -> list[str]:
     return out
 
 
-def _tool_parts(call: dict[str, Any], index: int, n: int) -> tuple[str, str, str]:
-    """Return ``(id, name, arguments)`` tolerating partially specified calls."""
-    fn = call.get("function") or {}
-    call_id = str(call.get("id") or f"call_fake_{n}_{index}")
-    name = str(fn.get("name", ""))
-    args = fn.get("arguments", "")
-    # Accept a dict for convenience; the wire format always carries a string.
-    arguments = args if isinstance(args, str) else json.dumps(args)
-    return call_id, name, arguments
+def _ident(seed: str, alphabet: str, length: int) -> str:
+    """``length`` characters of ``alphabet`` derived from ``seed``: random-looking, reproducible."""
+    out: list[str] = []
+    limit = 256 - 256 % len(alphabet)  # drop the bytes that would bias the first letters
+    counter = 0
+    while len(out) < length:
+        for byte in hashlib.blake2b(f"{seed}/{counter}".encode(), digest_size=64).digest():
+            if byte < limit:
+                out.append(alphabet[byte % len(alphabet)])
+        counter += 1
+    return "".join(out[:length])
+
+
+@dataclass(frozen=True)
+class _Call:
+    id: str
+    name: str
+    arguments: str
+
+    @property
+    def input(self) -> Any:
+        """The arguments as a JSON value, for the APIs that send objects (Anthropic, Gemini)."""
+        try:
+            return json.loads(self.arguments) if self.arguments else {}
+        except ValueError:
+            return {}
+
+
+# -- HTTP plumbing ---------------------------------------------------------------------
+
+
+class _Drop:
+    """Marks where a scripted ``stream_failure="drop"`` cuts the connection."""
+
+
+_DROP = _Drop()
+_Event = tuple[str | None, Any]
 
 
 class _Server(ThreadingHTTPServer):
@@ -168,6 +413,9 @@ class _Server(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    # The default backlog of 5 drops the SYNs of a burst of connections: those clients
+    # stall a second for the retry, or give up.
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], fake: FakeLLM) -> None:
         self.fake = fake
@@ -210,7 +458,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def finish(self) -> None:
         try:
-            super().finish()
+            with contextlib.suppress(OSError):  # a dropped connection has nothing left to flush
+                super().finish()
         finally:
             with self.server.connections_lock:
                 self.server.connections.discard(self.connection)
@@ -270,13 +519,17 @@ class _Handler(BaseHTTPRequestHandler):
             headers[k] = f"{headers[k]}, {value}" if k in headers else value
         req = RecordedRequest(method=self.command, path=self.path, headers=headers, body=body)
         fake = self.server.fake
-        n = fake._record(req)
+        n, serial = fake._record(req)
 
         route = self.path.split("?", 1)[0].rstrip("/")
         kinds = (_CHAT, _RESPONSES, _MESSAGES, _GENERATE, _STREAM_GENERATE)
         kind = next((s for s in kinds if route.endswith(s)), None)
+        # Filled in as the request is understood: an unknown route is answered the OpenAI way.
+        ctx = _Ctx(n=n, serial=serial, nonce=fake._nonce, kind=kind or _CHAT, reply=Reply(), payload={}, route=route)
         if kind is None or self.command != "POST":
-            self._send_json(404, _openai_error(404, f"No fake route for {self.command} {self.path}"))
+            message = f"Invalid URL ({self.command} {self.path.split('?', 1)[0]})"
+            error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
+            self._send_error(ctx, req, 404, ({"error": error}, "invalid_request_error"))
             return
 
         try:
@@ -284,85 +537,122 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(payload, dict):
                 raise ValueError("request body must be a JSON object")
         except ValueError as exc:
-            self._send_json(400, _error_body(kind, 400, f"Invalid JSON body: {exc}"))
+            self._send_error(ctx, req, 400, _error_body(ctx, 400, f"Invalid JSON body: {exc}"))
             return
+        ctx = replace(ctx, payload=payload)
 
         try:
             reply = fake._next_reply(req, n)
         except Exception as exc:
             # Surface bugs in the reply callable to the client instead of hanging it.
-            self._send_json(500, _error_body(kind, 500, f"FakeLLM reply callable failed: {exc!r}"))
+            self._send_error(ctx, req, 500, _error_body(ctx, 500, f"FakeLLM reply callable failed: {exc!r}"))
             return
 
+        ctx = replace(ctx, reply=reply)
+        stream = kind == _STREAM_GENERATE or (kind != _GENERATE and payload.get("stream") is True)
         if reply.status != 200:
-            message = reply.text or f"Fake error {reply.status}"
-            self._send_json(reply.status, _error_body(kind, reply.status, message))
-            return
-
-        ctx = _Ctx(n=n, reply=reply, payload=payload, body_len=len(body), route=route)
-        if kind == _GENERATE:
-            self._send_json(200, _gemini_body(ctx, ctx.reply.text, final=True))
-        elif kind == _STREAM_GENERATE:
-            self._send_sse(_gemini_stream(ctx))
-        elif payload.get("stream") is True:
-            if kind == _CHAT:
-                self._send_sse(_chat_stream(ctx))
-            elif kind == _RESPONSES:
-                self._send_sse(_responses_stream(ctx))
-            else:
-                self._send_sse(_messages_stream(ctx))
-        elif kind == _CHAT:
-            self._send_json(200, _chat_body(ctx))
-        elif kind == _RESPONSES:
-            self._send_json(200, _response_object(ctx, ctx.output_items()))
+            self._send_error(ctx, req, reply.status, _error_body(ctx, reply.status, reply.text or None))
+        elif reply.stream_failure == "error" and not stream:
+            status = _FAILURE_STATUS[kind]
+            self._send_error(ctx, req, status, _error_body(ctx, status, None), failure="error")
+        elif stream:
+            events = _STREAMS[kind](ctx)
+            fake._served(ctx.served(req, 200, stream=True))
+            self._send_sse(ctx, events)
         else:
-            self._send_json(200, _messages_body(ctx))
+            answer = _BODIES[kind](ctx)
+            fake._served(ctx.served(req, 200))
+            self._send_json(ctx, 200, answer, drop=reply.stream_failure == "drop")
 
     # -- response side ----------------------------------------------------
 
-    def _send_json(self, status: int, obj: Any) -> None:
-        data = json.dumps(obj).encode()
+    def _send_error(
+        self, ctx: _Ctx, req: RecordedRequest, status: int, error: tuple[dict[str, Any], str], *,
+        failure: str | None = None,
+    ) -> None:
+        body, error_type = error
+        self.server.fake._served(
+            ServedResponse(request=req, status=status, request_id=ctx.request_id, model=ctx.model,
+                           error_type=error_type, failure=failure)
+        )
+        self._send_json(ctx, status, body)
+
+    def _start(self, ctx: _Ctx, status: int, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        if ctx.kind == _MESSAGES:
+            self.send_header("request-id", ctx.request_id)
+        elif ctx.kind not in _GEMINI:
+            self.send_header("x-request-id", ctx.request_id)
+
+    def _send_json(self, ctx: _Ctx, status: int, obj: Any, *, drop: bool = False) -> None:
+        # OpenAI and Gemini indent their JSON bodies; Anthropic sends them compact.
+        indent = None if ctx.kind == _MESSAGES else 2
+        data = json.dumps(obj, indent=indent, ensure_ascii=False).encode()
         try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self._start(ctx, status, "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
+            if drop:
+                self.wfile.write(data[: len(data) // 2])
+                self._drop()
+                return
             self.wfile.write(data)
             self.wfile.flush()
         except OSError:
             self.close_connection = True
 
-    def _send_sse(self, events: Iterable[tuple[str | None, Any]]) -> None:
-        """Write events one by one so clients see a genuinely incremental stream."""
-        self.close_connection = True
+    def _send_sse(self, ctx: _Ctx, events: Iterable[_Event | _Drop]) -> None:
+        """Write events one by one, one HTTP chunk each, so clients see a genuinely
+        incremental stream (and can tell a cut connection from the end of the body)."""
+        separators = (", ", ": ") if ctx.kind in _GEMINI else (",", ":")
         try:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self._start(ctx, 200, "text/event-stream; charset=utf-8")
             self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
+            self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             self.wfile.flush()
-            for event, data in events:
-                text = data if isinstance(data, str) else json.dumps(data)
-                frame = f"event: {event}\ndata: {text}\n\n" if event else f"data: {text}\n\n"
-                self.wfile.write(frame.encode())
+            for item in events:
+                if isinstance(item, _Drop):
+                    self._drop()
+                    return
+                event, data = item
+                text = data if isinstance(data, str) else json.dumps(data, separators=separators, ensure_ascii=False)
+                frame = (f"event: {event}\ndata: {text}\n\n" if event else f"data: {text}\n\n").encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
                 self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
         except OSError:
-            pass
+            self.close_connection = True
+
+    def _drop(self) -> None:
+        """Cut the connection mid-body, as a crashed upstream or a broken proxy does."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
 
 
-# -- payload builders --------------------------------------------------------
+# -- what one request is answered with ------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class _Ctx:
-    """Everything a renderer needs, computed once per request."""
+    """Everything a renderer needs; each fact is computed once per request."""
 
     n: int
+    serial: int
+    nonce: str
+    kind: str
     reply: Reply
     payload: dict[str, Any]
-    body_len: int
     route: str = ""
+
+    def ident(self, tag: str, alphabet: str, length: int, i: int = 0) -> str:
+        # Seeded by the server instance and its request serial (which, unlike ``n``,
+        # survives ``clear()``), so no two answers share an id.
+        return _ident(f"{self.nonce}/{self.serial}/{tag}/{i}", alphabet, length)
 
     @property
     def model(self) -> str:
@@ -370,49 +660,197 @@ class _Ctx:
         in_path = self.route.rpartition("models/")[2].partition(":")[0] if ":" in self.route else ""
         return self.reply.model or str(self.payload.get("model") or in_path or "fake-model")
 
+    @cached_property
+    def id(self) -> str:
+        if self.kind == _CHAT:
+            return "chatcmpl-" + self.ident("id", _ALNUM, 29)
+        if self.kind == _RESPONSES:
+            return "resp_" + self.ident("id", _HEX, 48)
+        if self.kind == _MESSAGES:
+            return "msg_01" + self.ident("id", _BASE62, 22)
+        return self.ident("id", _BASE64URL, 22)
+
+    @cached_property
+    def request_id(self) -> str:
+        if self.kind == _MESSAGES:
+            return "req_011C" + self.ident("request", _BASE62, 20)
+        return "req_" + self.ident("request", _HEX, 32)
+
     @property
+    def fingerprint(self) -> str:
+        """One backend configuration per server, as ``system_fingerprint`` names it."""
+        return "fp_" + _ident(f"{self.nonce}/fingerprint", _HEX, 10)
+
+    def item_id(self, prefix: str, i: int = 0) -> str:
+        """Responses output item ids (``msg_``, ``fc_``, ``rs_``) in the ``resp_`` style."""
+        return prefix + self.ident(prefix, _HEX, 48, i)
+
+    def padding(self, i: int, size: int) -> str:
+        """OpenAI's ``obfuscation`` field: random letters evening out the frame sizes."""
+        return self.ident("obfuscation", _ALNUM, max(1, 16 - size) if size else 14, i)
+
+    @cached_property
+    def signature(self) -> str:
+        """An opaque signature for an Anthropic thinking block."""
+        raw = b"".join(hashlib.blake2b(f"{self.nonce}/{self.serial}/signature/{i}".encode()).digest()
+                       for i in range(3))
+        return base64.b64encode(raw).decode()
+
+    @property
+    def finish(self) -> str:
+        reply = self.reply
+        return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+
+    @property
+    def stop_reason(self) -> str:
+        if self.reply.refusal:
+            return "refusal"
+        return _ANTHROPIC_STOP_REASONS.get(self.finish, self.finish)
+
+    @property
+    def gemini_finish(self) -> str:
+        if self.reply.refusal:
+            return "SAFETY"
+        return _GEMINI_FINISH_REASONS.get(self.finish, self.finish)
+
+    @property
+    def response_status(self) -> str:
+        return "incomplete" if self.finish in _INCOMPLETE_REASONS else "completed"
+
+    @property
+    def finish_word(self) -> str:
+        """How the answering API says why the answer ended."""
+        if self.kind == _CHAT:
+            return self.finish
+        if self.kind == _RESPONSES:
+            return self.response_status
+        return self.stop_reason if self.kind == _MESSAGES else self.gemini_finish
+
+    @cached_property
+    def calls(self) -> list[_Call]:
+        """The scripted tool calls, ids filled in the style of the API answering."""
+        out = []
+        for i, call in enumerate(self.reply.tool_calls or []):
+            fn = call.get("function") or {}
+            args = fn.get("arguments", "")
+            if self.kind == _MESSAGES:
+                default = "toolu_01" + self.ident("tool", _BASE62, 22, i)
+            else:
+                default = "call_" + self.ident("tool", _ALNUM, 24, i)
+            # Accept a dict for convenience; the wire format always carries a string.
+            out.append(_Call(str(call.get("id") or default), str(fn.get("name", "")),
+                             args if isinstance(args, str) else json.dumps(args)))
+        return out
+
+    # -- usage ----------------------------------------------------------------------
+
+    @cached_property
     def input_tokens(self) -> int:
-        r = self.reply.input_tokens
-        return r if r is not None else self.body_len // 4
+        """Prompt tokens, cached ones included."""
+        scripted = self.reply.input_tokens
+        if scripted is not None:
+            return scripted
+        return max(_prompt_tokens(self.kind, self.payload), self.reply.cached_tokens)
 
     @property
+    def cached_tokens(self) -> int:
+        return self.reply.cached_tokens
+
+    @cached_property
+    def reasoning_tokens(self) -> int:
+        reply = self.reply
+        if reply.reasoning_tokens is not None:
+            return reply.reasoning_tokens
+        estimate = _text_tokens(reply.reasoning) + (_FRAME_TOKENS if reply.reasoning else 0)
+        return estimate if reply.output_tokens is None else min(estimate, reply.output_tokens)
+
+    @cached_property
     def output_tokens(self) -> int:
-        r = self.reply.output_tokens
-        return r if r is not None else max(1, len(self.reply.text) // 4)
+        """Generated tokens, reasoning included."""
+        reply = self.reply
+        if reply.output_tokens is not None:
+            return reply.output_tokens
+        said = _text_tokens(reply.text or reply.refusal)
+        said += sum(_FRAME_TOKENS + _text_tokens(c.name) + _text_tokens(c.arguments) for c in self.calls)
+        return max(1, said) + self.reasoning_tokens
 
-    def tools(self) -> list[tuple[str, str, str]]:
-        return [_tool_parts(c, i, self.n) for i, c in enumerate(self.reply.tool_calls or [])]
-
-    def output_items(self) -> list[dict[str, Any]]:
-        """Final Responses-API output items: a message, then any function calls."""
-        items: list[dict[str, Any]] = []
-        if self.reply.text or not self.reply.tool_calls:
-            items.append(_message_item(self.n, self.reply.text, "completed"))
-        for i, (call_id, name, args) in enumerate(self.tools()):
-            items.append(_function_item(self.n, i, call_id, name, args, "completed"))
-        return items
-
-
-def _openai_error(status: int, message: str) -> dict[str, Any]:
-    err_type = _OPENAI_ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    return {"error": {"message": message, "type": err_type, "param": None, "code": err_type}}
-
-
-def _anthropic_error(status: int, message: str) -> dict[str, Any]:
-    err_type = _ANTHROPIC_ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    return {"type": "error", "error": {"type": err_type, "message": message}}
-
-
-def _gemini_error(status: int, message: str) -> dict[str, Any]:
-    return {"error": {"code": status, "message": message, "status": _GEMINI_STATUSES.get(status, "UNKNOWN")}}
+    def served(self, req: RecordedRequest, status: int, *, stream: bool = False) -> ServedResponse:
+        """The record of a 200 answer; a scripted failure keeps it from reporting its end."""
+        failed = self.reply.stream_failure is not None
+        error_type = None
+        if self.reply.stream_failure == "error":
+            error_type = _error_body(self, _FAILURE_STATUS[self.kind], None)[1]
+        return ServedResponse(
+            request=req,
+            status=status,
+            request_id=self.request_id,
+            id=self.id,
+            model=self.model,
+            stream=stream,
+            finish_reasons=() if failed else (self.finish_word,),
+            usage=None if failed else _final_usage(self, stream),
+            input_tokens=None if failed else self.input_tokens,
+            output_tokens=None if failed else self.output_tokens,
+            cached_tokens=self.cached_tokens,
+            reasoning_tokens=self.reasoning_tokens,
+            tool_call_ids=() if self.kind in _GEMINI else tuple(c.id for c in self.calls),
+            error_type=error_type,
+            failure=self.reply.stream_failure,
+        )
 
 
-def _error_body(kind: str, status: int, message: str) -> dict[str, Any]:
-    if kind == _MESSAGES:
-        return _anthropic_error(status, message)
-    if kind in (_GENERATE, _STREAM_GENERATE):
-        return _gemini_error(status, message)
-    return _openai_error(status, message)
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return f"Error {status}"
+
+
+def _error_body(ctx: _Ctx, status: int, message: str | None) -> tuple[dict[str, Any], str]:
+    """The provider's error body for ``status`` and the error type it names."""
+    model = ctx.model
+    if ctx.kind == _MESSAGES:
+        err_type, default = _ANTHROPIC_ERRORS.get(
+            status, ("api_error" if status >= 500 else "invalid_request_error", _phrase(status))
+        )
+        body = {"type": "error", "error": {"type": err_type, "message": message or default.format(model=model)},
+                "request_id": ctx.request_id}
+        return body, err_type
+    if ctx.kind in _GEMINI:
+        code_name, default = _GEMINI_ERRORS.get(status, ("UNKNOWN", _phrase(status)))
+        return {"error": {"code": status, "message": message or default.format(model=model), "status": code_name}}, \
+            code_name
+    err_type, code, default = _OPENAI_ERRORS.get(
+        status, ("server_error" if status >= 500 else "invalid_request_error", None, _phrase(status))
+    )
+    body = {"error": {"message": message or default.format(model=model), "type": err_type, "param": None,
+                      "code": code}}
+    return body, err_type
+
+
+class _Events:
+    """A stream's events, and the point where a scripted failure cuts it: after the
+    first delta, or after the opening event when nothing is said."""
+
+    def __init__(self) -> None:
+        self.items: list[_Event] = []
+        self._cut: int | None = None
+
+    def add(self, event: str | None, data: Any, *, delta: bool = False) -> None:
+        self.items.append((event, data))
+        if delta and self._cut is None:
+            self._cut = len(self.items)
+
+    def cut(self, ctx: _Ctx, failure: list[_Event]) -> list[_Event | _Drop]:
+        if ctx.reply.stream_failure is None:
+            return list(self.items)
+        kept: list[_Event | _Drop] = list(self.items[: self._cut or 1])
+        if ctx.reply.stream_failure == "drop":
+            return [*kept, _DROP]
+        return kept + list(failure)
+
+
+# -- OpenAI Chat Completions ------------------------------------------------------------------
 
 
 def _chat_usage(ctx: _Ctx) -> dict[str, Any]:
@@ -420,9 +858,9 @@ def _chat_usage(ctx: _Ctx) -> dict[str, Any]:
         "prompt_tokens": ctx.input_tokens,
         "completion_tokens": ctx.output_tokens,
         "total_tokens": ctx.input_tokens + ctx.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": ctx.cached_tokens, "audio_tokens": 0},
         "completion_tokens_details": {
-            "reasoning_tokens": 0,
+            "reasoning_tokens": ctx.reasoning_tokens,
             "audio_tokens": 0,
             "accepted_prediction_tokens": 0,
             "rejected_prediction_tokens": 0,
@@ -434,117 +872,164 @@ def _chat_body(ctx: _Ctx) -> dict[str, Any]:
     reply = ctx.reply
     message: dict[str, Any] = {
         "role": "assistant",
-        # The real API sends null content for pure tool-call turns.
-        "content": reply.text if reply.text or not reply.tool_calls else None,
-        "refusal": None,
+        # The real API sends null content for pure tool-call turns and refusals.
+        "content": reply.text if reply.text or not (reply.tool_calls or reply.refusal) else None,
+        "refusal": reply.refusal or None,
         "annotations": [],
     }
-    if reply.tool_calls:
+    if ctx.calls:
         message["tool_calls"] = [
-            {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
-            for cid, name, args in ctx.tools()
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in ctx.calls
         ]
     return {
-        "id": f"chatcmpl-fake-{ctx.n}",
+        "id": ctx.id,
         "object": "chat.completion",
         "created": int(time.time()),
         "model": ctx.model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reply.finish_reason}],
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": ctx.finish}],
         "usage": _chat_usage(ctx),
         "service_tier": "default",
-        "system_fingerprint": None,
+        "system_fingerprint": ctx.fingerprint,
     }
 
 
-def _chat_stream(ctx: _Ctx) -> Iterator[tuple[str | None, Any]]:
+def _chat_stream(ctx: _Ctx) -> list[_Event | _Drop]:
     opts = ctx.payload.get("stream_options")
-    include_usage = isinstance(opts, dict) and opts.get("include_usage") is True
+    opts = opts if isinstance(opts, dict) else {}
+    include_usage = opts.get("include_usage") is True
+    obfuscate = opts.get("include_obfuscation") is not False
     created = int(time.time())
+    out = _Events()
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[None, dict[str, Any]]:
+    def chunk(delta: dict[str, Any], finish: str | None = None, *, size: int = 0) -> dict[str, Any]:
         obj: dict[str, Any] = {
-            "id": f"chatcmpl-fake-{ctx.n}",
+            "id": ctx.id,
             "object": "chat.completion.chunk",
             "created": created,
             "model": ctx.model,
             "service_tier": "default",
-            "system_fingerprint": None,
+            "system_fingerprint": ctx.fingerprint,
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
         }
         if include_usage:
-            # The real API puts an explicit null usage on every non-final chunk.
+            # The real API puts an explicit null usage on every chunk but the last.
             obj["usage"] = None
-        return None, obj
+        if obfuscate:
+            obj["obfuscation"] = ctx.padding(len(out.items), size)
+        return obj
 
-    yield chunk({"role": "assistant", "content": "", "refusal": None})
-    for piece in _split(ctx.reply.text):
-        yield chunk({"content": piece})
-    for i, (cid, name, args) in enumerate(ctx.tools()):
-        yield chunk(
-            {
-                "tool_calls": [
-                    {"index": i, "id": cid, "type": "function", "function": {"name": name, "arguments": ""}}
-                ]
-            }
-        )
-        for piece in _split(args, 2):
-            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
-    yield chunk({}, ctx.reply.finish_reason)
+    def call_start(i: int, call: _Call) -> dict[str, Any]:
+        return {"index": i, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+
+    reply = ctx.reply
+    calls = ctx.calls
+    if reply.text or reply.refusal or not calls:
+        out.add(None, chunk({"role": "assistant", "content": "", "refusal": None}))
+        for piece in _split(reply.text):
+            out.add(None, chunk({"content": piece}, size=len(piece)), delta=True)
+        for piece in _split(reply.refusal):
+            out.add(None, chunk({"refusal": piece}, size=len(piece)), delta=True)
+        first = 0
+    else:
+        # A pure tool-call turn opens with the first call's header, content null.
+        out.add(None, chunk({"role": "assistant", "content": None, "tool_calls": [call_start(0, calls[0])],
+                             "refusal": None}, size=len(calls[0].name)))
+        first = 1
+    for i, call in enumerate(calls):
+        if i >= first:
+            out.add(None, chunk({"tool_calls": [call_start(i, call)]}, size=len(call.name)))
+        for piece in _split(call.arguments, 2):
+            out.add(None, chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}, size=len(piece)),
+                    delta=True)
+    out.add(None, chunk({}, ctx.finish))
     if include_usage:
-        yield (
-            None,
-            {
-                "id": f"chatcmpl-fake-{ctx.n}",
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": ctx.model,
-                "service_tier": "default",
-                "system_fingerprint": None,
-                "choices": [],
-                "usage": _chat_usage(ctx),
-            },
-        )
-    yield None, "[DONE]"
+        last: dict[str, Any] = {
+            "id": ctx.id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": ctx.model,
+            "service_tier": "default",
+            "system_fingerprint": ctx.fingerprint,
+            "choices": [],
+            "usage": _chat_usage(ctx),
+        }
+        if obfuscate:
+            last["obfuscation"] = ctx.padding(len(out.items), 0)
+        out.add(None, last)
+    out.add(None, "[DONE]")
+    # Failing midway, the service sends an error object and ends the stream without [DONE].
+    return out.cut(ctx, [(None, _error_body(ctx, _FAILURE_STATUS[_CHAT], None)[0])])
 
 
-def _message_item(n: int, text: str, status: str) -> dict[str, Any]:
+# -- OpenAI Responses ----------------------------------------------------------------------------
+
+
+def _reasoning_item(ctx: _Ctx, summary: str | None) -> dict[str, Any]:
+    parts = [] if summary is None else [{"type": "summary_text", "text": summary}]
+    return {"id": ctx.item_id("rs_"), "type": "reasoning", "summary": parts}
+
+
+def _message_item(ctx: _Ctx, status: str, *, done: bool) -> dict[str, Any]:
+    reply = ctx.reply
     content: list[dict[str, Any]] = []
-    if status == "completed":
-        content.append({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
-    return {
-        "type": "message",
-        "id": f"msg_fake_{n}",
-        "role": "assistant",
-        "status": status,
-        "content": content,
-    }
+    if done:
+        if reply.refusal:
+            content.append({"type": "refusal", "refusal": reply.refusal})
+        else:
+            content.append({"type": "output_text", "annotations": [], "logprobs": [], "text": reply.text})
+    return {"id": ctx.item_id("msg_"), "type": "message", "status": status, "content": content, "role": "assistant"}
 
 
-def _function_item(n: int, i: int, call_id: str, name: str, args: str, status: str) -> dict[str, Any]:
+def _function_item(ctx: _Ctx, i: int, call: _Call, status: str, *, done: bool) -> dict[str, Any]:
     return {
+        "id": ctx.item_id("fc_", i),
         "type": "function_call",
-        "id": f"fc_fake_{n}_{i}",
-        "call_id": call_id,
-        "name": name,
-        "arguments": args,
         "status": status,
+        "arguments": call.arguments if done else "",
+        "call_id": call.id,
+        "name": call.name,
     }
 
 
-def _response_object(ctx: _Ctx, output: list[dict[str, Any]], status: str = "completed") -> dict[str, Any]:
-    """Build a Response with every field the SDK models treat as required."""
-    p = ctx.payload
-    done = status == "completed"
-    tools = p.get("tools")
+def _output_items(ctx: _Ctx) -> list[dict[str, Any]]:
+    """Final Responses output: reasoning, a message, then any function calls."""
+    reply = ctx.reply
+    status = ctx.response_status
+    items: list[dict[str, Any]] = []
+    if reply.reasoning:
+        items.append(_reasoning_item(ctx, reply.reasoning))
+    if reply.text or reply.refusal or not ctx.calls:
+        items.append(_message_item(ctx, status, done=True))
+    items.extend(_function_item(ctx, i, c, "completed", done=True) for i, c in enumerate(ctx.calls))
+    return items
+
+
+def _responses_usage(ctx: _Ctx) -> dict[str, Any]:
     return {
-        "id": f"resp_fake_{ctx.n}",
+        "input_tokens": ctx.input_tokens,
+        "input_tokens_details": {"cached_tokens": ctx.cached_tokens, "cache_write_tokens": 0},
+        "output_tokens": ctx.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": ctx.reasoning_tokens},
+        "total_tokens": ctx.input_tokens + ctx.output_tokens,
+    }
+
+
+def _response_object(ctx: _Ctx, output: list[dict[str, Any]], status: str) -> dict[str, Any]:
+    """A Response with every field the SDK models treat as required."""
+    p = ctx.payload
+    tools = p.get("tools")
+    now = int(time.time())
+    reason = _INCOMPLETE_REASONS.get(ctx.finish)
+    return {
+        "id": ctx.id,
         "object": "response",
-        "created_at": int(time.time()),
-        "completed_at": int(time.time()) if done else None,
+        "created_at": now,
         "status": status,
         "background": False,
-        "error": None,
-        "incomplete_details": None,
+        "completed_at": now if status == "completed" else None,
+        "error": {"code": "server_error", "message": _RESPONSES_FAILURE} if status == "failed" else None,
+        "incomplete_details": {"reason": reason} if status == "incomplete" else None,
         "instructions": p.get("instructions"),
         "max_output_tokens": p.get("max_output_tokens"),
         "max_tool_calls": p.get("max_tool_calls"),
@@ -561,202 +1046,257 @@ def _response_object(ctx: _Ctx, output: list[dict[str, Any]], status: str = "com
         "tools": tools if isinstance(tools, list) else [],
         "top_p": p.get("top_p", 1.0),
         "truncation": p.get("truncation", "disabled"),
-        "usage": (
-            {
-                "input_tokens": ctx.input_tokens,
-                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-                "output_tokens": ctx.output_tokens,
-                "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": ctx.input_tokens + ctx.output_tokens,
-            }
-            if done
-            else None
-        ),
+        "usage": _responses_usage(ctx) if status in ("completed", "incomplete") else None,
         "user": p.get("user"),
         "metadata": p.get("metadata") or {},
     }
 
 
-def _responses_stream(ctx: _Ctx) -> Iterator[tuple[str | None, Any]]:
-    """Emit the full real event sequence.
+def _responses_body(ctx: _Ctx) -> dict[str, Any]:
+    return _response_object(ctx, _output_items(ctx), ctx.response_status)
+
+
+def _responses_stream(ctx: _Ctx) -> list[_Event | _Drop]:
+    """The full real event sequence.
 
     The SDK's ``responses.stream()`` helper rebuilds a snapshot from
     ``output_item.added``/``content_part.added`` and refuses deltas for items
     it never saw announced, so the bare created/delta/done/completed quartet
     is not enough.
     """
-    seq = 0
+    opts = ctx.payload.get("stream_options")
+    obfuscate = not (isinstance(opts, dict) and opts.get("include_obfuscation") is False)
+    out = _Events()
 
-    def ev(etype: str, **fields: Any) -> tuple[str, dict[str, Any]]:
-        nonlocal seq
-        data = {"type": etype, "sequence_number": seq, **fields}
-        seq += 1
-        return etype, data
+    def ev(etype: str, *, said: bool = False, **fields: Any) -> None:
+        # sequence_number is filled in last: a scripted failure renumbers what is left.
+        data = {"type": etype, "sequence_number": 0, **fields}
+        if obfuscate and "delta" in fields:
+            data["obfuscation"] = ctx.padding(len(out.items), len(fields["delta"]))
+        out.add(etype, data, delta=said)
 
-    yield ev("response.created", response=_response_object(ctx, [], "in_progress"))
-    yield ev("response.in_progress", response=_response_object(ctx, [], "in_progress"))
-    final = ctx.output_items()
+    def where(index: int, item_id: str, **more: Any) -> dict[str, Any]:
+        return {"item_id": item_id, "output_index": index, **more}
+
+    reply = ctx.reply
+    status = ctx.response_status
+    ev("response.created", response=_response_object(ctx, [], "in_progress"))
+    ev("response.in_progress", response=_response_object(ctx, [], "in_progress"))
+    final = _output_items(ctx)
     for index, item in enumerate(final):
         item_id = item["id"]
-        if item["type"] == "message":
-            text = ctx.reply.text
-            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            yield ev(
-                "response.output_item.added",
-                output_index=index,
-                item=_message_item(ctx.n, "", "in_progress"),
-            )
-            yield ev(
-                "response.content_part.added",
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                part=part,
-            )
-            for piece in _split(text):
-                yield ev(
-                    "response.output_text.delta",
-                    item_id=item_id,
-                    output_index=index,
-                    content_index=0,
-                    delta=piece,
-                    logprobs=[],
-                )
-            yield ev(
-                "response.output_text.done",
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                text=text,
-                logprobs=[],
-            )
-            yield ev(
-                "response.content_part.done",
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                part={**part, "text": text},
-            )
+        if item["type"] == "reasoning":
+            ev("response.output_item.added", output_index=index, item=_reasoning_item(ctx, None))
+            part: dict[str, Any] = {"type": "summary_text", "text": ""}
+            ev("response.reasoning_summary_part.added", **where(index, item_id, summary_index=0), part=part)
+            for piece in _split(reply.reasoning):
+                ev("response.reasoning_summary_text.delta", said=True, **where(index, item_id, summary_index=0),
+                   delta=piece)
+            ev("response.reasoning_summary_text.done", **where(index, item_id, summary_index=0),
+               text=reply.reasoning)
+            ev("response.reasoning_summary_part.done", **where(index, item_id, summary_index=0),
+               part={**part, "text": reply.reasoning})
+        elif item["type"] == "message":
+            ev("response.output_item.added", output_index=index, item=_message_item(ctx, "in_progress", done=False))
+            at = where(index, item_id, content_index=0)
+            if reply.refusal:
+                part = {"type": "refusal", "refusal": ""}
+                ev("response.content_part.added", **at, part=part)
+                for piece in _split(reply.refusal):
+                    ev("response.refusal.delta", said=True, **at, delta=piece)
+                ev("response.refusal.done", **at, refusal=reply.refusal)
+            else:
+                part = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
+                ev("response.content_part.added", **at, part=part)
+                for piece in _split(reply.text):
+                    ev("response.output_text.delta", said=True, **at, delta=piece, logprobs=[])
+                ev("response.output_text.done", **at, text=reply.text, logprobs=[])
+            ev("response.content_part.done", **at, part=item["content"][0])
         else:
-            yield ev(
-                "response.output_item.added",
-                output_index=index,
-                item={**item, "arguments": "", "status": "in_progress"},
-            )
+            i = index - (len(final) - len(ctx.calls))
+            ev("response.output_item.added", output_index=index,
+               item=_function_item(ctx, i, ctx.calls[i], "in_progress", done=False))
             for piece in _split(item["arguments"], 2):
-                yield ev(
-                    "response.function_call_arguments.delta",
-                    item_id=item_id,
-                    output_index=index,
-                    delta=piece,
-                )
-            yield ev(
-                "response.function_call_arguments.done",
-                item_id=item_id,
-                output_index=index,
-                name=item["name"],
-                arguments=item["arguments"],
-            )
-        yield ev("response.output_item.done", output_index=index, item=item)
-    yield ev("response.completed", response=_response_object(ctx, final))
+                ev("response.function_call_arguments.delta", said=True, **where(index, item_id), delta=piece)
+            ev("response.function_call_arguments.done", **where(index, item_id), name=item["name"],
+               arguments=item["arguments"])
+        ev("response.output_item.done", output_index=index, item=item)
+    ev(f"response.{status}", response=_response_object(ctx, final, status))
+    failed = ("response.failed", {"type": "response.failed", "sequence_number": 0,
+                                  "response": _response_object(ctx, [], "failed")})
+    events = out.cut(ctx, [failed])
+    for seq, event in enumerate(e for e in events if not isinstance(e, _Drop)):
+        event[1]["sequence_number"] = seq
+    return events
+
+
+# -- Anthropic Messages ---------------------------------------------------------------------------
 
 
 def _anthropic_blocks(ctx: _Ctx) -> list[dict[str, Any]]:
+    reply = ctx.reply
     blocks: list[dict[str, Any]] = []
-    if ctx.reply.text or not ctx.reply.tool_calls:
-        blocks.append({"type": "text", "text": ctx.reply.text})
-    for cid, name, args in ctx.tools():
-        try:
-            parsed = json.loads(args) if args else {}
-        except ValueError:
-            parsed = {}
-        blocks.append({"type": "tool_use", "id": cid, "name": name, "input": parsed})
+    if reply.reasoning:
+        blocks.append({"type": "thinking", "thinking": reply.reasoning, "signature": ctx.signature})
+    if reply.text or reply.refusal or not ctx.calls:
+        blocks.append({"type": "text", "text": reply.text or reply.refusal})
+    blocks.extend({"type": "tool_use", "id": c.id, "name": c.name, "input": c.input} for c in ctx.calls)
     return blocks
 
 
-def _anthropic_usage(ctx: _Ctx, output_tokens: int) -> dict[str, Any]:
-    return {
-        "input_tokens": ctx.input_tokens,
-        "output_tokens": output_tokens,
+def _anthropic_usage(ctx: _Ctx, output_tokens: int, *, delta: bool = False) -> dict[str, Any]:
+    """``input_tokens`` excludes the cache reads, as the real API counts them.  A
+    ``message_delta`` repeats the cumulative counts without the breakdowns."""
+    usage: dict[str, Any] = {
+        "input_tokens": ctx.input_tokens - ctx.cached_tokens,
         "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "cache_read_input_tokens": ctx.cached_tokens,
     }
-
-
-def _stop_reason(ctx: _Ctx) -> str:
-    reason = ctx.reply.finish_reason
-    return _ANTHROPIC_STOP_REASONS.get(reason, reason)
+    if not delta:
+        usage["cache_creation"] = {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0}
+    usage["output_tokens"] = output_tokens
+    if not delta:
+        usage["service_tier"] = "standard"
+    if ctx.reasoning_tokens and output_tokens == ctx.output_tokens:
+        usage["output_tokens_details"] = {"thinking_tokens": ctx.reasoning_tokens}
+    return usage
 
 
 def _messages_body(ctx: _Ctx) -> dict[str, Any]:
     return {
-        "id": f"msg_fake_{ctx.n}",
+        "model": ctx.model,
+        "id": ctx.id,
         "type": "message",
         "role": "assistant",
-        "model": ctx.model,
         "content": _anthropic_blocks(ctx),
-        "stop_reason": _stop_reason(ctx),
+        "stop_reason": ctx.stop_reason,
         "stop_sequence": None,
         "usage": _anthropic_usage(ctx, ctx.output_tokens),
     }
 
 
-def _messages_stream(ctx: _Ctx) -> Iterator[tuple[str | None, Any]]:
-    def ev(etype: str, **fields: Any) -> tuple[str, dict[str, Any]]:
-        return etype, {"type": etype, **fields}
+def _messages_stream(ctx: _Ctx) -> list[_Event | _Drop]:
+    out = _Events()
+
+    def ev(etype: str, *, said: bool = False, **fields: Any) -> None:
+        out.add(etype, {"type": etype, **fields}, delta=said)
 
     start = {**_messages_body(ctx), "content": [], "stop_reason": None, "usage": _anthropic_usage(ctx, 1)}
-    yield ev("message_start", message=start)
+    ev("message_start", message=start)
     for index, block in enumerate(_anthropic_blocks(ctx)):
-        if block["type"] == "text":
-            yield ev("content_block_start", index=index, content_block={"type": "text", "text": ""})
-            for piece in _split(block["text"]):
-                yield ev("content_block_delta", index=index, delta={"type": "text_delta", "text": piece})
+        kind = block["type"]
+        if kind == "thinking":
+            ev("content_block_start", index=index, content_block={"type": "thinking", "thinking": "", "signature": ""})
+        elif kind == "text":
+            ev("content_block_start", index=index, content_block={"type": "text", "text": ""})
         else:
-            yield ev("content_block_start", index=index, content_block={**block, "input": {}})
+            ev("content_block_start", index=index, content_block={**block, "input": {}})
+        if index == 0:
+            ev("ping")  # the service pings once the first block has opened
+        if kind == "thinking":
+            for piece in _split(block["thinking"]):
+                ev("content_block_delta", said=True, index=index, delta={"type": "thinking_delta", "thinking": piece})
+            # The signature arrives whole, just before the block closes.
+            ev("content_block_delta", index=index, delta={"type": "signature_delta", "signature": block["signature"]})
+        elif kind == "text":
+            for piece in _split(block["text"]):
+                ev("content_block_delta", said=True, index=index, delta={"type": "text_delta", "text": piece})
+        else:
             for piece in _split(json.dumps(block["input"]), 2):
-                yield ev(
-                    "content_block_delta",
-                    index=index,
-                    delta={"type": "input_json_delta", "partial_json": piece},
-                )
-        yield ev("content_block_stop", index=index)
-    yield ev(
-        "message_delta",
-        delta={"stop_reason": _stop_reason(ctx), "stop_sequence": None},
-        usage={"output_tokens": ctx.output_tokens},
-    )
-    yield ev("message_stop")
+                ev("content_block_delta", said=True, index=index,
+                   delta={"type": "input_json_delta", "partial_json": piece})
+        ev("content_block_stop", index=index)
+    ev("message_delta", delta={"stop_reason": ctx.stop_reason, "stop_sequence": None},
+       usage=_anthropic_usage(ctx, ctx.output_tokens, delta=True))
+    ev("message_stop")
+    # Failing midway, the service sends an ``error`` event and ends the stream.
+    error = _error_body(ctx, _FAILURE_STATUS[_MESSAGES], None)[0]
+    return out.cut(ctx, [("error", {"type": "error", "error": error["error"]})])
 
 
-def _gemini_body(ctx: _Ctx, text: str, *, final: bool, tools: bool = True) -> dict[str, Any]:
-    """A GenerateContentResponse; stream chunks carry a piece of text, the last one the rest."""
-    parts: list[dict[str, Any]] = [{"text": text}] if text or not ctx.reply.tool_calls else []
-    if tools:
-        for _, name, args in ctx.tools():
-            try:
-                parsed = json.loads(args) if args else {}
-            except ValueError:
-                parsed = {}
-            parts.append({"functionCall": {"name": name, "args": parsed}})
-    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
-    body: dict[str, Any] = {"candidates": [candidate], "modelVersion": ctx.model, "responseId": f"gen-fake-{ctx.n}"}
+# -- Gemini -------------------------------------------------------------------------------------------
+
+
+def _gemini_usage(ctx: _Ctx, *, final: bool = True) -> dict[str, Any]:
+    """``candidatesTokenCount`` excludes the thoughts, which Gemini counts apart; chunks
+    before the last carry the prompt count only."""
+    prompt = ctx.input_tokens
+    usage: dict[str, Any] = {"promptTokenCount": prompt}
     if final:
-        reason = ctx.reply.finish_reason
-        candidate["finishReason"] = _GEMINI_FINISH_REASONS.get(reason, reason)
-        body["usageMetadata"] = {
-            "promptTokenCount": ctx.input_tokens,
-            "candidatesTokenCount": ctx.output_tokens,
-            "totalTokenCount": ctx.input_tokens + ctx.output_tokens,
-        }
-    return body
+        usage["candidatesTokenCount"] = ctx.output_tokens - ctx.reasoning_tokens
+    usage["totalTokenCount"] = prompt + (ctx.output_tokens if final else 0)
+    if ctx.cached_tokens:
+        usage["cachedContentTokenCount"] = ctx.cached_tokens
+    usage["promptTokensDetails"] = [{"modality": "TEXT", "tokenCount": prompt}]
+    if final and ctx.reasoning_tokens:
+        usage["thoughtsTokenCount"] = ctx.reasoning_tokens
+    return usage
 
 
-def _gemini_stream(ctx: _Ctx) -> Iterator[tuple[str | None, Any]]:
-    pieces = _split(ctx.reply.text) or [""]
-    for piece in pieces[:-1]:
-        yield None, _gemini_body(ctx, piece, final=False, tools=False)
-    yield None, _gemini_body(ctx, pieces[-1], final=True)
+def _gemini_chunk(ctx: _Ctx, parts: list[dict[str, Any]] | None, *, final: bool) -> dict[str, Any]:
+    """A GenerateContentResponse; a blocked (refused) answer has no content at all."""
+    candidate: dict[str, Any] = {}
+    if parts is not None:
+        candidate["content"] = {"parts": parts, "role": "model"}
+    if final:
+        candidate["finishReason"] = ctx.gemini_finish
+    candidate["index"] = 0
+    return {
+        "candidates": [candidate],
+        "usageMetadata": _gemini_usage(ctx, final=final),
+        "modelVersion": ctx.model,
+        "responseId": ctx.id,
+    }
+
+
+def _gemini_calls(ctx: _Ctx) -> list[dict[str, Any]]:
+    return [{"functionCall": {"name": c.name, "args": c.input}} for c in ctx.calls]
+
+
+def _gemini_body(ctx: _Ctx) -> dict[str, Any]:
+    reply = ctx.reply
+    if reply.refusal:
+        return _gemini_chunk(ctx, None, final=True)
+    parts = [{"text": reply.reasoning, "thought": True}] if reply.reasoning else []
+    if reply.text or not ctx.calls:
+        parts.append({"text": reply.text})
+    return _gemini_chunk(ctx, parts + _gemini_calls(ctx), final=True)
+
+
+def _gemini_stream(ctx: _Ctx) -> list[_Event | _Drop]:
+    out = _Events()
+    reply = ctx.reply
+    if reply.refusal:
+        out.add(None, _gemini_chunk(ctx, None, final=True))
+    else:
+        if reply.reasoning:
+            out.add(None, _gemini_chunk(ctx, [{"text": reply.reasoning, "thought": True}], final=False), delta=True)
+        pieces = _split(reply.text) or [""]
+        for piece in pieces[:-1]:
+            out.add(None, _gemini_chunk(ctx, [{"text": piece}], final=False), delta=True)
+        last = [{"text": pieces[-1]}] if pieces[-1] or not ctx.calls else []
+        out.add(None, _gemini_chunk(ctx, last + _gemini_calls(ctx), final=True), delta=True)
+    # Failing midway, the service sends an error object as the next chunk.
+    return out.cut(ctx, [(None, _error_body(ctx, _FAILURE_STATUS[_STREAM_GENERATE], None)[0])])
+
+
+_BODIES: dict[str, Callable[[_Ctx], dict[str, Any]]] = {
+    _CHAT: _chat_body, _RESPONSES: _responses_body, _MESSAGES: _messages_body, _GENERATE: _gemini_body,
+}
+_STREAMS: dict[str, Callable[[_Ctx], list[_Event | _Drop]]] = {
+    _CHAT: _chat_stream, _RESPONSES: _responses_stream, _MESSAGES: _messages_stream, _STREAM_GENERATE: _gemini_stream,
+}
+
+
+def _final_usage(ctx: _Ctx, stream: bool) -> dict[str, Any]:
+    """The last usage object a complete answer puts on the wire."""
+    if ctx.kind == _CHAT:
+        return _chat_usage(ctx)
+    if ctx.kind == _RESPONSES:
+        return _responses_usage(ctx)
+    if ctx.kind == _MESSAGES:
+        return _anthropic_usage(ctx, ctx.output_tokens, delta=stream)
+    return _gemini_usage(ctx)
 
 
 # -- public server ------------------------------------------------------------
@@ -767,6 +1307,8 @@ class FakeLLM:
 
     Reply precedence is: scripted replies (FIFO), then the ``reply`` callable,
     then a default ``"ok N"`` that makes request ordering visible in asserts.
+    ``requests`` records every request as it arrived, ``responses`` what was
+    answered (``ServedResponse``: ids, finish reasons, usage as reported).
 
     usage: with FakeLLM() as llm: client = openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0)
     """
@@ -788,7 +1330,11 @@ class FakeLLM:
         self._script: deque[Reply] = deque()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        # Seeds this server's ids: two servers never hand out the same one.
+        self._nonce = secrets.token_hex(8)
+        self._serial = 0
         self.requests: list[RecordedRequest] = []
+        self.responses: list[ServedResponse] = []
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -881,17 +1427,24 @@ class FakeLLM:
         return out
 
     def clear(self) -> None:
-        """Forget recorded requests and pending scripted replies between test phases."""
+        """Forget recorded requests, answers and pending scripted replies between test phases."""
         with self._lock:
             self.requests.clear()
+            self.responses.clear()
             self._script.clear()
 
     # -- used by the handler --------------------------------------------------
 
-    def _record(self, req: RecordedRequest) -> int:
+    def _record(self, req: RecordedRequest) -> tuple[int, int]:
+        """Number the request: its place in ``requests`` and its serial for this server's life."""
         with self._lock:
             self.requests.append(req)
-            return len(self.requests)
+            self._serial += 1
+            return len(self.requests), self._serial
+
+    def _served(self, response: ServedResponse) -> None:
+        with self._lock:
+            self.responses.append(response)
 
     def _next_reply(self, req: RecordedRequest, n: int) -> Reply:
         with self._lock:

@@ -44,9 +44,9 @@ def test_system_parameter_is_the_head_and_span_matches_the_body(harness, llm, cl
         message_digest("system", sent["system"]), message_digest("user", sent["messages"][0]["content"])]
     assert a["ctxguard.budget.window"] == 200_000
     assert a["ctxguard.budget.reserved_output"] == 300
-    assert a["gen_ai.response.id"].startswith("msg_fake")
+    assert a["gen_ai.response.id"] == reply.id == llm.responses[0].id
     assert list(a["gen_ai.response.finish_reasons"]) == ["end_turn"]
-    assert a["gen_ai.usage.input_tokens"] > 0
+    assert a["gen_ai.usage.input_tokens"] == reply.usage.input_tokens == llm.responses[0].input_tokens > 0
     assert list(a["ctxguard.violations"]) == []
     assert harness.metric("ctxguard_calls_total", provider="anthropic", operation="chat") == 1
 
@@ -137,7 +137,7 @@ def test_stream_helper_text_unchanged_and_span_completed(harness, llm, claude):
     assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
     a = only(harness).attributes
     assert a["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[0].body)
-    assert a["gen_ai.response.id"].startswith("msg_fake")
+    assert a["gen_ai.response.id"] == llm.responses[0].id
     assert list(a["ctxguard.violations"]) == ["answer_consistent"]
 
 

@@ -63,9 +63,10 @@ def test_system_instruction_is_the_head_and_span_matches_the_body(harness, llm, 
     assert a["ctxguard.budget.window"] == 1_048_576
     assert a["ctxguard.budget.reserved_output"] == sent["generationConfig"]["maxOutputTokens"] == 300
     assert a["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[0].body)
-    assert a["gen_ai.response.id"] == "gen-fake-1"
+    assert a["gen_ai.response.id"] == reply.response_id == llm.responses[0].id
     assert list(a["gen_ai.response.finish_reasons"]) == ["STOP"]
-    assert a["gen_ai.usage.input_tokens"] > 0
+    assert a["gen_ai.usage.input_tokens"] == reply.usage_metadata.prompt_token_count
+    assert a["gen_ai.usage.input_tokens"] == llm.responses[0].input_tokens > 0
     assert list(a["ctxguard.violations"]) == []
     assert harness.metric("ctxguard_calls_total", provider="gcp.gen_ai", operation="chat") == 1
     assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1

@@ -54,11 +54,11 @@ def test_chat_span_matches_the_body_that_arrived(harness, llm, client):
     assert a["ctxguard.payload.tokens"] > 0
     assert a["ctxguard.budget.window"] == 128_000
     assert a["ctxguard.budget.reserved_output"] == 300
-    assert a["gen_ai.response.id"] == "chatcmpl-fake-1"
+    assert a["gen_ai.response.id"] == reply.id == llm.responses[0].id
     assert a["gen_ai.response.model"] == "gpt-4o"
     assert list(a["gen_ai.response.finish_reasons"]) == ["stop"]
-    assert a["gen_ai.usage.input_tokens"] == reply.usage.prompt_tokens > 0
-    assert a["gen_ai.usage.output_tokens"] == reply.usage.completion_tokens > 0
+    assert a["gen_ai.usage.input_tokens"] == reply.usage.prompt_tokens == llm.responses[0].input_tokens > 0
+    assert a["gen_ai.usage.output_tokens"] == reply.usage.completion_tokens == llm.responses[0].output_tokens > 0
     assert list(a["ctxguard.violations"]) == []
     assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 1
 
@@ -85,8 +85,8 @@ def test_stream_output_identical_to_uninstrumented(harness, llm, client):
     llm.script("the parcel is in Pune")
     guarded = _chunks(client, **kwargs)
     for chunks in (plain, guarded):
-        for chunk in chunks:
-            chunk.pop("id"), chunk.pop("created")
+        for chunk in chunks:  # what differs between two answers of the service: id, time, random padding
+            chunk.pop("id"), chunk.pop("created"), chunk.pop("obfuscation")
     assert guarded == plain
     assert "".join(c["choices"][0]["delta"]["content"] or "" for c in guarded if c["choices"]) == (
         "the parcel is in Pune"
@@ -105,7 +105,7 @@ async def test_async_stream_output_unchanged_and_span_ends(harness, llm, aclient
     assert isinstance(stream, openai.AsyncStream)
     text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
     assert text == "streamed answer"
-    assert only_span(harness).attributes["gen_ai.response.id"].startswith("chatcmpl-fake")
+    assert only_span(harness).attributes["gen_ai.response.id"] == llm.responses[0].id
 
 
 def test_stream_helper_and_context_manager(harness, llm, client):
