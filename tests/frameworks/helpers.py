@@ -1,0 +1,274 @@
+"""The framework matrix's one procedure: play an app's scripted scenario twice against fresh
+loopback fakes, uninstrumented then instrumented, and hold what ctxguard recorded against
+what went over the wire.
+
+``play(harness, scenario)`` checks, for every path of every framework:
+
+- the app's result and the request bodies that arrived are identical with and without ctxguard;
+- exactly one ctxguard span per request that reached the server, matched by the keyed digest of
+  the body that arrived (``ctxguard.wire.hash``), and ``ctxguard.head.role`` is that body's head;
+- ``ctxguard_guard_errors_total`` stays 0 (swallowed errors fail the test anyway: tests/conftest.py);
+- last, the reply attributes of each span equal what the server returned for its request.
+
+Each failure has its own ``AssertionError`` subclass, so a test that fails today because of a
+known ctxguard bug is ``xfail(raises=...)`` for exactly that failure, and fails for any other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from ctxguard.digest import Digester
+from ctxguard.testing import FakeLLM, RecordedRequest
+from ctxguard.testing import fake_llm as _fake
+from ctxguard.testing.plugin import GuardHarness
+from tests.conftest import KEY, guard_spans
+
+#: Import names of the frameworks this run must test: absent, they fail instead of skipping.
+REQUIRED = frozenset(os.environ.get("CTXGUARD_REQUIRE_FRAMEWORKS", "").split())
+
+
+def framework(name: str) -> ModuleType:
+    """Import a framework for a test module: skipped when absent, unless this run requires it."""
+    if name not in REQUIRED:
+        return pytest.importorskip(name)
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        pytest.fail(f"{name} is not importable ({exc}) and CTXGUARD_REQUIRE_FRAMEWORKS names it", pytrace=False)
+
+
+class SpanMismatch(AssertionError):
+    """Spans and requests that reached the server are not one to one."""
+
+
+class ReplyMismatch(AssertionError):
+    """A span's reply attributes differ from what the server returned for its request."""
+
+
+class EvictionNotNamed(AssertionError):
+    """An eviction was counted but the span of its request does not name it (``ctxguard.evicted``)."""
+
+
+# -- what the server returned ------------------------------------------------------------
+
+REPLY_KEYS = ("gen_ai.response.id", "gen_ai.response.model", "gen_ai.response.finish_reasons",
+              "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens")
+
+
+@contextlib.contextmanager
+def tapped(llm: FakeLLM) -> Iterator[dict[int, list[Any]]]:
+    """What ``llm`` put on the wire per request number (1-based): the JSON object, or the SSE
+    events' data. The one place that reads the fake's replies; switch it to the fake's own record
+    when the fake exposes one."""
+    sent: dict[int, list[Any]] = {}
+    current = threading.local()
+    record, send_json, send_sse = llm._record, _fake._Handler._send_json, _fake._Handler._send_sse
+
+    def _record(req: RecordedRequest) -> int:
+        current.n = record(req)
+        return current.n
+
+    def _send_json(handler: Any, status: int, obj: Any) -> None:
+        sent[current.n] = [status, obj]
+        send_json(handler, status, obj)
+
+    def _send_sse(handler: Any, events: Any) -> None:
+        log = sent[current.n] = [200]
+
+        def tee() -> Iterator[Any]:
+            for event in events:
+                log.append(event[1])
+                yield event
+
+        send_sse(handler, tee())
+
+    llm._record = _record  # type: ignore[method-assign]
+    _fake._Handler._send_json, _fake._Handler._send_sse = _send_json, _send_sse  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        _fake._Handler._send_json, _fake._Handler._send_sse = send_json, send_sse  # type: ignore[method-assign]
+
+
+def served(sent: list[Any]) -> dict[str, Any]:
+    """The reply attributes a span must carry for what the server sent: an error status, a JSON
+    body, or an SSE stream (OpenAI Chat Completions, Responses, Anthropic Messages)."""
+    status, *objects = sent
+    if status != 200:
+        return {}
+    events = [o for o in objects if isinstance(o, dict)]
+    out: dict[str, Any] = {}
+
+    def put(key: str, value: Any) -> None:
+        if value is not None:
+            out[key] = value
+
+    first = events[0] if events else {}
+    if first.get("object") in ("chat.completion", "chat.completion.chunk"):
+        put("gen_ai.response.id", first["id"])
+        put("gen_ai.response.model", first["model"])
+        reasons = [c["finish_reason"] for e in events for c in e["choices"] if c.get("finish_reason")]
+        put("gen_ai.response.finish_reasons", tuple(reasons) or None)
+        usage = next((e["usage"] for e in events if e.get("usage")), None)
+        if usage is not None:
+            put("gen_ai.usage.input_tokens", usage["prompt_tokens"])
+            put("gen_ai.usage.output_tokens", usage["completion_tokens"])
+        return out
+    response = first if first.get("object") == "response" else next(
+        (e["response"] for e in events if e.get("type") == "response.completed"), None)
+    if response is not None:
+        put("gen_ai.response.id", response["id"])
+        put("gen_ai.response.model", response["model"])
+        put("gen_ai.response.finish_reasons", (response["status"],))
+        put("gen_ai.usage.input_tokens", response["usage"]["input_tokens"])
+        put("gen_ai.usage.output_tokens", response["usage"]["output_tokens"])
+        return out
+    message = first if first.get("type") == "message" else next(
+        (e["message"] for e in events if e.get("type") == "message_start"), None)
+    if message is not None:
+        delta = next((e for e in events if e.get("type") == "message_delta"), None)
+        usage = message["usage"]
+        put("gen_ai.response.id", message["id"])
+        put("gen_ai.response.model", message["model"])
+        reason = delta["delta"]["stop_reason"] if delta is not None else message["stop_reason"]
+        put("gen_ai.response.finish_reasons", (reason,))
+        put("gen_ai.usage.input_tokens", usage["input_tokens"] + usage["cache_read_input_tokens"]
+            + usage["cache_creation_input_tokens"])
+        put("gen_ai.usage.output_tokens", (delta["usage"] if delta is not None else usage)["output_tokens"])
+        return out
+    raise AssertionError(f"no reply shape known for {objects[:1]!r}")
+
+
+# -- the body that arrived ---------------------------------------------------------------
+
+def head_role(request: RecordedRequest) -> str:
+    """The role of the first thing the model reads in ``request``'s body, stated independently of
+    ctxguard's readers: Chat ``messages[0]``; Responses ``instructions`` or the first input item;
+    Anthropic ``system`` or ``messages[0]``."""
+    body = request.json
+    route = request.path.split("?", 1)[0]
+    if route.endswith("/responses"):
+        if body.get("instructions"):
+            return "system"
+        first = body["input"] if isinstance(body["input"], str) else body["input"][0]
+        if isinstance(first, str):
+            return "user"
+        return first.get("role") or ("tool" if first.get("type", "").endswith("_output") else "assistant")
+    if route.endswith("/messages"):
+        system = body.get("system")
+        texts = [system] if isinstance(system, str) else [b.get("text", "") for b in system or ()]
+        return "system" if any(t.strip() for t in texts) else body["messages"][0]["role"]
+    return str(body["messages"][0]["role"])
+
+
+# -- normalising results -----------------------------------------------------------------
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
+#: Keys whose values are clock readings, never the same twice.
+CLOCK_KEYS = frozenset({"created", "created_at", "completed_at", "timestamp"})
+
+
+def stable(value: Any, origin: str = "\0") -> Any:
+    """``value`` as plain data, with what differs between two identical runs (UUIDs, clock
+    readings, the fake's ``origin``: each run has its own port) replaced by placeholders."""
+    if hasattr(value, "model_dump"):
+        value = value.model_dump()
+    elif hasattr(value, "__dataclass_fields__") and not isinstance(value, type):
+        value = {k: getattr(value, k) for k in value.__dataclass_fields__}
+    if isinstance(value, dict):
+        return {str(k): "<clock>" if k in CLOCK_KEYS else stable(v, origin) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [stable(v, origin) for v in value]
+    if isinstance(value, (datetime, date)):
+        return "<clock>"
+    if isinstance(value, str):
+        return _UUID.sub("<uuid>", value.replace(origin, "<fake>"))
+    return value
+
+
+# -- the procedure -----------------------------------------------------------------------
+
+@dataclass
+class Played:
+    """One run of a scenario: what the app got, what arrived, what the server sent back."""
+
+    result: Any
+    requests: list[RecordedRequest]
+    sent: list[list[Any]] = field(default_factory=list)
+    spans: list[Any] = field(default_factory=list)  # ctxguard's, one per request, in request order
+
+    def bodies(self) -> list[Any]:
+        return [r.json for r in self.requests]
+
+
+def run(scenario: Callable[[FakeLLM], Any]) -> Played:
+    """``scenario`` against a fresh fake (request numbering, and so reply ids, start at 1)."""
+    with FakeLLM() as llm, tapped(llm) as sent:
+        result = stable(scenario(llm), llm.origin)
+        requests = list(llm.requests)
+    return Played(result, requests, [sent[i + 1] for i in range(len(requests))])
+
+
+def play(harness: GuardHarness, scenario: Callable[[FakeLLM], Any], *, concurrent: bool = False,
+         then: Callable[[Played], None] | None = None, **instrument: Any) -> Played:
+    """Play ``scenario`` uninstrumented, then under ctxguard (observe mode, ``instrument``
+    arguments), and check what ctxguard recorded (module docstring). Returns the guarded run.
+    ``concurrent``: the scenario sends requests at once, so they arrive in either order.
+    ``then``: the test's own checks of the guarded run, before the reply attributes'."""
+    plain = run(scenario)
+    harness.start(mode="observe", **instrument)
+    guarded = run(scenario)
+    assert guarded.result == plain.result, "the app's result changed under ctxguard"
+    bodies = [[json.dumps(stable(b), sort_keys=True) for b in p.bodies()] for p in (plain, guarded)]
+    if concurrent:
+        bodies = [sorted(b) for b in bodies]
+    assert bodies[1] == bodies[0], "the request bodies changed under ctxguard"
+    assert guarded.requests, "the scenario sent nothing"
+    spans = guarded.spans = matched_spans(harness, guarded)
+    errors = sum(s.value for m in harness.registry.collect() if m.name == "ctxguard_guard_errors"
+                 for s in m.samples if s.name == "ctxguard_guard_errors_total")
+    assert errors == 0, f"ctxguard_guard_errors_total = {errors}"
+    for i, (request, span) in enumerate(zip(guarded.requests, spans, strict=True)):
+        assert span.attributes["ctxguard.head.role"] == head_role(request), f"request {i + 1}"
+    if then is not None:
+        then(guarded)
+    for i, (sent, span) in enumerate(zip(guarded.sent, spans, strict=True)):
+        recorded = {k: span.attributes[k] for k in REPLY_KEYS if k in span.attributes}
+        recorded = {k: tuple(v) if k.endswith("finish_reasons") else v for k, v in recorded.items()}
+        if recorded != served(sent):
+            raise ReplyMismatch(f"request {i + 1} ({span.name}): span has {recorded}, server sent {served(sent)}")
+    return guarded
+
+
+def matched_spans(harness: GuardHarness, played: Played) -> list[Any]:
+    """ctxguard's spans, one per request in request order, matched by the digest of the body
+    that arrived; ``SpanMismatch`` unless they are one to one."""
+    digest = Digester(KEY).bytes
+    spans = guard_spans(harness)
+    pool: dict[str, list[Any]] = {}
+    for span in spans:
+        pool.setdefault(str(span.attributes.get("ctxguard.wire.hash")), []).append(span)
+    matched = []
+    for i, request in enumerate(played.requests):
+        candidates = pool.get(digest(request.body))
+        if not candidates:
+            raise SpanMismatch(f"request {i + 1} ({request.path}) has no ctxguard span: {len(spans)} spans for "
+                               f"{len(played.requests)} requests")
+        matched.append(candidates.pop(0))
+    left = [s.name for group in pool.values() for s in group]
+    if left:
+        raise SpanMismatch(f"{len(left)} ctxguard spans match no request that arrived: {left}")
+    return matched
