@@ -270,7 +270,8 @@ class ServedResponse:
 
     ``finish_reasons`` are in the provider's own words (chat ``finish_reason``,
     Anthropic ``stop_reason``, Gemini ``finishReason``, the Responses ``status``).
-    ``usage`` is the final usage object exactly as sent; ``input_tokens`` and
+    ``usage`` is the final usage object exactly as sent (None when the answer carried
+    none: a chat stream without ``include_usage``); ``input_tokens`` and
     ``output_tokens`` are the totals as billed (cached prompt tokens included, so
     for Anthropic ``input_tokens + cache_read_input_tokens``; reasoning included, so
     for Gemini ``candidatesTokenCount + thoughtsTokenCount``).  A stream cut by a
@@ -1288,9 +1289,13 @@ _STREAMS: dict[str, Callable[[_Ctx], list[_Event | _Drop]]] = {
 }
 
 
-def _final_usage(ctx: _Ctx, stream: bool) -> dict[str, Any]:
-    """The last usage object a complete answer puts on the wire."""
+def _final_usage(ctx: _Ctx, stream: bool) -> dict[str, Any] | None:
+    """The last usage object a complete answer puts on the wire (a chat stream puts one only
+    when asked with ``stream_options.include_usage``)."""
     if ctx.kind == _CHAT:
+        opts = ctx.payload.get("stream_options")
+        if stream and not (isinstance(opts, dict) and opts.get("include_usage") is True):
+            return None
         return _chat_usage(ctx)
     if ctx.kind == _RESPONSES:
         return _responses_usage(ctx)
@@ -1309,6 +1314,8 @@ class FakeLLM:
     then a default ``"ok N"`` that makes request ordering visible in asserts.
     ``requests`` records every request as it arrived, ``responses`` what was
     answered (``ServedResponse``: ids, finish reasons, usage as reported).
+    ``seed`` makes the ids reproducible: two servers with the same seed answer the
+    same requests with the same ids (to compare a run with ctxguard and one without).
 
     usage: with FakeLLM() as llm: client = openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0)
     """
@@ -1319,6 +1326,7 @@ class FakeLLM:
         host: str = "127.0.0.1",
         port: int = 0,
         reply: ReplyFn | None = None,
+        seed: str | None = None,
     ) -> None:
         if host not in ("127.0.0.1", "::1", "localhost"):
             # A fake that answers anyone on the network is a liability.
@@ -1330,8 +1338,8 @@ class FakeLLM:
         self._script: deque[Reply] = deque()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
-        # Seeds this server's ids: two servers never hand out the same one.
-        self._nonce = secrets.token_hex(8)
+        # Seeds this server's ids: two servers never hand out the same one, unless seeded alike.
+        self._nonce = seed if seed is not None else secrets.token_hex(8)
         self._serial = 0
         self.requests: list[RecordedRequest] = []
         self.responses: list[ServedResponse] = []

@@ -16,13 +16,11 @@ known ctxguard bug is ``xfail(raises=...)`` for exactly that failure, and fails 
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import os
 import re
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from types import ModuleType
@@ -31,8 +29,7 @@ from typing import Any
 import pytest
 
 from ctxguard.digest import Digester
-from ctxguard.testing import FakeLLM, RecordedRequest
-from ctxguard.testing import fake_llm as _fake
+from ctxguard.testing import FakeLLM, RecordedRequest, ServedResponse
 from ctxguard.testing.plugin import GuardHarness
 from tests.conftest import KEY, guard_spans
 
@@ -68,88 +65,17 @@ REPLY_KEYS = ("gen_ai.response.id", "gen_ai.response.model", "gen_ai.response.fi
               "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens")
 
 
-@contextlib.contextmanager
-def tapped(llm: FakeLLM) -> Iterator[dict[int, list[Any]]]:
-    """What ``llm`` put on the wire per request number (1-based): the JSON object, or the SSE
-    events' data. The one place that reads the fake's replies; switch it to the fake's own record
-    when the fake exposes one."""
-    sent: dict[int, list[Any]] = {}
-    current = threading.local()
-    record, send_json, send_sse = llm._record, _fake._Handler._send_json, _fake._Handler._send_sse
-
-    def _record(req: RecordedRequest) -> int:
-        current.n = record(req)
-        return current.n
-
-    def _send_json(handler: Any, status: int, obj: Any) -> None:
-        sent[current.n] = [status, obj]
-        send_json(handler, status, obj)
-
-    def _send_sse(handler: Any, events: Any) -> None:
-        log = sent[current.n] = [200]
-
-        def tee() -> Iterator[Any]:
-            for event in events:
-                log.append(event[1])
-                yield event
-
-        send_sse(handler, tee())
-
-    llm._record = _record  # type: ignore[method-assign]
-    _fake._Handler._send_json, _fake._Handler._send_sse = _send_json, _send_sse  # type: ignore[method-assign]
-    try:
-        yield sent
-    finally:
-        _fake._Handler._send_json, _fake._Handler._send_sse = send_json, send_sse  # type: ignore[method-assign]
-
-
-def served(sent: list[Any]) -> dict[str, Any]:
-    """The reply attributes a span must carry for what the server sent: an error status, a JSON
-    body, or an SSE stream (OpenAI Chat Completions, Responses, Anthropic Messages)."""
-    status, *objects = sent
-    if status != 200:
+def served(response: ServedResponse) -> dict[str, Any]:
+    """The reply attributes a span must carry for what the server answered (the fake's own
+    record of it: nothing for an error status)."""
+    if response.status != 200:
         return {}
-    events = [o for o in objects if isinstance(o, dict)]
-    out: dict[str, Any] = {}
-
-    def put(key: str, value: Any) -> None:
-        if value is not None:
-            out[key] = value
-
-    first = events[0] if events else {}
-    if first.get("object") in ("chat.completion", "chat.completion.chunk"):
-        put("gen_ai.response.id", first["id"])
-        put("gen_ai.response.model", first["model"])
-        reasons = [c["finish_reason"] for e in events for c in e["choices"] if c.get("finish_reason")]
-        put("gen_ai.response.finish_reasons", tuple(reasons) or None)
-        usage = next((e["usage"] for e in events if e.get("usage")), None)
-        if usage is not None:
-            put("gen_ai.usage.input_tokens", usage["prompt_tokens"])
-            put("gen_ai.usage.output_tokens", usage["completion_tokens"])
-        return out
-    response = first if first.get("object") == "response" else next(
-        (e["response"] for e in events if e.get("type") == "response.completed"), None)
-    if response is not None:
-        put("gen_ai.response.id", response["id"])
-        put("gen_ai.response.model", response["model"])
-        put("gen_ai.response.finish_reasons", (response["status"],))
-        put("gen_ai.usage.input_tokens", response["usage"]["input_tokens"])
-        put("gen_ai.usage.output_tokens", response["usage"]["output_tokens"])
-        return out
-    message = first if first.get("type") == "message" else next(
-        (e["message"] for e in events if e.get("type") == "message_start"), None)
-    if message is not None:
-        delta = next((e for e in events if e.get("type") == "message_delta"), None)
-        usage = message["usage"]
-        put("gen_ai.response.id", message["id"])
-        put("gen_ai.response.model", message["model"])
-        reason = delta["delta"]["stop_reason"] if delta is not None else message["stop_reason"]
-        put("gen_ai.response.finish_reasons", (reason,))
-        put("gen_ai.usage.input_tokens", usage["input_tokens"] + usage["cache_read_input_tokens"]
-            + usage["cache_creation_input_tokens"])
-        put("gen_ai.usage.output_tokens", (delta["usage"] if delta is not None else usage)["output_tokens"])
-        return out
-    raise AssertionError(f"no reply shape known for {objects[:1]!r}")
+    reported = response.usage is not None  # a chat stream without include_usage reports none
+    out = {"gen_ai.response.id": response.id, "gen_ai.response.model": response.model,
+           "gen_ai.response.finish_reasons": response.finish_reasons or None,
+           "gen_ai.usage.input_tokens": response.input_tokens if reported else None,
+           "gen_ai.usage.output_tokens": response.output_tokens if reported else None}
+    return {key: value for key, value in out.items() if value is not None}
 
 
 # -- the body that arrived ---------------------------------------------------------------
@@ -207,7 +133,7 @@ class Played:
 
     result: Any
     requests: list[RecordedRequest]
-    sent: list[list[Any]] = field(default_factory=list)
+    sent: list[ServedResponse] = field(default_factory=list)
     spans: list[Any] = field(default_factory=list)  # ctxguard's, one per request, in request order
 
     def bodies(self) -> list[Any]:
@@ -215,11 +141,12 @@ class Played:
 
 
 def run(scenario: Callable[[FakeLLM], Any]) -> Played:
-    """``scenario`` against a fresh fake (request numbering, and so reply ids, start at 1)."""
-    with FakeLLM() as llm, tapped(llm) as sent:
+    """``scenario`` against a fresh fake, seeded alike every run: the same requests get the same ids."""
+    with FakeLLM(seed="framework-matrix") as llm:  # the same ids for the same requests, run after run
         result = stable(scenario(llm), llm.origin)
         requests = list(llm.requests)
-    return Played(result, requests, [sent[i + 1] for i in range(len(requests))])
+        answered = {id(r.request): r for r in llm.responses}
+    return Played(result, requests, [answered[id(request)] for request in requests])
 
 
 def play(harness: GuardHarness, scenario: Callable[[FakeLLM], Any], *, concurrent: bool = False,

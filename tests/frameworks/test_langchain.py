@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from pydantic import BaseModel
 
-from tests.frameworks.helpers import Played, ReplyMismatch, SpanMismatch, framework, matched_spans, play
+from tests.frameworks.helpers import Played, SpanMismatch, framework, matched_spans, play
 
 framework("langchain_openai")
 framework("langchain_anthropic")
@@ -22,13 +22,6 @@ from ctxguard.testing import FakeLLM, Reply  # noqa: E402
 SYSTEM = ("system", "You are the order assistant of a parcel shop. Answer in one sentence.")
 ASK = [SYSTEM, ("user", "Where is my parcel?")]
 
-#: ctxguard reads no answer from a ``with_raw_response`` call: its span ends without it.
-RAW_RESPONSE = pytest.mark.xfail(
-    strict=True, raises=ReplyMismatch,
-    reason="issue 16 point (d): with_raw_response results are never read (span lacks response id, model, "
-           "finish reasons, usage)")
-
-
 def chat(llm, **kwargs) -> ChatOpenAI:
     return ChatOpenAI(model="gpt-4o", base_url=llm.base_url, api_key="t", max_retries=0, **kwargs)
 
@@ -39,7 +32,6 @@ def message(m) -> dict:
             "usage_metadata": m.usage_metadata}
 
 
-@RAW_RESPONSE
 def test_invoke(harness):
     def scenario(llm):
         llm.script("It is in Pune.")
@@ -49,7 +41,6 @@ def test_invoke(harness):
     assert played.result["content"] == "It is in Pune."
 
 
-@RAW_RESPONSE
 def test_ainvoke(harness):
     def scenario(llm):
         llm.script("It is in Pune.")
@@ -77,7 +68,6 @@ def test_stream_with_usage(harness):
     assert played.result[-2]["usage_metadata"]["input_tokens"] > 0
 
 
-@RAW_RESPONSE
 def test_batch(harness):
     """Four requests at once from LangChain's thread pool: spans matched to bodies one to one."""
     def scenario(llm):
@@ -88,7 +78,6 @@ def test_batch(harness):
     assert len(played.requests) == 4
 
 
-@RAW_RESPONSE
 def test_responses_api_invoke(harness):
     def scenario(llm):
         llm.script("It is in Pune.")
@@ -112,7 +101,6 @@ class Parcel(BaseModel):
     days: int
 
 
-@RAW_RESPONSE
 @pytest.mark.parametrize("method", ["json_schema", "function_calling"])
 def test_structured_output(harness, method):
     def scenario(llm):
@@ -135,7 +123,6 @@ def anthropic(llm) -> ChatAnthropic:
                          max_retries=0, max_tokens=200)
 
 
-@RAW_RESPONSE
 def test_anthropic_invoke(harness):
     def scenario(llm):
         llm.script("It is in Pune.")
@@ -145,7 +132,6 @@ def test_anthropic_invoke(harness):
     assert played.bodies()[0]["system"] == SYSTEM[1]
 
 
-@RAW_RESPONSE
 def test_anthropic_stream(harness):
     def scenario(llm):
         llm.script("It is in Pune, out for delivery.")

@@ -9,7 +9,7 @@ import pytest
 
 import ctxguard
 from ctxguard.testing import payload_contains
-from tests.frameworks.helpers import EvictionNotNamed, ReplyMismatch, framework, play
+from tests.frameworks.helpers import EvictionNotNamed, framework, play
 
 framework("langchain_openai")
 
@@ -24,12 +24,6 @@ SYSTEM = ("You are the order assistant of a parcel shop. Answer in one short sen
           "and never promise a delivery date you cannot see in the tracking data.")
 ORDER = "A-99172"
 TURNS = 8
-
-RAW_RESPONSE = pytest.mark.xfail(
-    strict=True, raises=ReplyMismatch,
-    reason="issue 16 point (d): with_raw_response results are never read (ChatOpenAI.invoke: span lacks "
-           "response id, model, finish reasons, usage)")
-
 
 def chat(llm) -> ChatOpenAI:
     return ChatOpenAI(model="gpt-4o", base_url=llm.base_url, api_key="t", max_retries=0)
@@ -74,7 +68,7 @@ def has_order(body) -> bool:
     return payload_contains(body, ORDER)
 
 
-@pytest.mark.parametrize("call", [pytest.param("invoke", marks=RAW_RESPONSE), "stream"])
+@pytest.mark.parametrize("call", ["invoke", "stream"])
 def test_trim_messages_evictions_are_counted_once_on_the_first_request_lacking_them(harness, call):
     counted: list[tuple[float, float]] = []
 
@@ -89,8 +83,6 @@ def test_trim_messages_evictions_are_counted_once_on_the_first_request_lacking_t
     play(harness, trimmed_conversation(harness, call, counted), then=evictions)
 
 
-@pytest.mark.xfail(strict=True, raises=EvictionNotNamed,
-                   reason="issue 16 point (f): fact evictions are counted but not named in ctxguard.evicted")
 def test_trim_messages_fact_eviction_is_named_on_its_span(harness):
     def named(played):
         order_gone = first_without(played, has_order)
@@ -101,7 +93,6 @@ def test_trim_messages_fact_eviction_is_named_on_its_span(harness):
     play(harness, trimmed_conversation(harness, "stream", []), then=named)
 
 
-@RAW_RESPONSE
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # LangChain points to LangGraph; apps still use it
 def test_runnable_with_message_history_resends_every_turn(harness):
     questions = ["Where is my parcel?", "When will it arrive?", "Can I change the address?", "Thanks!"]

@@ -8,7 +8,7 @@ import pytest
 
 import ctxguard
 from ctxguard.testing import Reply
-from tests.frameworks.helpers import ReplyMismatch, framework, play
+from tests.frameworks.helpers import framework, play
 
 framework("langgraph.prebuilt")
 framework("langchain_openai")
@@ -30,9 +30,6 @@ def delivery_day(order: str) -> str:
     return f"{order} arrives on Tuesday"
 
 
-@pytest.mark.xfail(strict=True, raises=ReplyMismatch,
-                   reason="issue 16 point (d): with_raw_response results are never read (ChatOpenAI under the "
-                          "agent: span lacks response id, model, finish reasons, usage)")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # create_react_agent moves to langchain.agents
 def test_react_agent_with_two_parallel_tool_calls(harness):
     def scenario(llm):

@@ -11,7 +11,7 @@ import pytest
 
 import ctxguard
 from ctxguard.testing import Reply
-from tests.frameworks.helpers import ReplyMismatch, framework, play, stable
+from tests.frameworks.helpers import framework, play, stable
 
 agents = framework("agents")
 
@@ -19,12 +19,6 @@ from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool  # n
 from agents.models.openai_responses import OpenAIResponsesModel  # noqa: E402
 
 agents.set_tracing_disabled(True)
-
-STREAMING_RESPONSE = pytest.mark.xfail(
-    strict=True, raises=ReplyMismatch,
-    reason="issue 16 point (d): with_streaming_response results are never read (Responses model, streamed run: "
-           "span lacks response id, model, finish reasons, usage)")
-
 
 @function_tool
 def parcel_city(order: str) -> str:
@@ -76,7 +70,7 @@ def tool_exchange(played):
     assert [s.attributes["ctxguard.head.role"] for s in played.spans] == ["system", "system"]
 
 
-@pytest.mark.parametrize("how", ["run_sync", "run", pytest.param("run_streamed", marks=STREAMING_RESPONSE)])
+@pytest.mark.parametrize("how", ["run_sync", "run", "run_streamed"])
 def test_responses_model(harness, how):
     played = play(harness, scenario_for(OpenAIResponsesModel, how), then=tool_exchange)
     assert played.result["final"] == "Your parcel is in Pune."

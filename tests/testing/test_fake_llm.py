@@ -1220,3 +1220,16 @@ def test_gemini_stream_chunks_and_usage_metadata(llm: FakeLLM) -> None:
     assert last.candidates[0].finish_reason == "STOP" and served.finish_reasons == ("STOP",)
     assert last.usage_metadata.candidates_token_count == served.output_tokens
     assert last.usage_metadata.model_dump(exclude_none=True, by_alias=True, mode="json") == served.usage
+
+
+def test_servers_seeded_alike_answer_alike_and_unseeded_ones_never_do():
+    import openai
+
+    def ids(seed):
+        with FakeLLM(seed=seed) as llm, openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as c:
+            return [c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}]).id
+                    for _ in range(2)]
+
+    assert ids("s") == ids("s")
+    assert ids("s") != ids("t")
+    assert ids(None) != ids(None)
