@@ -495,9 +495,10 @@ class Call:
         self.answer(reply, started)
         return result
 
-    def failed(self, exc: BaseException) -> None:
-        """The SDK raised; record it. The caller re-raises ``exc`` unchanged."""
-        self._conclude(None, _perf(), error_type=type(exc).__qualname__, unanswered="the call failed")
+    def failed(self, exc: BaseException, reply: Reply | None = None) -> None:
+        """The SDK raised (after answering ``reply`` so far, if a stream); record it. The caller
+        re-raises ``exc`` unchanged."""
+        self._conclude(reply, _perf(), error_type=type(exc).__qualname__, unanswered="the call failed")
 
     def answer(self, reply: Reply | None, started: float | None = None) -> None:
         """The whole answer is known (after the response, or at the end of a stream)."""
@@ -505,7 +506,11 @@ class Call:
 
     def ended_early(self, reply: Reply | None, *, streamed: bool) -> None:
         """The app closed or dropped the answer before its end: a stream with what it said so
-        far (``ctxguard.stream.abandoned``), a response body unread."""
+        far (``ctxguard.stream.abandoned``), a response body unread. An answer that reported an
+        error ended there (the SDK raised it to the app, which then closed the stream)."""
+        if reply is not None and reply.error is not None:
+            self._conclude(reply, _perf(), unanswered="the call failed")
+            return
         if streamed:
             self.late_attrs[attr.STREAM_ABANDONED] = True
         self._conclude(reply, _perf(), unanswered="the stream was abandoned" if streamed else "the answer was not read")
@@ -518,6 +523,8 @@ class Call:
         if self.done:
             return
         self.done = True
+        if error_type is None and reply is not None and reply.error is not None:
+            error_type = reply.error
         if reply is not None and reply.input_tokens:
             try:
                 self.guard.calibration.observe(self.payload.model, self.payload.raw_tokens, reply.input_tokens)

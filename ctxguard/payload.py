@@ -93,3 +93,6 @@ class Reply:
     input_tokens: int | None = None
     output_tokens: int | None = None
     text: str = ""
+    #: The error the provider reported inside the answer (a stream's error event, a failed
+    #: Responses response), as its low-cardinality type or code; the call ends in error.
+    error: str | None = None

@@ -183,7 +183,14 @@ class _EventStream:
                 reply.finish_reasons = [reason]
             usage = _get(event, "usage")
             if usage is not None:
+                # Cumulative usage, as the SDK keeps it: later counts replace message_start's.
                 reply.output_tokens = _int(_get(usage, "output_tokens"))
+                if _int(_get(usage, "input_tokens")) is not None:
+                    reply.input_tokens = _input_tokens(usage)
+        elif kind == "error":
+            error = _get(event, "error")
+            reply.error = _str(_get(error, "type")) if error is not None else None
+            reply.error = reply.error or "error"
 
     def reply(self) -> Reply:
         self._reply.text = "".join(self._texts)

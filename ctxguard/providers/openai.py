@@ -208,11 +208,14 @@ def _response_reply(result: Any) -> Reply | None:
     texts = []
     for item in output:
         for part in _get(item, "content") or ():
-            text = _str(_get(part, "text"))
+            # Output text only: a reasoning item's ``reasoning_text`` is not the answer.
+            text = _str(_get(part, "text")) if _get(part, "type") == "output_text" else None
             if text:
                 texts.append(text)
     status = _str(_get(result, "status"))
+    error = _get(result, "error") if status == "failed" else None
     return Reply(
+        error=(_str(_get(error, "code")) or "failed") if status == "failed" else None,
         model=_str(_get(result, "model")),
         id=_str(_get(result, "id")),
         finish_reasons=[status] if status else [],
@@ -229,6 +232,10 @@ class _ChatStream:
 
     def feed(self, chunk: Any) -> None:
         reply = self._reply
+        error = _get(chunk, "error")
+        if error is not None:  # the service failed midway: an error object instead of a chunk
+            reply.error = _str(_get(error, "type")) or _str(_get(error, "code")) or "error"
+            return
         reply.id = reply.id or _str(_get(chunk, "id"))
         reply.model = reply.model or _str(_get(chunk, "model"))
         for choice in _get(chunk, "choices") or ():
@@ -254,6 +261,7 @@ class _ResponsesStream:
 
     def __init__(self) -> None:
         self._final: Reply | None = None
+        self._started = Reply()  # who answers, from the first event: kept if the stream fails midway
         self._texts: list[str] = []
 
     def feed(self, event: Any) -> None:
@@ -264,9 +272,12 @@ class _ResponsesStream:
                 self._texts.append(delta)
         elif kind in self._FINAL:
             self._final = _response_reply(_get(event, "response"))
+        elif kind == "response.created":
+            response = _get(event, "response")
+            self._started.id, self._started.model = _str(_get(response, "id")), _str(_get(response, "model"))
 
     def reply(self) -> Reply:
-        reply = self._final or Reply()
+        reply = self._final or self._started
         reply.text = reply.text or "".join(self._texts)
         return reply
 

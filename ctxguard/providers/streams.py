@@ -74,7 +74,8 @@ def http_response_of(result: Any) -> Any | None:
 
 class _Events:
     """A server-sent event body, each event's JSON ``data`` fed to a provider's stream reader.
-    ``complete`` once OpenAI's ``[DONE]`` arrives (the end of the body also completes it)."""
+    ``complete`` once OpenAI's ``[DONE]`` or an error event arrives (the end of the body also
+    completes it)."""
 
     __slots__ = ("_buffer", "_data", "_reader", "complete", "size")
 
@@ -117,6 +118,8 @@ class _Events:
         except ValueError:
             return  # not JSON: not an event a reader knows
         self._reader.feed(event)
+        if type(event) is dict and (event.get("type") == "error" or type(event.get("error")) is dict):
+            self.complete = True  # the service failed midway (Anthropic, Responses, Chat): nothing follows
 
     def reply(self) -> Reply | None:
         if self.size > BODY_LIMIT:
@@ -177,14 +180,13 @@ class _Tap:
             return
         self._ended = True
         call = self._call
-        if exc is not None:
-            call.failed(exc)
-            return
         reply = None
-        if not early or self._streamed:  # what an abandoned stream said so far is its answer
+        if not early or self._streamed:  # what a stream said before it ended is its answer so far
             with guarded("stream"):
                 reply = self._body.reply()
-        if early:
+        if exc is not None:
+            call.failed(exc, reply)
+        elif early:
             call.ended_early(reply, streamed=self._streamed)
         else:
             call.answer(reply)

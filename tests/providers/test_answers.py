@@ -368,3 +368,56 @@ def _assert_span_answer(harness) -> dict:
     return {"id": a["gen_ai.response.id"], "model": a["gen_ai.response.model"],
             "finish": list(a["gen_ai.response.finish_reasons"]),
             "input": a["gen_ai.usage.input_tokens"], "output": a["gen_ai.usage.output_tokens"]}
+
+
+# -- streams that fail midway --------------------------------------------------------
+
+
+def _consume(path: str, client, claude) -> None:
+    if path == "chat":
+        list(client.chat.completions.create(**CHAT_STREAM))
+    elif path == "responses":
+        list(client.responses.create(**RESPONSES, stream=True))
+    else:
+        list(claude.messages.create(**MESSAGES_API, stream=True))
+
+
+@pytest.mark.parametrize("failure", ["error", "drop"])
+@pytest.mark.parametrize("path", ["chat", "responses", "messages"])
+def test_a_stream_failing_midway_ends_in_error_keeping_what_it_said(harness, llm, client, claude, path, failure):
+    harness.start(mode="observe")
+    llm.script(Reply(text=STALE, stream_failure=failure))
+    raised = None
+    with ctxguard.conversation("order-10"):
+        _facts()
+        try:
+            _consume(path, client, claude)
+        except Exception as exc:  # what the SDK raises for it is the SDK's business
+            raised = exc
+    served = llm.responses[0]
+    a = only_guard_span(harness).attributes
+    assert a["gen_ai.response.id"] == served.id  # the stream said who it was before it failed
+    if failure == "drop":  # the transport's error, which the SDK raises or wraps
+        chain = [raised, raised.__cause__, raised.__context__]
+        assert a["error.type"] in {type(e).__name__ for e in chain if e is not None}
+    else:
+        assert a["error.type"] == served.error_type  # the provider's own word for the failure
+    assert raised is not None or (path, failure) == ("responses", "error")  # response.failed ends normally
+    assert "ctxguard.stream.abandoned" not in a
+    assert only_guard_span(harness).status.status_code.name == "ERROR"
+    for check in CHECK_NAMES:
+        assert sum(harness.metric("ctxguard_checks_total", check=check, outcome=o)
+                   for o in ("pass", "fail", "skip")) == 1, check
+
+
+def test_reasoning_is_not_read_as_the_answer():
+    """A reasoning item's text (``reasoning_text`` content, as reasoning models return it) is not
+    what the model answered: only the message items' output text is."""
+    from ctxguard.providers.openai import ADAPTER
+
+    response = {"id": "resp_1", "status": "completed", "output": [
+        {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "It was Lyon."}]},
+        {"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": "Paris it is."}, {"type": "refusal", "refusal": "no"}]},
+    ]}
+    assert ADAPTER.read_response("responses", response).text == "Paris it is."
