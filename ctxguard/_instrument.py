@@ -98,6 +98,7 @@ def instrument(
     otlp_endpoint: str | None = None,
     capture_path: str | None = None,
     capture_redact: Redact | None = None,
+    span: str = "auto",
 ) -> Guard | None:
     """Guard every call of the installed (or later imported) LLM SDKs.
 
@@ -143,6 +144,12 @@ def instrument(
     sent, and every fact event, to a JSON Lines file for ``ctxguard check`` /
     ``report`` (staging, not production: the file holds raw content).
     ``capture_redact(line) -> line | None`` rewrites or drops each line first.
+
+    ``span`` (or ``CTXGUARD_SPAN``): beside another LLM instrumentation (OpenTelemetry's,
+    OpenLLMetry, OpenLIT, Logfire ...), ``"auto"`` puts ctxguard's attributes and events on
+    that instrumentation's span of the same call, so a trace shows one span per call;
+    ``"own"`` always records ctxguard's span. Either way exactly one span of a call carries
+    ``gen_ai.usage.*``: ctxguard's own span leaves it out when another one records it.
     """
     global _guard, _server, _tracing
     if Config.disabled():
@@ -158,6 +165,7 @@ def instrument(
             capture_content=capture_content,
             metrics_port=metrics_port,
             capture_path=capture_path,
+            span=span,
         )
         tracing = _start_tracing(otlp_endpoint) if tracer_provider is None else None
         try:

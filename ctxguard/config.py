@@ -18,8 +18,10 @@ __all__ = [
     "ENV_MAX_CONVERSATIONS",
     "ENV_METRICS_PORT",
     "ENV_MODE",
+    "ENV_SPAN",
     "Config",
     "Mode",
+    "SpanChoice",
 ]
 
 #: ``observe`` (default, never raises) or ``enforce`` (raise before sending).
@@ -36,8 +38,12 @@ ENV_DISABLED = "CTXGUARD_DISABLED"
 ENV_CAPTURE_PATH = "CTXGUARD_CAPTURE_PATH"
 #: How many conversations are remembered for eviction detection (LRU; default 10000).
 ENV_MAX_CONVERSATIONS = "CTXGUARD_MAX_CONVERSATIONS"
+#: ``auto`` (default): ctxguard's attributes go on another instrumentation's span of the same
+#: call when there is one; ``own``: ctxguard always records a span of its own.
+ENV_SPAN = "CTXGUARD_SPAN"
 
 Mode = Literal["observe", "enforce"]
+SpanChoice = Literal["auto", "own"]
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -68,6 +74,7 @@ class Config:
     metrics_port: int | None = None
     max_conversations: int = 10_000
     capture_path: str | None = None
+    span: SpanChoice = "auto"
 
     @staticmethod
     def disabled() -> bool:
@@ -82,10 +89,14 @@ class Config:
         capture_content: bool = False,
         metrics_port: int | None = None,
         capture_path: str | None = None,
+        span: str = "auto",
     ) -> Config:
         mode = os.environ.get(ENV_MODE, "").strip().lower() or mode
         if mode not in ("observe", "enforce"):
             raise ValueError(f"mode must be 'observe' or 'enforce', got {mode!r}")
+        span = os.environ.get(ENV_SPAN, "").strip().lower() or span
+        if span not in ("auto", "own"):
+            raise ValueError(f"span must be 'auto' or 'own', got {span!r}")
         key = os.environ.get(ENV_DIGEST_KEY) or digest_key
         capture = _flag(ENV_CAPTURE_CONTENT)
         port = _int(ENV_METRICS_PORT)
@@ -97,4 +108,5 @@ class Config:
             metrics_port=metrics_port if port is None else port,
             max_conversations=max_conv if max_conv and max_conv > 0 else 10_000,
             capture_path=os.environ.get(ENV_CAPTURE_PATH, "").strip() or capture_path,
+            span="own" if span == "own" else "auto",
         )

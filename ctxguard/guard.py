@@ -171,8 +171,9 @@ class Guard:
             )
         return "fact ledger unavailable"
 
-    def before(self, adapter: Adapter, api: str, kwargs: Mapping[str, Any]) -> Call | None:
-        """Inspect a request about to be sent. Raises only ``ContextViolation`` (enforce)."""
+    def before(self, adapter: Adapter, api: str, kwargs: Mapping[str, Any], over: Any = None) -> Call | None:
+        """Inspect a request about to be sent. Raises only ``ContextViolation`` (enforce).
+        ``over``: another library's wrapper over ctxguard's at this call site, if any."""
         started = _perf()
         scope = self._scope(kwargs)
         try:
@@ -190,6 +191,7 @@ class Guard:
             report_internal_error("digest", exc)
             return None
         call = Call(self, adapter, api, payload, scope, started)
+        call.over = over
         if self.capture is not None:
             call.request = kwargs  # captured from the wire, or from these if the wire is not seen
         try:
@@ -211,6 +213,7 @@ class Call:
 
     __slots__ = (
         "adapter",
+        "adopted",
         "api",
         "ctx",
         "diff",
@@ -223,12 +226,14 @@ class Call:
         "late_fails",
         "late_skips",
         "outcomes",
+        "over",
         "payload",
         "request",
         "scope",
         "span",
         "started",
         "token",
+        "usage_elsewhere",
         "violations",
         "wire_hash",
     )
@@ -257,6 +262,11 @@ class Call:
         self.violations: list[Violation] = []
         self.span: trace.Span | None = None
         self.token: object | None = None
+        self.over: Any = None
+        #: The span is another instrumentation's span of this call: ctxguard adds to it, never ends it.
+        self.adopted = False
+        #: Another span of this call records gen_ai.usage: ctxguard's own leaves it out.
+        self.usage_elsewhere = False
 
     # -- before sending -------------------------------------------------
 
@@ -330,6 +340,16 @@ class Call:
         for v in self.violations:
             log_violation(v, provider=provider, conversation_id=conversation_id, payload_hash=payload.digest)
 
+        if self.over is not None:
+            theirs = trace.get_current_span()
+            if guard.config.span == "auto" and _inference_span(theirs, payload.model):
+                # Another instrumentation wraps this call site and its span of the call is current:
+                # ctxguard's attributes and events go on it, so a trace shows one span per call.
+                self.span, self.adopted = theirs, True
+                attr.set_attributes(theirs, {k: v for k, v in self._attributes().items() if _ours_to_add(k, theirs)})
+                attr.violation_events(theirs, self.violations)
+                return
+            self.usage_elsewhere = _records_usage(self.over) or _inference_span(theirs, payload.model)
         # Attributes go on right after creation, through the non-validating fast path;
         # handing them to start_span would have the SDK re-validate each one.
         span = guard.tracer.start_span(f"{payload.operation} {payload.model or 'unknown'}", kind=SpanKind.CLIENT)
@@ -437,20 +457,21 @@ class Call:
             self.span = None
             if span.is_recording():
                 update = self.late_attrs
-                if reply is not None:
-                    update.update(_reply_attributes(reply))
+                if reply is not None and not self.adopted:  # the adopted span's owner records the reply
+                    update.update(_reply_attributes(reply, usage=not self.usage_elsewhere))
                     if self.guard.config.capture_content and reply.text:
                         update[attr.OUTPUT_MESSAGES] = attr.content_json([{"role": "assistant", "content": reply.text}])
-                if error_type is not None:
+                if error_type is not None and not self.adopted:
                     update[attr.ERROR_TYPE] = error_type
                 if self.late_skips:
                     early = [f"{o.check}: {o.reason}" for o in self.outcomes if o.outcome == "skip"]
                     update[attr.SKIPPED] = (*early, *self.late_skips)
                 if update:
                     attr.set_attributes(span, update)
-            if error_type is not None:
-                span.set_status(Status(StatusCode.ERROR))
-            span.end()
+            if not self.adopted:
+                if error_type is not None:
+                    span.set_status(Status(StatusCode.ERROR))
+                span.end()
         m = self.guard.metrics
         cells, self.late_cells = self.late_cells, []
         m.add(cells, ((m.duration_h, self.elapsed),))
@@ -569,6 +590,11 @@ class Call:
         started = _perf()
         sent = bytes(body)
         self.wire_hash = self.guard.wire_digests.digest(self.scope, sent)
+        current = trace.get_current_span()
+        if current is not self.span and _inference_span(current, None):
+            # Something beneath ctxguard (Logfire, the anthropic SDK's own tracing) has a GenAI
+            # span of this call open: that one records usage.
+            self.usage_elsewhere = True
         if self.request is not None:
             with guarded("capture"):
                 self._capture(json.loads(sent))
@@ -655,7 +681,41 @@ def _fact_attributes(view: FactView) -> dict[str, Any]:
     }
 
 
-def _reply_attributes(reply: Reply) -> dict[str, Any]:
+def _inference_span(span: trace.Span, model: str | None) -> bool:
+    """Whether ``span`` is another instrumentation's span of an inference call, still open: its
+    start attributes name a GenAI inference operation (and the model, if they name one, is this
+    call's). An enclosing framework or agent span names another operation, or none."""
+    if not span.is_recording() or getattr(getattr(span, "instrumentation_scope", None), "name", None) == "ctxguard":
+        return False
+    attributes = getattr(span, "attributes", None) or {}
+    if attributes.get(attr.OPERATION) not in _INFERENCE:
+        return False
+    theirs = attributes.get(attr.REQUEST_MODEL)
+    return theirs is None or model is None or theirs == model
+
+
+#: GenAI semantic-convention operation names of one model call.
+_INFERENCE = frozenset({"chat", "text_completion", "generate_content"})
+#: Instrumentations known to record ``gen_ai.usage.*`` on a span of their own, by the module of
+#: their wrapper: when one wraps a call site above ctxguard without making its span current
+#: (OpenLLMetry's anthropic and Responses wrappers), ctxguard's span leaves usage out.
+_USAGE_RECORDERS = ("opentelemetry.", "openlit.")
+
+
+def _records_usage(over: Any) -> bool:
+    wrapper = getattr(over, "_self_wrapper", None)
+    return str(getattr(wrapper, "__module__", "")).startswith(_USAGE_RECORDERS)
+
+
+def _ours_to_add(key: str, span: trace.Span) -> bool:
+    """What ctxguard adds to an adopted span: its own attributes, and a GenAI one the owner lacks
+    (the conversation id, say); never one the owner set."""
+    if key.startswith("ctxguard."):
+        return True
+    return key not in (getattr(span, "attributes", None) or {})
+
+
+def _reply_attributes(reply: Reply, *, usage: bool = True) -> dict[str, Any]:
     a: dict[str, Any] = {}
     if reply.model:
         a[attr.RESPONSE_MODEL] = reply.model
@@ -663,9 +723,9 @@ def _reply_attributes(reply: Reply) -> dict[str, Any]:
         a[attr.RESPONSE_ID] = reply.id
     if reply.finish_reasons:
         a[attr.FINISH_REASONS] = tuple(reply.finish_reasons)
-    if reply.input_tokens is not None:
+    if usage and reply.input_tokens is not None:
         a[attr.INPUT_TOKENS] = reply.input_tokens
-    if reply.output_tokens is not None:
+    if usage and reply.output_tokens is not None:
         a[attr.OUTPUT_TOKENS] = reply.output_tokens
     return a
 

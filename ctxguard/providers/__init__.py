@@ -3,7 +3,16 @@
 One post-import hook per SDK (wrapt): patching happens when the SDK is
 imported, or at once if it already is, so import order never matters. A hook
 that fails is isolated (a broken hook would otherwise break the app's
-``import openai``). ``uninstall()`` puts the original functions back, by identity.
+``import openai``).
+
+Beside other instrumentations: a call site someone else already wrapped with wrapt
+(OpenTelemetry's, OpenLLMetry's, OpenLIT's ...) is wrapped too, innermost, directly
+around the SDK's function, so their span is current while ctxguard runs and their
+``unwrap()`` (which peels the outermost layer) leaves ctxguard in place. A call site
+wrapped some other way is wrapped on top. ``uninstall()`` puts back only what is still
+as ctxguard left it; a wrapper of ctxguard's that someone wrapped over stays, inert
+(it passes every call straight through while no guard is active), and is found again
+by the next ``install()``.
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ import inspect
 import logging
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Mapping
 from importlib import metadata
@@ -49,8 +59,81 @@ INTEGRATIONS: dict[str, tuple[str, Any]] = {
 _lock = threading.RLock()
 _active: Guard | None = None
 _hooked: set[str] = set()
-#: (owner class or module, attribute, original function) for every patched call site
-_patched: list[tuple[Any, str, Any]] = []
+#: The SDKs the active guard patches (``install(only=...)``), and the ones warned about.
+_chosen: set[str] = set()
+_warned: set[str] = set()
+#: When an unguarded model request last made ``_repair`` look (monotonic seconds).
+_repaired_at = float("-inf")
+
+
+class _Guarded(wrapt.FunctionWrapper):  # type: ignore[misc,type-arg]
+    """ctxguard's wrapper of one call site: its own type, so it is found in anyone's chain."""
+
+
+class Site:
+    """A patched attribute: ``owner.name``, and ctxguard's wrapper of it, held by ``holder``
+    (None: the attribute itself; else another library's wrapt wrapper, beneath which ours sits)."""
+
+    __slots__ = ("guarded", "holder", "name", "original", "owner")
+
+    def __init__(self, owner: Any, name: str) -> None:
+        self.owner, self.name = owner, name
+        self.holder: Any = None
+        self.original: Any = None
+        self.guarded: Any = None
+
+    def wrapped_over(self) -> Any | None:
+        """The wrapper someone else put over ctxguard's here, if any (checked per call: another
+        instrumentation may be installed after ctxguard)."""
+        top = vars(self.owner).get(self.name)
+        return None if top is self.guarded else top
+
+
+#: Every site patched (for ``uninstall``), in patching order.
+_patched: list[Site] = []
+
+
+def _ours(value: Any) -> bool:
+    """Whether ctxguard's wrapper is in ``value``'s chain of wrappers (as it is, or bound, which is
+    what another library's ``unwrap()`` may leave behind)."""
+    for _ in range(32):
+        if isinstance(value, _Guarded) or isinstance(getattr(value, "_self_parent", None), _Guarded):
+            return True
+        value = getattr(value, "__wrapped__", None)
+        if value is None:
+            return False
+    return False
+
+
+def _wrap(owner: Any, name: str, make: Any) -> Site | None:
+    """Put ``make(function)`` (a wrapt wrapper function) on ``owner.name``: beneath any wrapt
+    wrappers already there, above anything else; nothing if ctxguard's is there already."""
+    top = vars(owner).get(name)
+    if top is None or _ours(top):
+        return None
+    site = Site(owner, name)
+    holder, inner = None, top
+    for _ in range(32):
+        if not isinstance(inner, wrapt.FunctionWrapper):
+            break
+        holder, inner = inner, inner.__wrapped__
+    site.holder, site.original = holder, inner
+    site.guarded = _Guarded(inner, make(inner, site))
+    if holder is None:
+        setattr(owner, name, site.guarded)
+    else:
+        holder.__wrapped__ = site.guarded
+    _patched.append(site)
+    return site
+
+
+def _unwrap(site: Site) -> None:
+    """Undo ``_wrap`` if the place still holds ctxguard's wrapper; else leave the chain whole."""
+    if site.holder is None:
+        if vars(site.owner).get(site.name) is site.guarded:
+            setattr(site.owner, site.name, site.original)
+    elif site.holder.__wrapped__ is site.guarded:
+        site.holder.__wrapped__ = site.original
 
 
 def _guard_for(adapter: Adapter) -> Guard | None:
@@ -69,13 +152,13 @@ def _request(adapter: Adapter, args: Any, kwargs: Any) -> Mapping[str, Any]:
     return {**dict(zip(getattr(adapter, "positional", ()), args, strict=False)), **kwargs}
 
 
-def _sync_wrapper(adapter: Adapter, api: str) -> Any:
+def _sync_wrapper(adapter: Adapter, api: str, site: Site) -> Any:
     @transparent
     def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         guard = _guard_for(adapter)
         if guard is None:
             return wrapped(*args, **kwargs)
-        call = guard.before(adapter, api, _request(adapter, args, kwargs))
+        call = guard.before(adapter, api, _request(adapter, args, kwargs), site.wrapped_over())
         if call is None:
             return wrapped(*args, **kwargs)
         token = wire.IN_FLIGHT.set(call)
@@ -91,13 +174,13 @@ def _sync_wrapper(adapter: Adapter, api: str) -> Any:
     return wrapper
 
 
-def _async_wrapper(adapter: Adapter, api: str) -> Any:
+def _async_wrapper(adapter: Adapter, api: str, site: Site) -> Any:
     @transparent
     async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         guard = _guard_for(adapter)
         if guard is None:
             return await wrapped(*args, **kwargs)
-        call = guard.before(adapter, api, _request(adapter, args, kwargs))
+        call = guard.before(adapter, api, _request(adapter, args, kwargs), site.wrapped_over())
         if call is None:
             return await wrapped(*args, **kwargs)
         token = wire.IN_FLIGHT.set(call)
@@ -120,12 +203,16 @@ def _major(distribution: str) -> int | None:
         return None
 
 
-def _patch(distribution: str) -> None:
+def _patch(distribution: str) -> int:
+    """Wrap ``distribution``'s call sites ctxguard does not hold yet; how many it wrapped."""
     provider = INTEGRATIONS[distribution][1]
     adapter: Adapter = provider.ADAPTER
     low, high = provider.SUPPORTED
     major = _major(distribution)
     if major is None or not low <= major <= high:
+        if distribution in _warned:
+            return 0
+        _warned.add(distribution)
         logger.warning(
             "ctxguard: %s %s is not supported (majors %d-%d); its calls are not guarded",
             distribution,
@@ -133,7 +220,8 @@ def _patch(distribution: str) -> None:
             low,
             high,
         )
-        return
+        return 0
+    wrapped = 0
     for module_name, class_name, attribute in getattr(provider, "HTTP_RESULTS", ()):
         try:
             streams.HTTP_RESULTS[getattr(importlib.import_module(module_name), class_name)] = attribute
@@ -147,18 +235,17 @@ def _patch(distribution: str) -> None:
         except (ImportError, AttributeError):
             logger.debug("ctxguard: %s.%s not found; skipped", module_name, attribute)
             continue
-        original = owner.__dict__.get(method)
-        if original is None or isinstance(original, wrapt.FunctionWrapper):
-            continue
         # Async clients' call sites return coroutines (often through a plain-def decorator, so
         # inspect cannot tell), except stream helpers, which return a context manager at once.
         # Module functions (LiteLLM) are plain ``async def``.
-        is_async = (class_name.startswith("Async") and not api.endswith(".stream")) or (
-            not class_name and inspect.iscoroutinefunction(original)
-        )
-        wrapper = (_async_wrapper if is_async else _sync_wrapper)(adapter, api)
-        setattr(owner, method, wrapt.FunctionWrapper(original, wrapper))
-        _patched.append((owner, method, original))
+        def make(original: Any, site: Site, class_name: str = class_name, api: str = api) -> Any:
+            is_async = (class_name.startswith("Async") and not api.endswith(".stream")) or (
+                not class_name and inspect.iscoroutinefunction(original)
+            )
+            return (_async_wrapper if is_async else _sync_wrapper)(adapter, api, site)
+
+        wrapped += _wrap(owner, method, make) is not None
+    return wrapped
 
 
 def _patch_wire(distribution: str) -> None:
@@ -168,11 +255,33 @@ def _patch_wire(distribution: str) -> None:
             owner = getattr(importlib.import_module(module_name), class_name)
         except (ImportError, AttributeError):
             continue
-        original = owner.__dict__.get(method)
-        if original is None or isinstance(original, wrapt.FunctionWrapper):
-            continue
-        setattr(owner, method, wrapt.FunctionWrapper(original, wire.async_send if is_async else wire.sync_send))
-        _patched.append((owner, method, original))
+        _wrap(owner, method, lambda original, site, is_async=is_async: wire.async_send if is_async else wire.sync_send)
+
+
+def _repair(request: Any) -> None:
+    """A model request went out with no guarded call in flight: put back any wrapper of ctxguard's
+    that was removed (another instrumentation's uninstrument restoring what it saved), so the
+    next calls are guarded. Looked at most once a second; said once each way."""
+    global _repaired_at
+    now = time.monotonic()
+    if now - _repaired_at < 1.0:
+        return
+    _repaired_at = now
+    with _lock:
+        if _active is None:
+            return
+        restored = sum(_patch(d) for d in _chosen if sys.modules.get(INTEGRATIONS[d][0]) is not None)
+    kind = "restored" if restored else "captured"
+    if kind in _warned:
+        return
+    _warned.add(kind)
+    if restored:
+        logger.warning("ctxguard: a model request to %s went out unguarded: another library removed ctxguard's "
+                       "wrappers (%d call sites); they are back, later calls are guarded", request.url.path, restored)
+    else:
+        logger.warning("ctxguard: a model request to %s went out unguarded: the app called an SDK method it had "
+                       "looked up before ctxguard.instrument() (a framework client set up earlier, a cached "
+                       "with_raw_response); call instrument() before creating clients", request.url.path)
 
 
 def _on_import(distribution: str) -> Any:
@@ -194,9 +303,10 @@ def install(guard: Guard, *, only: list[str] | None = None) -> None:
         raise ValueError(f"unknown providers {sorted(unknown)}; supported: {sorted(INTEGRATIONS)}")
     with _lock:
         _active = guard
-        if not any(owner is warnings for owner, _, _ in _patched):
-            _patched.append((warnings, "warn", warnings.warn))
-            warnings.warn = wrapt.FunctionWrapper(warnings.warn, warn_through)  # type: ignore[assignment]
+        _chosen.clear()
+        _chosen.update(d for d in INTEGRATIONS if only is None or d in only)
+        wire.on_unguarded = _repair
+        _wrap(warnings, "warn", lambda original, site: warn_through)
         for distribution in (*INTEGRATIONS, *wire.TARGETS):
             if only is not None and distribution in INTEGRATIONS and distribution not in only:
                 continue
@@ -215,7 +325,7 @@ def uninstall() -> None:
     global _active
     with _lock:
         _active = None
+        wire.on_unguarded = None
         streams.forget_http_results()
         while _patched:
-            owner, method, original = _patched.pop()
-            setattr(owner, method, original)
+            _unwrap(_patched.pop())

@@ -9,6 +9,7 @@ simply does not run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from .frames import transparent
 if TYPE_CHECKING:
     from ..guard import Call
 
-__all__ = ["IN_FLIGHT", "TARGETS", "async_send", "sync_send"]
+__all__ = ["IN_FLIGHT", "MODEL_PATHS", "TARGETS", "async_send", "on_unguarded", "sync_send"]
 
 #: The guarded call whose request is being sent, if any.
 IN_FLIGHT: ContextVar[Call | None] = ContextVar("ctxguard_in_flight", default=None)
@@ -32,14 +33,27 @@ TARGETS: dict[str, tuple[tuple[str, str, bool], ...]] = {
 }
 
 
+#: How the model endpoints' request paths end (Chat Completions, Responses, Anthropic Messages,
+#: Gemini). A request to one with no guarded call in flight went past a call site ctxguard does
+#: not hold (another library's uninstrument removed its wrapper; the app looked the SDK method
+#: up before ``instrument()``).
+MODEL_PATHS = ("/chat/completions", "/responses", "/messages", ":generateContent", ":streamGenerateContent")
+#: Told of each such unguarded model request (``providers`` sets it while a guard is active).
+on_unguarded: Callable[[Any], None] | None = None
+
+
 def _observe(args: Any, kwargs: Any) -> None:
     call = IN_FLIGHT.get()
-    if call is not None:
-        try:
-            request = args[0] if args else kwargs.get("request")
+    if call is None and on_unguarded is None:
+        return
+    try:
+        request = args[0] if args else kwargs.get("request")
+        if call is not None:
             call.wire(getattr(request, "content", None))
-        except Exception as exc:
-            report_internal_error("response", exc)
+        elif on_unguarded is not None and request.url.path.endswith(MODEL_PATHS):
+            on_unguarded(request)
+    except Exception as exc:
+        report_internal_error("response", exc)
 
 
 @transparent

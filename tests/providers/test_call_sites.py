@@ -139,7 +139,8 @@ def test_a_call_site_ctxguard_wraps_is_documented_as_guarded(harness):
 
     harness.start(mode="observe")
     rows = _documented()
-    for owner, name, _ in providers._patched:
+    for site in providers._patched:
+        owner, name = site.owner, site.name
         if owner is warnings or (inspect.isclass(owner) and owner.__module__.split(".")[0] in ("httpx", "httpx2")):
             continue  # warnings.warn and the transport hook are not call sites
         where = f"{owner.__module__}.{owner.__qualname__}" if inspect.isclass(owner) else owner.__name__

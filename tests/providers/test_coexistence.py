@@ -1,0 +1,173 @@
+"""Beside another LLM instrumentation, in either order: ctxguard guards every call, uninstrumenting
+either one leaves the other working, and exactly one span of a call carries the GenAI usage.
+
+The other instrumentation here is a stand-in written the way OpenTelemetry's openai instrumentation
+is (a wrapt wrapper on the same call site that makes its CLIENT span current, ``unwrap()`` by
+peeling the outermost layer), the way OpenInference's is (a wrapper on the client's ``request``,
+beneath ctxguard), and the way a restoring one is (it puts back the function it saved). The real
+packages are driven in tests/coexistence.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import openai
+import pytest
+import wrapt
+from openai.resources.chat.completions.completions import Completions
+from opentelemetry import trace
+
+import ctxguard
+from ctxguard.testing import Reply
+from tests.conftest import guard_spans
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+
+
+class Other:
+    """A GenAI instrumentation of ``Completions.create``: one CLIENT span per call, current while
+    the SDK runs, carrying the semantic conventions' request and usage attributes."""
+
+    def __init__(self, tracer_provider) -> None:
+        self.tracer = tracer_provider.get_tracer("other.instrumentation")
+
+    def wrapper(self, wrapped, instance, args, kwargs):
+        model = kwargs.get("model")
+        with self.tracer.start_as_current_span(f"chat {model}", kind=trace.SpanKind.CLIENT,
+                                               attributes={"gen_ai.operation.name": "chat",
+                                                           "gen_ai.request.model": model}) as span:
+            result = wrapped(*args, **kwargs)
+            span.set_attribute("gen_ai.usage.input_tokens", result.usage.prompt_tokens)
+            return result
+
+    def instrument(self) -> None:
+        wrapt.wrap_function_wrapper(Completions, "create", self.wrapper)
+
+    def uninstrument(self) -> None:
+        """As opentelemetry.instrumentation.utils.unwrap does: peel the outermost layer."""
+        current = Completions.__dict__["create"]
+        if hasattr(current, "__wrapped__"):
+            Completions.create = current.__wrapped__
+
+
+@pytest.fixture
+def other(harness):
+    other = Other(harness.tracer_provider)
+    try:
+        yield other
+    finally:
+        other.uninstrument()
+        while isinstance(Completions.__dict__["create"], wrapt.FunctionWrapper):  # whatever is left
+            Completions.create = Completions.__dict__["create"].__wrapped__
+
+
+def _call(client):
+    return client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+
+
+def _usage_spans(harness) -> list:
+    return [s for s in harness.spans() if "gen_ai.usage.input_tokens" in (s.attributes or {})]
+
+
+@pytest.mark.parametrize("first", ["other", "ctxguard"])
+def test_either_order_one_span_per_call_with_ctxguards_attributes_and_one_usage(harness, llm, client, other, first):
+    if first == "other":
+        other.instrument()
+        harness.start(mode="observe")
+    else:
+        harness.start(mode="observe")
+        other.instrument()
+    _call(client)
+    spans = harness.spans()
+    assert [s.instrumentation_scope.name for s in spans] == ["other.instrumentation"]  # one span for the call
+    a = spans[0].attributes
+    assert a["ctxguard.head.role"] == "system" and "ctxguard.payload.hash" in a  # ctxguard's, on theirs
+    assert a["gen_ai.usage.input_tokens"] == llm.responses[0].input_tokens  # set by its owner, once
+    assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 1
+    assert len(_usage_spans(harness)) == 1
+
+
+def test_span_own_keeps_ctxguards_span_and_leaves_usage_to_the_other(harness, llm, client, other):
+    other.instrument()
+    harness.start(mode="observe", span="own")
+    _call(client)
+    ours = guard_spans(harness)
+    assert len(ours) == 1 and ours[0].instrumentation_scope.name == "ctxguard"
+    assert ours[0].parent.span_id == next(s for s in harness.spans() if s is not ours[0]).context.span_id
+    assert "gen_ai.usage.input_tokens" not in ours[0].attributes
+    assert ours[0].attributes["gen_ai.response.id"] == llm.responses[0].id
+    assert len(_usage_spans(harness)) == 1
+
+
+def test_ctxguard_sits_beneath_the_others_wrapper_so_its_unwrap_leaves_ctxguard(harness, llm, client, other):
+    other.instrument()
+    harness.start(mode="observe")
+    other.uninstrument()  # peels the outermost layer: theirs
+    _call(client)
+    assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 1
+    assert [s.instrumentation_scope.name for s in harness.spans()] == ["ctxguard"]
+    assert len(_usage_spans(harness)) == 1  # ctxguard's own span carries the usage now
+
+
+@pytest.mark.parametrize("first", ["other", "ctxguard"])
+def test_uninstrumenting_ctxguard_leaves_the_other_working(harness, llm, client, other, first):
+    if first == "other":
+        other.instrument()
+        harness.start(mode="observe")
+    else:
+        harness.start(mode="observe")
+        other.instrument()
+    ctxguard.uninstrument()
+    _call(client)
+    assert [s.instrumentation_scope.name for s in harness.spans()] == ["other.instrumentation"]
+    assert "ctxguard.payload.hash" not in harness.spans()[0].attributes
+    harness.start(mode="observe")  # and ctxguard comes back where it was, once
+    _call(client)
+    assert "ctxguard.payload.hash" in harness.spans()[-1].attributes
+    assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 1
+
+
+def test_a_genai_span_beneath_ctxguard_keeps_the_usage(harness, llm, client):
+    """An instrumentation of the client's ``request`` (beneath the call site, as OpenInference's
+    and Logfire's are) has its GenAI span open when the body leaves: ctxguard's span, its
+    parent, leaves the usage to it."""
+    tracer = harness.tracer_provider.get_tracer("beneath")
+
+    def request(wrapped, instance, args, kwargs):
+        with tracer.start_as_current_span("chat gpt-4o", attributes={"gen_ai.operation.name": "chat"}) as span:
+            result = wrapped(*args, **kwargs)
+            span.set_attribute("gen_ai.usage.input_tokens", 1)
+            return result
+
+    original = openai.OpenAI.__dict__.get("request")
+    wrapt.wrap_function_wrapper(openai.OpenAI, "request", request)
+    try:
+        harness.start(mode="observe")
+        _call(client)
+    finally:
+        if original is None:
+            del openai.OpenAI.request
+        else:
+            openai.OpenAI.request = original
+    ours = guard_spans(harness)
+    assert len(ours) == 1 and "gen_ai.usage.input_tokens" not in ours[0].attributes
+    assert ours[0].attributes["gen_ai.response.id"] == llm.responses[0].id
+    assert len(_usage_spans(harness)) == 1
+
+
+def test_a_wrapper_removed_by_another_librarys_restore_comes_back(harness, llm, client, caplog):
+    """A library that saved the SDK's function and puts it back on uninstrument (OpenInference's
+    anthropic instrumentation does) removes ctxguard's wrapper with its own: the next model
+    request goes out unguarded, ctxguard sees it on the wire and wraps again, once."""
+    harness.start(mode="observe")
+    saved = Completions.__dict__["create"].__wrapped__
+    Completions.create = saved  # the other library's restore
+    caplog.set_level(logging.WARNING, logger="ctxguard")
+    llm.script(Reply(text="a"), Reply(text="b"), Reply(text="c"))
+    _call(client)
+    assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 0  # that one was missed
+    _call(client)
+    _call(client)
+    assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 2
+    assert sum("went out unguarded" in r.getMessage() for r in caplog.records) == 1
