@@ -4,6 +4,7 @@ TypedDicts and the SDKs' "not given" sentinels all read the same way."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -52,6 +53,29 @@ def as_str(value: Any) -> str | None:
 
 def role(value: Any, default: str) -> str:
     return value[:ROLE_MAX] if isinstance(value, str) and value else default
+
+
+#: What may follow a model family's name in a model id: nothing, or a separator and anything
+#: (``gpt-4o-2024-08-06``, ``o3-pro``, ``gpt-4o-mini@eu``), but not a dot or digit (``gpt-5.4`` is
+#: not ``gpt-5``).
+ANY_SUFFIX = re.compile(r"(?:[-@:_].*)?", re.DOTALL)
+
+
+def family(model: object, table: Mapping[str, Any], suffix: re.Pattern[str] = ANY_SUFFIX) -> str | None:
+    """The longest key of ``table`` that names ``model``'s family (a ``provider/`` prefix and case
+    ignored), where what follows the key matches ``suffix``; None for a model not in the table.
+
+    >>> family("openai/GPT-4o-mini-2024-07-18", {"gpt-4o": 1, "gpt-4o-mini": 2})
+    'gpt-4o-mini'
+    """
+    if not isinstance(model, str):
+        return None
+    name = model.rsplit("/", 1)[-1].strip().lower()
+    best: str | None = None
+    for key in table:
+        if name.startswith(key) and (best is None or len(key) > len(best)) and suffix.fullmatch(name, len(key)):
+            best = key
+    return best
 
 
 def text_of(value: Any) -> str:
