@@ -177,7 +177,7 @@ def _unchanged(seq: list[Any] | tuple[Any, ...], kept: list[dict[str, Any]]) -> 
 
 def items(
     seq: Any,
-    read: Callable[[Any], Item],
+    read: Callable[[Any, str | None], Item],
     view: RequestView,
     *,
     name: str,
@@ -194,19 +194,21 @@ def items(
     messages whose values are unchanged are not read again. Kept: plain messages, and
     messages of other shapes (tool calls, tool results, content parts) whose value is a
     tree of dicts, lists, strings and None (``snapshot``); the first message of any other
-    kind ends what is kept.
+    kind ends what is kept. ``read(element, model)``: what an image costs depends on the
+    model, so a memo read for another model is not reused.
     """
     if not isinstance(seq, (list, tuple)):
         # Never iterate a generator: that would consume the app's own argument.
         view.unreadable = f"{name} is not a list ({type(seq).__name__})"
         return
     start = 0
+    model = view.model
     copies: list[dict[str, Any]] | None = None  # of the leading kept messages, for the next call
     kept: list[Item] = []
     if memo is not None and plain_first:
         copies = []
         last = memo.read
-        if last is not None:
+        if last is not None and last[2] == model:
             start = _unchanged(seq, last[0])
             copies, kept = last[0][:start], last[1][:start]
             view.items.extend(kept)
@@ -216,7 +218,7 @@ def items(
         if plain_first and type(element) is dict and len(element) == 2:
             r, content = element.get("role"), element.get("content")
             if type(r) is str and type(content) is str and 0 < len(r) <= ROLE_MAX:
-                item: Item = (r, content, (), "message")
+                item: Item = (r, content, (), "message", 0)
                 append(item)
                 if copies is not None:  # still in the leading run of kept messages: keep it
                     copies.append(element.copy())
@@ -224,10 +226,10 @@ def items(
                 continue
         copy = _kept_copy(element) if copies is not None and type(element) is dict else None
         if copy is None and copies is not None and memo is not None:
-            memo.read = (copies, kept)
+            memo.read = (copies, kept, model)
             copies = None
         try:
-            item = read(element)
+            item = read(element, model)
         except Exception as exc:
             view.items = []
             view.unreadable = f"{noun} {index} could not be read ({type(exc).__name__})"
@@ -237,4 +239,4 @@ def items(
             copies.append(copy)
             kept.append(item)
     if copies is not None and memo is not None:
-        memo.read = (copies, kept)
+        memo.read = (copies, kept, model)

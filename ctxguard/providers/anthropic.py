@@ -9,14 +9,17 @@ again, and the room it leaves the visible reply is reported.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ..memo import Memo
 from ..payload import Item, Reply, RequestView
+from ..tokens import NON_TEXT_PART
+from ._image import ANTHROPIC_HIGH_RES, ANTHROPIC_STANDARD, anthropic_tokens, size_of_base64
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, items, schemas, structured_parts
+from ._read import canonical, family, items, schemas, structured_parts
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
@@ -42,7 +45,47 @@ TARGETS = (
 )
 
 
-def _blocks(content: Any, texts: list[str], refs: list[str]) -> None:
+#: Image limits per model family ("Images and vision", Evaluate image size): the models with
+#: high-resolution support, and the others Anthropic lists.
+_MODELS: dict[str, tuple[int, int]] = {
+    "claude-opus-4-8": ANTHROPIC_HIGH_RES,
+    "claude-opus-4-7": ANTHROPIC_HIGH_RES,
+    "claude-opus-4-6": ANTHROPIC_STANDARD,
+    "claude-opus-4-5": ANTHROPIC_STANDARD,
+    "claude-opus-4-1": ANTHROPIC_STANDARD,
+    "claude-opus-4": ANTHROPIC_STANDARD,
+    "claude-sonnet-5": ANTHROPIC_STANDARD,
+    "claude-sonnet-4-6": ANTHROPIC_STANDARD,
+    "claude-sonnet-4-5": ANTHROPIC_STANDARD,
+    "claude-sonnet-4": ANTHROPIC_STANDARD,
+    "claude-haiku-4-5": ANTHROPIC_STANDARD,
+    "claude-3-5-haiku": ANTHROPIC_STANDARD,
+    "claude-haiku-3-5": ANTHROPIC_STANDARD,
+    "claude-3-7-sonnet": ANTHROPIC_STANDARD,
+    "claude-3-5-sonnet": ANTHROPIC_STANDARD,
+    "claude-3-opus": ANTHROPIC_STANDARD,
+    "claude-3-sonnet": ANTHROPIC_STANDARD,
+    "claude-3-haiku": ANTHROPIC_STANDARD,
+}
+#: A model not in the table (a newer one, say): the high-resolution limits, so an image is not
+#: under-counted for it.
+_UNKNOWN = ANTHROPIC_HIGH_RES
+#: What may follow a family's name: a date, ``-latest``, a Bedrock or Vertex version; not another
+#: version number (``claude-opus-4-9`` is not ``claude-opus-4``).
+_SUFFIX = re.compile(r"(?:-\d{8}|-latest|-v\d.*|@.*|:.*)?", re.DOTALL)
+
+
+def _model(model: str | None) -> tuple[int, int]:
+    name = model.lower() if isinstance(model, str) else ""
+    start = name.find("claude")  # Bedrock ("us.anthropic.claude-...") and gateway prefixes
+    key = family(name[start:], _MODELS, _SUFFIX) if start >= 0 else None
+    return _MODELS[key] if key is not None else _UNKNOWN
+
+
+def _blocks(content: Any, texts: list[str], refs: list[str], model: str | None) -> int:
+    """Readable text of ``content`` into ``texts``, references into ``refs``; returns what its
+    non-text blocks cost."""
+    cost = 0
     for block in structured_parts(content, texts):
         kind = _get(block, "type")
         if kind == "text":
@@ -56,26 +99,33 @@ def _blocks(content: Any, texts: list[str], refs: list[str]) -> None:
             texts.append(f"{_text(_get(block, 'name') or '')} {text}")
             refs.append(f"id:tool_use={_text(_get(block, 'id'))}")
         elif kind == "tool_result" or (isinstance(kind, str) and kind.endswith("_tool_result")):
-            _blocks(_get(block, "content"), texts, refs)
+            cost += _blocks(_get(block, "content"), texts, refs, model)
             refs.append(f"id:tool_result={_text(_get(block, 'tool_use_id'))}")
         elif kind in ("image", "document"):
             source = _get(block, "source")
-            ref = None
+            ref = data = None
             if source is not None:
-                ref = _str(_get(source, "url")) or _str(_get(source, "file_id")) or _str(_get(source, "data"))
+                data = _str(_get(source, "data"))
+                ref = _str(_get(source, "url")) or _str(_get(source, "file_id")) or data
             refs.append(ref or kind)
+            if kind == "image":
+                size = size_of_base64(data) if data and _get(source, "type") == "base64" else None
+                cost += anthropic_tokens(size, _model(model))
+            else:
+                cost += NON_TEXT_PART
             title = _str(_get(block, "title"))
             if title:
                 texts.append(title)
         elif kind is not None:
             refs.append(f"id:block={_text(kind)}")
+    return cost
 
 
-def _message_item(message: Any) -> Item:
+def _message_item(message: Any, model: str | None) -> Item:
     texts: list[str] = []
     refs: list[str] = []
-    _blocks(_get(message, "content"), texts, refs)
-    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message")
+    cost = _blocks(_get(message, "content"), texts, refs, model)
+    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message", cost)
 
 
 class AnthropicAdapter:
@@ -100,10 +150,10 @@ class AnthropicAdapter:
         if system is not None:
             texts: list[str] = []
             refs: list[str] = []
-            _blocks(system, texts, refs)
+            cost = _blocks(system, texts, refs, view.model)
             text = "\n".join(texts)
             if text.strip():
-                view.items.append(("system", text, tuple(refs), "instructions"))
+                view.items.append(("system", text, tuple(refs), "instructions", cost))
         messages = _get(kwargs, "messages")
         items(messages, _message_item, view, name="messages", noun="message", plain_first=True, memo=memo)
         return view

@@ -13,6 +13,8 @@ from typing import Any
 
 from ..memo import Memo
 from ..payload import Item, Reply, RequestView
+from ..tokens import NON_TEXT_PART
+from ._image import openai_tokens, size_of_url
 from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import get as _get
@@ -40,8 +42,15 @@ TARGETS = (
     (_RESPONSES, "AsyncResponses.parse", "responses"),
 )
 
-def _parts(content: Any, texts: list[str], refs: list[str]) -> None:
-    """Text of every content part; non-text parts as references (never their bytes)."""
+def _image(model: str | None, detail: Any, url: str | None) -> int:
+    """What an image part costs: by its size when it is a data URL, else the bound (docs/budget.md)."""
+    return openai_tokens(model, detail, size_of_url(url) if url else None)
+
+
+def _parts(content: Any, texts: list[str], refs: list[str], model: str | None) -> int:
+    """Text of every content part; non-text parts as references (never their bytes). Returns
+    the tokens the non-text parts cost."""
+    cost = 0
     for part in structured_parts(content, texts):
         kind = _get(part, "type")
         text = _str(_get(part, "text")) or _str(_get(part, "refusal"))
@@ -49,29 +58,37 @@ def _parts(content: Any, texts: list[str], refs: list[str]) -> None:
             texts.append(text)
         elif kind == "image_url":
             image = _get(part, "image_url")
-            refs.append(_str(_get(image, "url")) or "image") if image is not None else refs.append("image")
+            url = _str(_get(image, "url")) if image is not None else None
+            refs.append(url or "image")
+            cost += _image(model, _get(image, "detail") if image is not None else None, url)
         elif kind == "input_image":
-            refs.append(_str(_get(part, "image_url")) or _str(_get(part, "file_id")) or "image")
+            url = _str(_get(part, "image_url"))
+            refs.append(url or _str(_get(part, "file_id")) or "image")
+            cost += _image(model, _get(part, "detail"), url)
         elif kind == "input_audio":
             audio = _get(part, "input_audio")
             refs.append(_str(_get(audio, "data")) or "audio") if audio is not None else refs.append("audio")
+            cost += NON_TEXT_PART
         elif kind == "file":
             file = _get(part, "file")
             ref = None
             if file is not None:
                 ref = _str(_get(file, "file_id")) or _str(_get(file, "file_data"))
             refs.append(ref or "file")
+            cost += NON_TEXT_PART
         elif kind == "input_file":
             ref = _str(_get(part, "file_id")) or _str(_get(part, "file_url")) or _str(_get(part, "file_data"))
             refs.append(ref or "file")
+            cost += NON_TEXT_PART
         elif kind is not None:
             refs.append(f"id:part:{_text(kind)}")
+    return cost
 
 
-def _chat_item(message: Any) -> Item:
+def _chat_item(message: Any, model: str | None) -> Item:
     texts: list[str] = []
     refs: list[str] = []
-    _parts(_get(message, "content"), texts, refs)
+    cost = _parts(_get(message, "content"), texts, refs, model)
     for call in _get(message, "tool_calls") or ():
         function = _get(call, "function")
         if function is not None:
@@ -86,32 +103,31 @@ def _chat_item(message: Any) -> Item:
         value = _str(_get(message, key))
         if value:
             refs.append(f"id:{key}={value}")
-    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message")
+    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message", cost)
 
 
-def _response_item(item: Any) -> Item:
+def _response_item(item: Any, model: str | None) -> Item:
     if isinstance(item, str):
-        return ("user", item, (), "message")
+        return ("user", item, (), "message", 0)
     kind = _get(item, "type")
     role = _get(item, "role")
     texts: list[str] = []
     refs: list[str] = []
     if role is not None or kind == "message":
-        _parts(_get(item, "content"), texts, refs)
-        return (_role(role, "user"), "\n".join(texts), tuple(refs), "message")
+        cost = _parts(_get(item, "content"), texts, refs, model)
+        return (_role(role, "user"), "\n".join(texts), tuple(refs), "message", cost)
     if kind == "reasoning":
         for summary in _get(item, "summary") or ():
             text = _str(_get(summary, "text"))
             if text:
                 texts.append(text)
-        return ("assistant", "\n".join(texts), ("id:reasoning",), "message")
+        return ("assistant", "\n".join(texts), ("id:reasoning",), "message", 0)
     for key in ("name", "arguments", "input", "action"):
         value = _get(item, key)
         if isinstance(value, str):
             texts.append(value)
     output = _get(item, "output")
-    if output is not None:
-        _parts(output, texts, refs)
+    cost = _parts(output, texts, refs, model) if output is not None else 0
     for key in ("call_id", "id"):
         value = _str(_get(item, key))
         if value:
@@ -119,7 +135,7 @@ def _response_item(item: Any) -> Item:
     kind_name = kind if isinstance(kind, str) else "item"
     refs.append(f"id:type={kind_name}")
     is_result = kind_name.endswith("_output") or output is not None
-    return ("tool" if is_result else "assistant", "\n".join(texts), tuple(refs), "message")
+    return ("tool" if is_result else "assistant", "\n".join(texts), tuple(refs), "message", cost)
 
 
 class OpenAIAdapter:
@@ -152,17 +168,17 @@ class OpenAIAdapter:
                 view.history_elsewhere = f"history is provider-managed ({key})"
         instructions = _get(kwargs, "instructions")
         if isinstance(instructions, str) and instructions:
-            view.items.append(("system", instructions, (), "instructions"))
+            view.items.append(("system", instructions, (), "instructions", 0))
         elif _get(kwargs, "prompt") is not None:
             # A stored prompt carries the instructions server-side: stand in for it by reference.
             prompt = _get(kwargs, "prompt")
             ref = f"id:prompt={_get(prompt, 'id')}@{_get(prompt, 'version')}"
-            view.items.append(("system", "", (ref,), "instructions"))
+            view.items.append(("system", "", (ref,), "instructions", 0))
         raw = _get(kwargs, "input")
         if raw is None:
             return
         if isinstance(raw, str):
-            view.items.append(("user", raw, (), "message"))
+            view.items.append(("user", raw, (), "message", 0))
             return
         items(raw, _response_item, view, name="input", noun="input item", plain_first=True, memo=memo)
 
