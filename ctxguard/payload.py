@@ -39,7 +39,8 @@ class RequestView:
     max_output_tokens: int | None = None
     #: Output tokens left for the visible reply after a thinking budget (Anthropic), if any.
     reply_room: int | None = None
-    tools: list[str] = field(default_factory=list)  # tool schemas, canonical JSON
+    #: Tool and output schemas, as texts to count (the provider's rendering where it is known).
+    tools: list[str] = field(default_factory=list)
     stream: bool = False
     #: Why the history is not in the request (provider-managed state), if so.
     history_elsewhere: str | None = None
