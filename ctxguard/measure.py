@@ -121,7 +121,7 @@ class Measurer:
             # Kept as they are, not copied: the view's items and the payload's lists are never
             # changed after this point (the next call slices them).
             memo.measured = (items, messages, digests, sums, hasher)
-        tools_tokens = sum(self.tokens(schema) for schema in view.tools)
+        tools_tokens = sum(self.tokens(schema) for schema in view.tools) + view.prompt_overhead
         raw = total + REPLY_PRIMING + tools_tokens
         factor = self.calibration.factor(view.model)
         return Payload(

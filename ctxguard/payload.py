@@ -41,6 +41,9 @@ class RequestView:
     reply_room: int | None = None
     #: Tool and output schemas, as texts to count (the provider's rendering where it is known).
     tools: list[str] = field(default_factory=list)
+    #: Tokens the provider adds to the prompt for features this request uses (Anthropic's tool-use
+    #: system prompt, say); published numbers, counted with the tools.
+    prompt_overhead: int = 0
     stream: bool = False
     #: Why the history is not in the request (provider-managed state), if so.
     history_elsewhere: str | None = None

@@ -45,37 +45,49 @@ TARGETS = (
 )
 
 
-#: Image limits per model family ("Images and vision", Evaluate image size): the models with
-#: high-resolution support, and the others Anthropic lists.
-_MODELS: dict[str, tuple[int, int]] = {
-    "claude-opus-4-8": ANTHROPIC_HIGH_RES,
-    "claude-opus-4-7": ANTHROPIC_HIGH_RES,
-    "claude-opus-4-6": ANTHROPIC_STANDARD,
-    "claude-opus-4-5": ANTHROPIC_STANDARD,
-    "claude-opus-4-1": ANTHROPIC_STANDARD,
-    "claude-opus-4": ANTHROPIC_STANDARD,
-    "claude-sonnet-5": ANTHROPIC_STANDARD,
-    "claude-sonnet-4-6": ANTHROPIC_STANDARD,
-    "claude-sonnet-4-5": ANTHROPIC_STANDARD,
-    "claude-sonnet-4": ANTHROPIC_STANDARD,
-    "claude-haiku-4-5": ANTHROPIC_STANDARD,
-    "claude-3-5-haiku": ANTHROPIC_STANDARD,
-    "claude-haiku-3-5": ANTHROPIC_STANDARD,
-    "claude-3-7-sonnet": ANTHROPIC_STANDARD,
-    "claude-3-5-sonnet": ANTHROPIC_STANDARD,
-    "claude-3-opus": ANTHROPIC_STANDARD,
-    "claude-3-sonnet": ANTHROPIC_STANDARD,
-    "claude-3-haiku": ANTHROPIC_STANDARD,
+#: Per model family: (tool-use system prompt tokens with ``tool_choice`` auto or none, with any
+#: or tool), and the image limits. Anthropic's "Tool use" pricing table (current rows, and the
+#: earlier page's rows for the Claude 3 models it no longer lists); image limits from "Images and
+#: vision" (docs/budget.md).
+_MODELS: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
+    "claude-opus-4-8": ((290, 410), ANTHROPIC_HIGH_RES),
+    "claude-opus-4-7": ((675, 804), ANTHROPIC_HIGH_RES),
+    "claude-opus-4-6": ((497, 589), ANTHROPIC_STANDARD),
+    "claude-opus-4-5": ((496, 588), ANTHROPIC_STANDARD),
+    "claude-opus-4-1": ((313, 315), ANTHROPIC_STANDARD),
+    "claude-opus-4": ((313, 315), ANTHROPIC_STANDARD),
+    "claude-sonnet-5": ((354, 474), ANTHROPIC_STANDARD),
+    "claude-sonnet-4-6": ((497, 589), ANTHROPIC_STANDARD),
+    "claude-sonnet-4-5": ((496, 588), ANTHROPIC_STANDARD),
+    "claude-sonnet-4": ((313, 315), ANTHROPIC_STANDARD),
+    "claude-haiku-4-5": ((496, 588), ANTHROPIC_STANDARD),
+    "claude-3-5-haiku": ((264, 355), ANTHROPIC_STANDARD),
+    "claude-haiku-3-5": ((264, 355), ANTHROPIC_STANDARD),
+    "claude-3-7-sonnet": ((346, 313), ANTHROPIC_STANDARD),
+    "claude-3-5-sonnet": ((346, 313), ANTHROPIC_STANDARD),
+    "claude-3-5-sonnet-20240620": ((294, 261), ANTHROPIC_STANDARD),
+    "claude-3-opus": ((530, 281), ANTHROPIC_STANDARD),
+    "claude-3-sonnet": ((159, 235), ANTHROPIC_STANDARD),
+    "claude-3-haiku": ((264, 340), ANTHROPIC_STANDARD),
 }
-#: A model not in the table (a newer one, say): the high-resolution limits, so an image is not
-#: under-counted for it.
-_UNKNOWN = ANTHROPIC_HIGH_RES
+#: A model not in the table (a newer one, say): the largest published numbers, so a budget is
+#: not under-counted for it.
+_UNKNOWN = ((675, 804), ANTHROPIC_HIGH_RES)
 #: What may follow a family's name: a date, ``-latest``, a Bedrock or Vertex version; not another
 #: version number (``claude-opus-4-9`` is not ``claude-opus-4``).
-_SUFFIX = re.compile(r"(?:-\d{8}|-latest|-v\d.*|@.*|:.*)?", re.DOTALL)
+_SUFFIX = re.compile(r"(?:-\d{8})?(?:-latest|-v\d.*|@.*|:.*)?", re.DOTALL)
 
 
-def _model(model: str | None) -> tuple[int, int]:
+#: Prompts Anthropic adds that it documents but does not size, measured on the recorded corpus
+#: (tests/data/recorded/; docs/budget.md): structured outputs ("Claude automatically receives an
+#: additional system prompt explaining the expected output format") cost 128 and 129 tokens beyond
+#: the schema in two recordings (Sonnet 4.5 ``output_format``, Sonnet 4.6 ``output_config``);
+#: extended thinking 29 and 31 beyond the messages in two (Claude 3.7 Sonnet).
+STRUCTURED_OUTPUT_PROMPT = 128
+THINKING_PROMPT = 29
+
+
+def _model(model: str | None) -> tuple[tuple[int, int], tuple[int, int]]:
     name = model.lower() if isinstance(model, str) else ""
     start = name.find("claude")  # Bedrock ("us.anthropic.claude-...") and gateway prefixes
     key = family(name[start:], _MODELS, _SUFFIX) if start >= 0 else None
@@ -110,7 +122,7 @@ def _blocks(content: Any, texts: list[str], refs: list[str], model: str | None) 
             refs.append(ref or kind)
             if kind == "image":
                 size = size_of_base64(data) if data and _get(source, "type") == "base64" else None
-                cost += anthropic_tokens(size, _model(model))
+                cost += anthropic_tokens(size, _model(model)[1])
             else:
                 cost += NON_TEXT_PART
             title = _str(_get(block, "title"))
@@ -119,6 +131,18 @@ def _blocks(content: Any, texts: list[str], refs: list[str], model: str | None) 
         elif kind is not None:
             refs.append(f"id:block={_text(kind)}")
     return cost
+
+
+def _output_format(output: Any, view: RequestView) -> None:
+    """A structured-output schema (``output_format``, ``output_config.format``): counted like a tool."""
+    schema = _get(output, "schema")
+    if schema is None:
+        return
+    try:
+        view.tools.append(canonical(schema))
+    except Exception:  # a schema that will not serialise: the SDK's own error reaches the app
+        return
+    view.prompt_overhead += STRUCTURED_OUTPUT_PROMPT
 
 
 def _message_item(message: Any, model: str | None) -> Item:
@@ -145,7 +169,16 @@ class AnthropicAdapter:
         budget = _int(_get(thinking, "budget_tokens")) if thinking is not None else None
         if budget is not None and max_tokens is not None:
             view.reply_room = max(0, max_tokens - budget)
-        schemas(_get(kwargs, "tools"), view)
+        if _get(thinking, "type") in ("enabled", "adaptive"):
+            view.prompt_overhead += THINKING_PROMPT
+        tools = _get(kwargs, "tools")
+        schemas(tools, view)
+        if isinstance(tools, (list, tuple)) and tools:
+            auto, forced = _model(view.model)[0]
+            view.prompt_overhead += forced if _get(_get(kwargs, "tool_choice"), "type") in ("any", "tool") else auto
+        output = _get(kwargs, "output_format") or _get(_get(kwargs, "output_config"), "format")
+        if output is not None:
+            _output_format(output, view)
         system = _get(kwargs, "system")
         if system is not None:
             texts: list[str] = []

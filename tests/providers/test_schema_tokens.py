@@ -12,6 +12,8 @@ import json
 import pytest
 from pydantic import BaseModel
 
+from ctxguard import Budget, Policy
+from ctxguard.providers import anthropic as anthropic_provider
 from ctxguard.providers import openai as openai_provider
 from ctxguard.tokens import default_counter
 
@@ -154,3 +156,91 @@ def test_each_chat_tool_call_is_charged_its_message_framing(calls):
         {"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in range(calls)]}
     view = openai_provider.ADAPTER.normalise("chat.completions", {"model": "gpt-4o", "messages": [message]})
     assert view.items[0][4] == calls * openai_provider.TOOL_CALL_FRAMING
+
+
+# -- Anthropic ------------------------------------------------------------------------
+
+ORDER_TOOL = {"name": "lookup_order", "description": "Find an order",
+              "input_schema": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}}
+ORDER_JSON = (
+    '{"description": "Find an order", "input_schema": {"properties": {"id": {"type": "string"}}, '
+    '"required": ["id"], "type": "object"}, "name": "lookup_order"}'
+)
+
+
+WINDOW = Policy(budget=Budget(window=200_000))
+
+
+@pytest.fixture
+def claude(llm):
+    import anthropic
+
+    with anthropic.Anthropic(base_url=llm.anthropic_base_url, api_key="t", max_retries=0) as c:
+        yield c
+
+
+@pytest.mark.parametrize(
+    ("model", "tool_choice", "prompt"),
+    [
+        ("claude-sonnet-4-5-20250929", None, 496),
+        ("claude-sonnet-4-5", {"type": "any"}, 588),
+        ("claude-sonnet-4-5", {"type": "tool", "name": "lookup_order"}, 588),
+        ("claude-sonnet-4-5", {"type": "none"}, 496),
+        ("claude-opus-4-7", {"type": "auto"}, 675),
+        ("claude-opus-4-8", {"type": "any"}, 410),
+        ("claude-3-5-haiku-latest", None, 264),
+        ("claude-3-5-sonnet-20240620", None, 294),  # June; the October release is 346
+        ("claude-3-5-sonnet-20241022", None, 346),
+        ("claude-3-opus-20240229", {"type": "any"}, 281),
+        ("us.anthropic.claude-sonnet-4-20250514-v1:0", None, 313),  # a Bedrock id
+        ("claude-opus-4-9", None, 675),  # not published yet: the largest published number
+    ],
+)
+def test_anthropic_tool_use_system_prompt_by_model_and_tool_choice(harness, llm, claude, model, tool_choice, prompt):
+    harness.start(mode="observe", policy=WINDOW)  # a window for models the table does not know yet
+    extra = {"tool_choice": tool_choice} if tool_choice else {}
+    claude.messages.create(model=model, max_tokens=100, messages=USER, tools=[ORDER_TOOL], **extra)
+    assert tools_term(harness) == count(ORDER_JSON) + prompt
+
+
+def test_anthropic_without_tools_adds_no_tool_prompt(harness, llm, claude):
+    harness.start(mode="observe")
+    claude.messages.create(model="claude-sonnet-4-5", max_tokens=100, messages=USER, tool_choice={"type": "none"})
+    assert tools_term(harness) == 0
+
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+          "additionalProperties": False}
+SCHEMA_JSON = '{"additionalProperties": false, "properties": {"city": {"type": "string"}}, "required": ["city"], ' \
+              '"type": "object"}'
+
+
+def test_anthropic_structured_output_schema_and_its_prompt(harness, llm, claude):
+    """``output_config.format``: the schema, and the system prompt Anthropic adds to explain it."""
+    harness.start(mode="observe")
+    fmt = {"type": "json_schema", "schema": SCHEMA}
+    claude.messages.create(model="claude-sonnet-4-5", max_tokens=100, messages=USER, extra_body={"output_config": {
+        "format": fmt}})
+    assert tools_term(harness) == 0  # extra_body: the call site never saw it
+    claude.messages.create(model="claude-sonnet-4-5", max_tokens=100, messages=USER, output_config={"format": fmt})
+    assert tools_term(harness) == count(SCHEMA_JSON) + anthropic_provider.STRUCTURED_OUTPUT_PROMPT
+
+
+def test_anthropic_deprecated_output_format_reads_the_same():
+    """The beta ``output_format`` parameter (older SDKs' ``beta.messages``) carries the same schema."""
+    kwargs = {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": USER}
+    old = anthropic_provider.ADAPTER.normalise("messages", {**kwargs, "output_format": {"type": "json_schema",
+                                                                                        "schema": SCHEMA}})
+    new = anthropic_provider.ADAPTER.normalise("messages", {**kwargs, "output_config": {"format": {
+        "type": "json_schema", "schema": SCHEMA}}})
+    assert old.tools == new.tools == [SCHEMA_JSON]
+    assert old.prompt_overhead == new.prompt_overhead == anthropic_provider.STRUCTURED_OUTPUT_PROMPT
+
+
+def test_anthropic_thinking_adds_its_prompt(harness, llm, claude):
+    harness.start(mode="observe")
+    claude.messages.create(model="claude-sonnet-4-5", max_tokens=2048, messages=USER,
+                           thinking={"type": "enabled", "budget_tokens": 1024})
+    assert tools_term(harness) == anthropic_provider.THINKING_PROMPT
+    claude.messages.create(model="claude-sonnet-4-5", max_tokens=2048, messages=USER, thinking={"type": "disabled"})
+    assert tools_term(harness) == 0
