@@ -139,6 +139,19 @@ def _turn_item(turn: Any, model: str | None) -> Item:
     return ("user", "\n".join(texts), tuple(refs), "message", cost)
 
 
+def _response_schema(config: Any, view: RequestView) -> None:
+    """``config.response_schema`` / ``response_json_schema``: the structured output's schema, counted
+    like the tools (a pydantic class as its JSON schema, a ``types.Schema`` as its fields)."""
+    schema = _field(config, "response_json_schema") or _field(config, "response_schema")
+    if schema is None:
+        return
+    as_schema = getattr(schema, "model_json_schema", None)
+    try:
+        view.tools.append(canonical(as_schema() if isinstance(schema, type) and callable(as_schema) else schema))
+    except Exception:  # a schema that will not serialise: the SDK's own error reaches the app
+        return
+
+
 class GoogleGenAIAdapter:
     provider = "gcp.gen_ai"
 
@@ -167,6 +180,7 @@ class GoogleGenAIAdapter:
                 text = "\n".join(texts)
                 if text.strip():
                     view.items.append(("system", text, tuple(refs), "instructions", cost))
+            _response_schema(config, view)
         items(_turns(_get(kwargs, "contents")), _turn_item, view, name="contents", noun="content")
         return view
 

@@ -244,3 +244,23 @@ def test_anthropic_thinking_adds_its_prompt(harness, llm, claude):
     assert tools_term(harness) == anthropic_provider.THINKING_PROMPT
     claude.messages.create(model="claude-sonnet-4-5", max_tokens=2048, messages=USER, thinking={"type": "disabled"})
     assert tools_term(harness) == 0
+
+
+# -- Google Gemini --------------------------------------------------------------------
+
+
+def test_gemini_response_schema_is_counted_like_a_tool(harness, llm):
+    genai = pytest.importorskip("google.genai", reason="google-genai is not installed (extra 'google')")
+    from google.genai import types
+
+    gemini = genai.Client(api_key="t", http_options={"base_url": llm.gemini_base_url})
+    harness.start(mode="observe")
+    for config in [types.GenerateContentConfig(), types.GenerateContentConfig(response_json_schema=SCHEMA),
+                   types.GenerateContentConfig(response_mime_type="application/json", response_schema=Answer)]:
+        gemini.models.generate_content(model="gemini-2.5-flash", contents="weather in Pune?", config=config)
+    plain, json_schema, pydantic_class = [s.attributes["ctxguard.budget.tools"] for s in harness.spans()
+                                          if "ctxguard.budget.tools" in s.attributes]
+    assert (plain, json_schema) == (0, count(SCHEMA_JSON))
+    assert pydantic_class == count(
+        '{"properties": {"city": {"title": "City", "type": "string"}}, "required": ["city"], "title": "Answer", '
+        '"type": "object"}')
