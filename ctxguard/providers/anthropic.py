@@ -75,7 +75,7 @@ _MODELS: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
 _UNKNOWN = ((675, 804), ANTHROPIC_HIGH_RES)
 #: What may follow a family's name: a date, ``-latest``, a Bedrock or Vertex version; not another
 #: version number (``claude-opus-4-9`` is not ``claude-opus-4``).
-_SUFFIX = re.compile(r"(?:-\d{8})?(?:-latest|-v\d.*|@.*|:.*)?", re.DOTALL)
+_SUFFIX = re.compile(r"(?:-0)?(?:-\d{8})?(?:-latest|-v\d.*|@.*|:.*)?", re.DOTALL)
 
 
 #: Prompts Anthropic adds that it documents but does not size, measured on the recorded corpus

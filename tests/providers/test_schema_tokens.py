@@ -193,6 +193,7 @@ def claude(llm):
         ("claude-3-5-sonnet-20241022", None, 346),
         ("claude-3-opus-20240229", {"type": "any"}, 281),
         ("us.anthropic.claude-sonnet-4-20250514-v1:0", None, 313),  # a Bedrock id
+        ("claude-sonnet-4-0", None, 313),  # the 4.0 alias
         ("claude-opus-4-9", None, 675),  # not published yet: the largest published number
     ],
 )
