@@ -8,8 +8,9 @@ covered through it.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..memo import Memo
@@ -153,8 +154,8 @@ def _response_item(item: Any, model: str | None) -> Item:
 #: the prompt tokens reported: docs/budget.md). Header and footer are counted once a request.
 _TOOLS_FRAME = "# Tools\n\n## functions\n\nnamespace functions {\n\n} // namespace functions"
 _TS_DEPTH = 8
-#: canonical JSON of a tool or format -> its rendering (apps send the same tools every call).
-_RENDERED: dict[str, str] = {}
+#: (kind, canonical JSON of a tool or format) -> its rendering (apps send the same tools every call).
+_RENDERED: dict[tuple[str, Any], str] = {}
 _RENDERED_MAX = 1024
 
 
@@ -227,13 +228,10 @@ def _format_text(format_: Any) -> str | None:
     return "\n".join(lines)
 
 
-def _rendered(value: Any, render: Any) -> str | None:
-    key = canonical(value)
+def _cached(key: Any, render: Callable[[], str]) -> str:
     text = _RENDERED.get(key)
     if text is None:
-        text = render(value)
-        if text is None:
-            return None
+        text = render()
         if len(_RENDERED) >= _RENDERED_MAX:
             _RENDERED.clear()
         _RENDERED[key] = text
@@ -246,20 +244,22 @@ def _tools(tools: Any, view: RequestView) -> None:
     if not isinstance(tools, (list, tuple)):
         return
     texts = []
+    functions = 0
     try:
         for tool in tools:
             kind = _get(tool, "type")
             function = _get(tool, "function") if kind == "function" else None
             if function is None and (kind == "function" or (kind is None and _get(tool, "name") is not None)):
                 function = tool  # a Responses API function tool, or a legacy ``functions`` entry
-            if function is not None:
-                texts.append(_rendered(function, _function_text) or "")
-            else:
+            if function is None:
                 texts.append(canonical(tool))
+                continue
+            functions += 1
+            texts.append(_cached(("tool", canonical(function)), functools.partial(_function_text, function)))
     except Exception as exc:  # a tool schema that will not serialise is the app's business
         view.unreadable = f"tools could not be read ({type(exc).__name__})"
         return
-    if len(texts) > sum(1 for tool in tools if _get(tool, "type") not in (None, "function")):
+    if functions:
         texts.append(_TOOLS_FRAME)
     view.tools = texts
 
@@ -279,23 +279,17 @@ def _parsed_format(value: Any, api: str) -> Any:
 
 
 def _response_format(value: Any, api: str, view: RequestView) -> None:
-    """A structured-output schema is counted like the tools: it is in every request, and in the prompt."""
+    """A structured-output schema is counted like the tools: it is in every request, and in the prompt.
+    Cached by its canonical JSON, or by the pydantic class ``.parse`` was given."""
+    if value is None:
+        return
     try:
-        key = value if isinstance(value, type) else canonical(value)
-        text = _FORMATS.get(key)
-        if text is None:
-            text = _format_text(_parsed_format(value, api)) or ""
-            if len(_FORMATS) >= _RENDERED_MAX:
-                _FORMATS.clear()
-            _FORMATS[key] = text
+        key = ("format", value if isinstance(value, type) else canonical(value))
+        text = _cached(key, lambda: _format_text(_parsed_format(value, api)) or "")
     except Exception:  # a schema the SDK itself will refuse to convert: its error reaches the app
         return
     if text:
         view.tools.append(text)
-
-
-#: response format (its canonical JSON, or the pydantic class ``.parse`` was given) -> its text.
-_FORMATS: dict[Any, str] = {}
 
 
 class OpenAIAdapter:
@@ -325,10 +319,9 @@ class OpenAIAdapter:
 
     def _responses(self, kwargs: Mapping[str, Any], view: RequestView, memo: Memo | None) -> None:
         view.max_output_tokens = _int(_get(kwargs, "max_output_tokens"))
-        if "text_format" in kwargs:
-            _response_format(_get(kwargs, "text_format"), "responses", view)
-        elif "text" in kwargs:
-            _response_format(_get(_get(kwargs, "text"), "format"), "responses", view)
+        if "text_format" in kwargs or "text" in kwargs:
+            text_format = _get(kwargs, "text_format")
+            _response_format(text_format or _get(_get(kwargs, "text"), "format"), "responses", view)
         for key in ("previous_response_id", "conversation"):
             if _get(kwargs, key) is not None:
                 view.history_elsewhere = f"history is provider-managed ({key})"
