@@ -104,19 +104,21 @@ def size_of_bytes(data: bytes) -> Size | None:
 _SPACE = re.compile(r"\s")
 
 
-def size_of_base64(text: str) -> Size | None:
-    """The size of a base64-encoded image, decoding only the bytes its header fields sit in."""
-    if _SPACE.search(text, 0, 4096):  # wrapped base64 (MIME-style lines): offsets need it unwrapped
-        text = _SPACE.sub("", text)
+def size_of_base64(text: str, start: int = 0) -> Size | None:
+    """The size of a base64-encoded image (``text`` from ``start``), decoding only the bytes its
+    header fields sit in. Never copies the text (a data URL may be megabytes) unless its base64
+    is wrapped in lines."""
+    if _SPACE.search(text, start, start + 4096):  # wrapped (MIME-style lines): offsets need it unwrapped
+        text, start = _SPACE.sub("", text[start:]), 0
 
     def read(offset: int, length: int) -> bytes:
-        start = offset // 3 * 4
+        first = offset // 3 * 4
         stop = -(-(offset + length) // 3) * 4
         try:
-            raw = binascii.a2b_base64(text[start:stop])
+            raw = binascii.a2b_base64(text[start + first : start + stop])
         except (binascii.Error, ValueError):
             return b""
-        skip = offset - start // 4 * 3
+        skip = offset - first // 4 * 3
         return raw[skip : skip + length]
 
     return _size(read)
@@ -127,9 +129,9 @@ def size_of_url(url: str) -> Size | None:
     if not url.startswith("data:"):
         return None
     comma = url.find(",", 0, 256)
-    if comma < 0 or not url[:comma].endswith(";base64"):
+    if comma < 0 or not url.endswith(";base64", 0, comma):
         return None
-    return size_of_base64(url[comma + 1 :])
+    return size_of_base64(url, comma + 1)
 
 
 def _fit(width: int, height: int, box: float) -> tuple[float, float]:

@@ -95,6 +95,13 @@ def test_a_huffman_table_is_not_taken_for_a_frame_header():
     assert size_of_bytes(jpeg(333, 222, before=dht)) == (333, 222)
 
 
+def test_a_data_url_is_read_in_place():
+    """The base64 after the comma is read where it is: offsets past the prefix, no copy of it."""
+    encoded = base64.b64encode(jpeg(640, 360, before=exif_and_icc())).decode()
+    assert size_of_base64("data:image/jpeg;base64," + encoded, len("data:image/jpeg;base64,")) == (640, 360)
+    assert size_of_base64("xyz" + base64.encodebytes(png(8, 4)).decode(), 3) == (8, 4)
+
+
 def test_base64_is_decoded_only_around_the_header_fields(monkeypatch):
     """The frame header 33 KB in (behind EXIF and ICC) costs a few small decodes, not the image."""
     data = base64.b64encode(jpeg(4032, 3024, before=exif_and_icc()) + bytes(3_000_000)).decode()
