@@ -16,7 +16,7 @@ from typing import Any
 from ..memo import Memo
 from ..payload import Item, Reply, RequestView
 from ..tokens import NON_TEXT_PART
-from ._image import gemini_tokens, size_of_bytes
+from ._image import gemini_tokens, size_of_base64, size_of_bytes
 from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import canonical, items, schemas
@@ -75,7 +75,7 @@ def _parts(parts: Any, texts: list[str], refs: list[str], model: str | None) -> 
             raw = data if isinstance(data, bytes) else str(data).encode()
             # The bytes themselves never leave this function; only a digest of them does.
             refs.append(f"inline:{_field(blob, 'mime_type')}:{hashlib.blake2b(raw, digest_size=16).hexdigest()}")
-            cost += _media(model, _field(blob, "mime_type"), raw if isinstance(data, bytes) else None, part)
+            cost += _media(model, _field(blob, "mime_type"), data, part)
         elif file is not None:
             refs.append(_str(_field(file, "file_uri")) or "file")
             cost += _media(model, _field(file, "mime_type"), None, part)
@@ -88,8 +88,9 @@ def _parts(parts: Any, texts: list[str], refs: list[str], model: str | None) -> 
     return cost
 
 
-def _media(model: str | None, mime: Any, data: bytes | None, part: Any) -> int:
-    """An image by its header and Gemini's formula; audio, video and documents a flat estimate."""
+def _media(model: str | None, mime: Any, data: Any, part: Any) -> int:
+    """An image by its header (bytes, or the base64 a dict part carries) and Gemini's formula;
+    audio, video and documents a flat estimate."""
     if not (isinstance(mime, str) and mime.startswith("image/")):
         return NON_TEXT_PART
     resolution = _field(part, "media_resolution")  # Gemini 3: per part, a level or a token count
@@ -99,7 +100,9 @@ def _media(model: str | None, mime: Any, data: bytes | None, part: Any) -> int:
             return tokens
         level = _get(resolution, "level")
         resolution = _str(getattr(level, "value", level))
-    return gemini_tokens(model, size_of_bytes(data) if data else None, resolution)
+    if isinstance(data, str):
+        return gemini_tokens(model, size_of_base64(data), resolution)
+    return gemini_tokens(model, size_of_bytes(data) if isinstance(data, bytes) else None, resolution)
 
 
 def _is_content(element: Any) -> bool:

@@ -144,5 +144,8 @@ def test_gemini_inline_image_is_charged_by_tiles(harness, llm):
         if image is not None:
             parts.append(types.Part.from_bytes(data=image, mime_type="image/png"))
         gemini.models.generate_content(model=model, contents=[types.Content(role="user", parts=parts)])
-    base, tiles, small = payload_tokens(harness)
-    assert (tiles - base, small - base) == (4 * 258, 258)
+    inline = {"mime_type": "image/png", "data": base64.b64encode(png(1000, 800)).decode()}  # a dict part: base64
+    gemini.models.generate_content(model="gemini-2.5-flash-003",
+                                   contents=[{"role": "user", "parts": [{"text": PROMPT}, {"inline_data": inline}]}])
+    base, tiles, small, from_dict = payload_tokens(harness)
+    assert (tiles - base, small - base, from_dict - base) == (4 * 258, 258, 4 * 258)
