@@ -209,7 +209,7 @@ class ContextBuilder:
         view = form.adapter.normalise(form.api, {"model": self.model, "messages": messages})
         if view.unreadable is not None:
             raise ValueError(f"history: {view.unreadable}")
-        items = view.items  # (role, text, refs, source); measured only where tokens are needed
+        items = view.items  # (role, text, refs, source, cost); measured only where tokens are needed
         message = measurer.message
         units, _orphans = split_units(messages)
         if not units or units[-1][1] != len(messages):
@@ -225,7 +225,7 @@ class ContextBuilder:
             self._check_summary(scope, summary, active)
 
         def tokens(text: str) -> int:
-            return measurer.message(("system", text, (), "message")).tokens
+            return measurer.message(("system", text, (), "message", 0)).tokens
 
         def unit_tokens(unit: tuple[int, int]) -> int:
             return sum(message(items[i]).tokens for i in range(*unit))

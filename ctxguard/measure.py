@@ -17,7 +17,7 @@ from typing import Generic, TypeVar
 from .digest import Digester
 from .memo import Memo
 from .payload import Item, Message, Payload, RequestView
-from .tokens import MESSAGE_OVERHEAD, NON_TEXT_PART, REPLY_PRIMING, Calibration, TokenCounter
+from .tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, Calibration, TokenCounter
 
 __all__ = ["Measurer", "TwoGenerationCache"]
 
@@ -77,11 +77,9 @@ class Measurer:
         cached = self._messages.get(item)
         if cached is not None:
             return cached
-        role, text, refs, source = item
+        role, text, refs, source, cost = item
         canonical = f"{role}\x1f{text}\x1f" + "\x1e".join(refs)
-        tokens = self.counter.count(text) + MESSAGE_OVERHEAD + NON_TEXT_PART * sum(
-            1 for ref in refs if not ref.startswith("id:")
-        )
+        tokens = self.counter.count(text) + MESSAGE_OVERHEAD + cost
         message = Message(role, text, self.digester.text(canonical), tokens, source)
         self._messages.put(item, message)
         return message
@@ -123,7 +121,7 @@ class Measurer:
             # Kept as they are, not copied: the view's items and the payload's lists are never
             # changed after this point (the next call slices them).
             memo.measured = (items, messages, digests, sums, hasher)
-        tools_tokens = sum(self.tokens(schema) for schema in view.tools)
+        tools_tokens = sum(self.tokens(schema) for schema in view.tools) + view.prompt_overhead
         raw = total + REPLY_PRIMING + tools_tokens
         factor = self.calibration.factor(view.model)
         return Payload(

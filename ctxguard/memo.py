@@ -42,8 +42,9 @@ class Memo:
     __slots__ = ("measured", "read")
 
     def __init__(self) -> None:
-        #: (copies of the leading kept message dicts as sent, their Items).
-        self.read: tuple[list[dict[str, Any]], list[Item]] | None = None
+        #: (copies of the leading kept message dicts as sent, their Items, the model they were read
+        #: for: an Item carries what its images cost on that model).
+        self.read: tuple[list[dict[str, Any]], list[Item], str | None] | None = None
         #: (Items measured, their Messages, their digests, running token sums (``len + 1``),
         #: the payload digest's hasher after all of their digests). Shared with the call's
         #: Payload, which never changes them.

@@ -1,8 +1,8 @@
 """The provider-neutral request: what a provider module hands to the guard.
 
 A provider module translates SDK keyword arguments into a ``RequestView``
-(role and readable text per message, references for non-text parts, the
-output reservation). ``measure`` turns it into a ``Payload`` with digests and
+(role and readable text per message, references for non-text parts and what the
+provider charges for them, the output reservation). ``measure`` turns it into a ``Payload`` with digests and
 token counts. Checks only ever see a ``Payload``; they never learn which SDK
 produced it.
 """
@@ -17,13 +17,15 @@ __all__ = ["SYSTEM_ROLES", "Item", "Message", "Payload", "Reply", "RequestView"]
 SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
-#: One message as the model reads it: ``(role, text, refs, source)``. A plain tuple
+#: One message as the model reads it: ``(role, text, refs, source, cost)``. A plain tuple
 #: because it is built per message per call and is the cache key.
 #: ``text`` is every text the model reads there (content, parts, tool arguments,
 #: tool results); ``refs`` are non-text parts (image URL, file id; digested only)
 #: and ids prefixed ``id:``; ``source`` is ``"message"``, or ``"instructions"`` for
-#: a provider's system parameter.
-Item = tuple[str, str, tuple[str, ...], str]
+#: a provider's system parameter; ``cost`` is the input tokens the provider charges
+#: for the non-text parts (an image by its size and the model's formula, another part
+#: a flat estimate), 0 for text only. The digest covers role, text and refs, not cost.
+Item = tuple[str, str, tuple[str, ...], str, int]
 
 
 @dataclass
@@ -37,7 +39,11 @@ class RequestView:
     max_output_tokens: int | None = None
     #: Output tokens left for the visible reply after a thinking budget (Anthropic), if any.
     reply_room: int | None = None
-    tools: list[str] = field(default_factory=list)  # tool schemas, canonical JSON
+    #: Tool and output schemas, as texts to count (the provider's rendering where it is known).
+    tools: list[str] = field(default_factory=list)
+    #: Tokens the provider adds to the prompt for features this request uses (Anthropic's tool-use
+    #: system prompt, say); published numbers, counted with the tools.
+    prompt_overhead: int = 0
     stream: bool = False
     #: Why the history is not in the request (provider-managed state), if so.
     history_elsewhere: str | None = None

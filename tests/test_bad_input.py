@@ -114,8 +114,9 @@ def test_content_parts_images_become_references(harness, llm, client):
     assert "A" * 100 not in str(dict(a))
 
 
-def test_an_image_part_is_charged_a_flat_count_and_a_name_nothing(harness, llm, client):
-    """Each call on its own model, so no calibration from an earlier answer moves the counts."""
+def test_a_remote_image_is_charged_its_models_bound_and_a_name_nothing(harness, llm, client):
+    """A URL's image is never fetched: it costs the most the model's formula charges an image up to
+    2048 px a side (docs/budget.md). Each call on its own model, so no calibration moves the counts."""
     harness.start(mode="observe")
     image = {"type": "image_url", "image_url": {"url": "https://example.com/parcel.png"}}
     question = {"type": "text", "text": "what is this?"}
@@ -125,7 +126,8 @@ def test_an_image_part_is_charged_a_flat_count_and_a_name_nothing(harness, llm, 
                         ("gpt-4.1-mini", {"role": "user", "content": [question], "name": "alice"})]:
         client.chat.completions.create(model=model, messages=[SYSTEM, user])
     tokens = [s.attributes["ctxguard.payload.tokens"] for s in harness.spans()]
-    assert [t - tokens[0] for t in tokens] == [0, NON_TEXT_PART, 2 * NON_TEXT_PART, 0]
+    # gpt-4o-mini: 2833 + 8 tiles x 5667 (a 768 x 2048 image); gpt-4.1: 85 + 8 x 170, twice.
+    assert [t - tokens[0] for t in tokens] == [0, 2833 + 8 * 5667, 2 * (85 + 8 * 170), 0]
 
 
 def test_non_list_responses_input(harness, llm, client):
@@ -157,16 +159,23 @@ def test_a_message_nested_deeper_than_python_can_copy(harness, llm, client):
 
 
 
-PARTS = {  # a part made from a value, by the field that carries it
-    "image_url url": ("chat", lambda v: {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{v}"}}),
-    "input_audio data": ("chat", lambda v: {"type": "input_audio", "input_audio": {"data": v, "format": "wav"}}),
-    "file file_id": ("chat", lambda v: {"type": "file", "file": {"file_id": f"file-{v}"}}),
-    "file file_data": ("chat", lambda v: {"type": "file", "file": {"file_data": v}}),
-    "input_image image_url": ("responses", lambda v: {"type": "input_image", "image_url": f"https://img/{v}.png"}),
-    "input_image file_id": ("responses", lambda v: {"type": "input_image", "file_id": f"file-{v}"}),
-    "input_file file_id": ("responses", lambda v: {"type": "input_file", "file_id": f"file-{v}"}),
-    "input_file file_url": ("responses", lambda v: {"type": "input_file", "file_url": f"https://f/{v}"}),
-    "input_file file_data": ("responses", lambda v: {"type": "input_file", "file_data": v}),
+#: An image whose size is unknown (these values are no image) on a model not in the tables: the
+#: larger of gpt-4o's tiles and gpt-5.4's patches for a 2048 x 2048 image, 2,500 patches x 1.2.
+UNKNOWN_IMAGE = 3000
+PARTS = {  # a part made from a value, by the field that carries it, and what it is charged
+    "image_url url": ("chat", lambda v: {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{v}"}},
+                      UNKNOWN_IMAGE),
+    "input_audio data": ("chat", lambda v: {"type": "input_audio", "input_audio": {"data": v, "format": "wav"}},
+                         NON_TEXT_PART),
+    "file file_id": ("chat", lambda v: {"type": "file", "file": {"file_id": f"file-{v}"}}, NON_TEXT_PART),
+    "file file_data": ("chat", lambda v: {"type": "file", "file": {"file_data": v}}, NON_TEXT_PART),
+    "input_image image_url": ("responses", lambda v: {"type": "input_image", "image_url": f"https://img/{v}.png"},
+                              UNKNOWN_IMAGE),
+    "input_image file_id": ("responses", lambda v: {"type": "input_image", "file_id": f"file-{v}"}, UNKNOWN_IMAGE),
+    "input_file file_id": ("responses", lambda v: {"type": "input_file", "file_id": f"file-{v}"}, NON_TEXT_PART),
+    "input_file file_url": ("responses", lambda v: {"type": "input_file", "file_url": f"https://f/{v}"},
+                            NON_TEXT_PART),
+    "input_file file_data": ("responses", lambda v: {"type": "input_file", "file_data": v}, NON_TEXT_PART),
 }
 
 
@@ -179,8 +188,8 @@ def _send(client, api: str, model: str, content: list[dict[str, object]]) -> Non
 
 @pytest.mark.parametrize("name", list(PARTS))
 def test_every_non_text_part_is_a_reference_that_tells_parts_apart(harness, llm, client, name):
-    """Its digest changes with the part it stands for, it is charged the flat count, its bytes go nowhere."""
-    api, make = PARTS[name]
+    """Its digest changes with the part it stands for, it is charged its estimate, its bytes go nowhere."""
+    api, make, charge = PARTS[name]
     harness.start(mode="observe")
     text = {"type": "text" if api == "chat" else "input_text", "text": "what is this?"}
     for i, content in enumerate([[text], [text, make("QUFB")], [text, make("QUFB")], [text, make("QkJC")]]):
@@ -189,7 +198,7 @@ def test_every_non_text_part_is_a_reference_that_tells_parts_apart(harness, llm,
     digests = [a["ctxguard.message.hashes"][-1] for a in spans]
     assert digests[1] == digests[2] and len({digests[0], digests[1], digests[3]}) == 3
     base = spans[0]["ctxguard.payload.tokens"]
-    assert [a["ctxguard.payload.tokens"] - base for a in spans[1:]] == [NON_TEXT_PART] * 3
+    assert [a["ctxguard.payload.tokens"] - base for a in spans[1:]] == [charge] * 3
     assert not any(secret in str(dict(a)) for a in spans for secret in ("QUFB", "QkJC"))
 
 

@@ -127,9 +127,9 @@ class CountingCounter(EstimateCounter):
 def test_growing_conversation_counts_only_new_messages():
     counter = CountingCounter()
     measurer = Measurer(Digester(b"k"), counter, Calibration())
-    items = [("system", "sys", (), "message")]
+    items = [("system", "sys", (), "message", 0)]
     for turn in range(50):
-        items = [*items, ("user", f"message {turn}", (), "message")]
+        items = [*items, ("user", f"message {turn}", (), "message", 0)]
         before = counter.calls
         payload = measurer.measure(RequestView("openai", "chat", "gpt-4o", items))
         assert counter.calls - before == (2 if turn == 0 else 1)

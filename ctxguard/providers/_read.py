@@ -4,6 +4,7 @@ TypedDicts and the SDKs' "not given" sentinels all read the same way."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -52,6 +53,29 @@ def as_str(value: Any) -> str | None:
 
 def role(value: Any, default: str) -> str:
     return value[:ROLE_MAX] if isinstance(value, str) and value else default
+
+
+#: What may follow a model family's name in a model id: nothing, or a separator and anything
+#: (``gpt-4o-2024-08-06``, ``o3-pro``, ``gpt-4o-mini@eu``), but not a dot or digit (``gpt-5.4`` is
+#: not ``gpt-5``).
+ANY_SUFFIX = re.compile(r"(?:[-@:_].*)?", re.DOTALL)
+
+
+def family(model: object, table: Mapping[str, Any], suffix: re.Pattern[str] = ANY_SUFFIX) -> str | None:
+    """The longest key of ``table`` that names ``model``'s family (a ``provider/`` prefix and case
+    ignored), where what follows the key matches ``suffix``; None for a model not in the table.
+
+    >>> family("openai/GPT-4o-mini-2024-07-18", {"gpt-4o": 1, "gpt-4o-mini": 2})
+    'gpt-4o-mini'
+    """
+    if not isinstance(model, str):
+        return None
+    name = model.rsplit("/", 1)[-1].strip().lower()
+    best: str | None = None
+    for key in table:
+        if name.startswith(key) and (best is None or len(key) > len(best)) and suffix.fullmatch(name, len(key)):
+            best = key
+    return best
 
 
 def text_of(value: Any) -> str:
@@ -153,7 +177,7 @@ def _unchanged(seq: list[Any] | tuple[Any, ...], kept: list[dict[str, Any]]) -> 
 
 def items(
     seq: Any,
-    read: Callable[[Any], Item],
+    read: Callable[[Any, str | None], Item],
     view: RequestView,
     *,
     name: str,
@@ -170,19 +194,21 @@ def items(
     messages whose values are unchanged are not read again. Kept: plain messages, and
     messages of other shapes (tool calls, tool results, content parts) whose value is a
     tree of dicts, lists, strings and None (``snapshot``); the first message of any other
-    kind ends what is kept.
+    kind ends what is kept. ``read(element, model)``: what an image costs depends on the
+    model, so a memo read for another model is not reused.
     """
     if not isinstance(seq, (list, tuple)):
         # Never iterate a generator: that would consume the app's own argument.
         view.unreadable = f"{name} is not a list ({type(seq).__name__})"
         return
     start = 0
+    model = view.model
     copies: list[dict[str, Any]] | None = None  # of the leading kept messages, for the next call
     kept: list[Item] = []
     if memo is not None and plain_first:
         copies = []
         last = memo.read
-        if last is not None:
+        if last is not None and last[2] == model:
             start = _unchanged(seq, last[0])
             copies, kept = last[0][:start], last[1][:start]
             view.items.extend(kept)
@@ -192,7 +218,7 @@ def items(
         if plain_first and type(element) is dict and len(element) == 2:
             r, content = element.get("role"), element.get("content")
             if type(r) is str and type(content) is str and 0 < len(r) <= ROLE_MAX:
-                item: Item = (r, content, (), "message")
+                item: Item = (r, content, (), "message", 0)
                 append(item)
                 if copies is not None:  # still in the leading run of kept messages: keep it
                     copies.append(element.copy())
@@ -200,10 +226,10 @@ def items(
                 continue
         copy = _kept_copy(element) if copies is not None and type(element) is dict else None
         if copy is None and copies is not None and memo is not None:
-            memo.read = (copies, kept)
+            memo.read = (copies, kept, model)
             copies = None
         try:
-            item = read(element)
+            item = read(element, model)
         except Exception as exc:
             view.items = []
             view.unreadable = f"{noun} {index} could not be read ({type(exc).__name__})"
@@ -213,4 +239,4 @@ def items(
             copies.append(copy)
             kept.append(item)
     if copies is not None and memo is not None:
-        memo.read = (copies, kept)
+        memo.read = (copies, kept, model)

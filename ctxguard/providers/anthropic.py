@@ -9,14 +9,17 @@ again, and the room it leaves the visible reply is reported.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ..memo import Memo
 from ..payload import Item, Reply, RequestView
+from ..tokens import NON_TEXT_PART
+from ._image import ANTHROPIC_HIGH_RES, ANTHROPIC_STANDARD, anthropic_tokens, size_of_base64
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, items, schemas, structured_parts
+from ._read import canonical, family, items, schemas, structured_parts
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
@@ -55,7 +58,59 @@ HTTP_RESULTS = (
 )
 
 
-def _blocks(content: Any, texts: list[str], refs: list[str]) -> None:
+#: Per model family: (tool-use system prompt tokens with ``tool_choice`` auto or none, with any
+#: or tool), and the image limits. Anthropic's "Tool use" pricing table (current rows, and the
+#: earlier page's rows for the Claude 3 models it no longer lists); image limits from "Images and
+#: vision" (docs/budget.md).
+_MODELS: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
+    "claude-opus-4-8": ((290, 410), ANTHROPIC_HIGH_RES),
+    "claude-opus-4-7": ((675, 804), ANTHROPIC_HIGH_RES),
+    "claude-opus-4-6": ((497, 589), ANTHROPIC_STANDARD),
+    "claude-opus-4-5": ((496, 588), ANTHROPIC_STANDARD),
+    "claude-opus-4-1": ((313, 315), ANTHROPIC_STANDARD),
+    "claude-opus-4": ((313, 315), ANTHROPIC_STANDARD),
+    "claude-sonnet-5": ((354, 474), ANTHROPIC_STANDARD),
+    "claude-sonnet-4-6": ((497, 589), ANTHROPIC_STANDARD),
+    "claude-sonnet-4-5": ((496, 588), ANTHROPIC_STANDARD),
+    "claude-sonnet-4": ((313, 315), ANTHROPIC_STANDARD),
+    "claude-haiku-4-5": ((496, 588), ANTHROPIC_STANDARD),
+    "claude-3-5-haiku": ((264, 355), ANTHROPIC_STANDARD),
+    "claude-haiku-3-5": ((264, 355), ANTHROPIC_STANDARD),
+    "claude-3-7-sonnet": ((346, 313), ANTHROPIC_STANDARD),
+    "claude-3-5-sonnet": ((346, 313), ANTHROPIC_STANDARD),
+    "claude-3-5-sonnet-20240620": ((294, 261), ANTHROPIC_STANDARD),
+    "claude-3-opus": ((530, 281), ANTHROPIC_STANDARD),
+    "claude-3-sonnet": ((159, 235), ANTHROPIC_STANDARD),
+    "claude-3-haiku": ((264, 340), ANTHROPIC_STANDARD),
+}
+#: A model not in the table (a newer one, say): the largest published numbers, so a budget is
+#: not under-counted for it.
+_UNKNOWN = ((675, 804), ANTHROPIC_HIGH_RES)
+#: What may follow a family's name: a date, ``-latest``, a Bedrock or Vertex version; not another
+#: version number (``claude-opus-4-9`` is not ``claude-opus-4``).
+_SUFFIX = re.compile(r"(?:-0)?(?:-\d{8})?(?:-latest|-v\d.*|@.*|:.*)?", re.DOTALL)
+
+
+#: Prompts Anthropic adds that it documents but does not size, measured on the recorded corpus
+#: (tests/data/recorded/; docs/budget.md): structured outputs ("Claude automatically receives an
+#: additional system prompt explaining the expected output format") cost 128 and 129 tokens beyond
+#: the schema in two recordings (Sonnet 4.5 ``output_format``, Sonnet 4.6 ``output_config``);
+#: extended thinking 29 and 31 beyond the messages in two (Claude 3.7 Sonnet).
+STRUCTURED_OUTPUT_PROMPT = 128
+THINKING_PROMPT = 29
+
+
+def _model(model: str | None) -> tuple[tuple[int, int], tuple[int, int]]:
+    name = model.lower() if isinstance(model, str) else ""
+    start = name.find("claude")  # Bedrock ("us.anthropic.claude-...") and gateway prefixes
+    key = family(name[start:], _MODELS, _SUFFIX) if start >= 0 else None
+    return _MODELS[key] if key is not None else _UNKNOWN
+
+
+def _blocks(content: Any, texts: list[str], refs: list[str], model: str | None) -> int:
+    """Readable text of ``content`` into ``texts``, references into ``refs``; returns what its
+    non-text blocks cost."""
+    cost = 0
     for block in structured_parts(content, texts):
         kind = _get(block, "type")
         if kind == "text":
@@ -69,26 +124,45 @@ def _blocks(content: Any, texts: list[str], refs: list[str]) -> None:
             texts.append(f"{_text(_get(block, 'name') or '')} {text}")
             refs.append(f"id:tool_use={_text(_get(block, 'id'))}")
         elif kind == "tool_result" or (isinstance(kind, str) and kind.endswith("_tool_result")):
-            _blocks(_get(block, "content"), texts, refs)
+            cost += _blocks(_get(block, "content"), texts, refs, model)
             refs.append(f"id:tool_result={_text(_get(block, 'tool_use_id'))}")
         elif kind in ("image", "document"):
             source = _get(block, "source")
-            ref = None
+            ref = data = None
             if source is not None:
-                ref = _str(_get(source, "url")) or _str(_get(source, "file_id")) or _str(_get(source, "data"))
+                data = _str(_get(source, "data"))
+                ref = _str(_get(source, "url")) or _str(_get(source, "file_id")) or data
             refs.append(ref or kind)
+            if kind == "image":
+                size = size_of_base64(data) if data and _get(source, "type") == "base64" else None
+                cost += anthropic_tokens(size, _model(model)[1])
+            else:
+                cost += NON_TEXT_PART
             title = _str(_get(block, "title"))
             if title:
                 texts.append(title)
         elif kind is not None:
             refs.append(f"id:block={_text(kind)}")
+    return cost
 
 
-def _message_item(message: Any) -> Item:
+def _output_format(output: Any, view: RequestView) -> None:
+    """A structured-output schema (``output_format``, ``output_config.format``): counted like a tool."""
+    schema = _get(output, "schema")
+    if schema is None:
+        return
+    try:
+        view.tools.append(canonical(schema))
+    except Exception:  # a schema that will not serialise: the SDK's own error reaches the app
+        return
+    view.prompt_overhead += STRUCTURED_OUTPUT_PROMPT
+
+
+def _message_item(message: Any, model: str | None) -> Item:
     texts: list[str] = []
     refs: list[str] = []
-    _blocks(_get(message, "content"), texts, refs)
-    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message")
+    cost = _blocks(_get(message, "content"), texts, refs, model)
+    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message", cost)
 
 
 class AnthropicAdapter:
@@ -108,15 +182,24 @@ class AnthropicAdapter:
         budget = _int(_get(thinking, "budget_tokens")) if thinking is not None else None
         if budget is not None and max_tokens is not None:
             view.reply_room = max(0, max_tokens - budget)
-        schemas(_get(kwargs, "tools"), view)
+        if _get(thinking, "type") in ("enabled", "adaptive"):
+            view.prompt_overhead += THINKING_PROMPT
+        tools = _get(kwargs, "tools")
+        schemas(tools, view)
+        if isinstance(tools, (list, tuple)) and tools:
+            auto, forced = _model(view.model)[0]
+            view.prompt_overhead += forced if _get(_get(kwargs, "tool_choice"), "type") in ("any", "tool") else auto
+        output = _get(kwargs, "output_format") or _get(_get(kwargs, "output_config"), "format")
+        if output is not None:
+            _output_format(output, view)
         system = _get(kwargs, "system")
         if system is not None:
             texts: list[str] = []
             refs: list[str] = []
-            _blocks(system, texts, refs)
+            cost = _blocks(system, texts, refs, view.model)
             text = "\n".join(texts)
             if text.strip():
-                view.items.append(("system", text, tuple(refs), "instructions"))
+                view.items.append(("system", text, tuple(refs), "instructions", cost))
         messages = _get(kwargs, "messages")
         items(messages, _message_item, view, name="messages", noun="message", plain_first=True, memo=memo)
         return view

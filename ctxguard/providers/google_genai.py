@@ -15,6 +15,8 @@ from typing import Any
 
 from ..memo import Memo
 from ..payload import Item, Reply, RequestView
+from ..tokens import NON_TEXT_PART
+from ._image import gemini_tokens, size_of_base64, size_of_bytes
 from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import canonical, items, schemas
@@ -46,7 +48,9 @@ def _field(obj: Any, name: str) -> Any:
     return value
 
 
-def _parts(parts: Any, texts: list[str], refs: list[str]) -> None:
+def _parts(parts: Any, texts: list[str], refs: list[str], model: str | None) -> int:
+    """Readable text into ``texts``, references into ``refs``; returns what the media parts cost."""
+    cost = 0
     for part in parts if isinstance(parts, (list, tuple)) else (parts,):
         if isinstance(part, str):
             texts.append(part)
@@ -71,14 +75,34 @@ def _parts(parts: Any, texts: list[str], refs: list[str]) -> None:
             raw = data if isinstance(data, bytes) else str(data).encode()
             # The bytes themselves never leave this function; only a digest of them does.
             refs.append(f"inline:{_field(blob, 'mime_type')}:{hashlib.blake2b(raw, digest_size=16).hexdigest()}")
+            cost += _media(model, _field(blob, "mime_type"), data, part)
         elif file is not None:
             refs.append(_str(_field(file, "file_uri")) or "file")
+            cost += _media(model, _field(file, "mime_type"), None, part)
         elif code is not None:
             texts.append(_str(_get(code, "code")) or "")
         elif output is not None:
             texts.append(_str(_get(output, "output")) or "")
         else:
             refs.append(f"id:part={type(part).__name__}")
+    return cost
+
+
+def _media(model: str | None, mime: Any, data: Any, part: Any) -> int:
+    """An image by its header (bytes, or the base64 a dict part carries) and Gemini's formula;
+    audio, video and documents a flat estimate."""
+    if not (isinstance(mime, str) and mime.startswith("image/")):
+        return NON_TEXT_PART
+    resolution = _field(part, "media_resolution")  # Gemini 3: per part, a level or a token count
+    if resolution is not None:
+        tokens = _int(_field(resolution, "num_tokens"))
+        if tokens is not None:
+            return tokens
+        level = _get(resolution, "level")
+        resolution = _str(getattr(level, "value", level))
+    if isinstance(data, str):
+        return gemini_tokens(model, size_of_base64(data), resolution)
+    return gemini_tokens(model, size_of_bytes(data) if isinstance(data, bytes) else None, resolution)
 
 
 def _is_content(element: Any) -> bool:
@@ -103,19 +127,32 @@ def _turns(contents: Any) -> Any:
     return turns
 
 
-def _turn_item(turn: Any) -> Item:
+def _turn_item(turn: Any, model: str | None) -> Item:
     texts: list[str] = []
     refs: list[str] = []
     if isinstance(turn, list):  # bare parts: a model turn only if they are function calls
-        _parts(turn, texts, refs)
+        cost = _parts(turn, texts, refs, model)
         role = "assistant" if any(_field(p, "function_call") is not None for p in turn) else "user"
-        return (role, "\n".join(texts), tuple(refs), "message")
+        return (role, "\n".join(texts), tuple(refs), "message", cost)
     if _is_content(turn):
-        _parts(_get(turn, "parts") or (), texts, refs)
+        cost = _parts(_get(turn, "parts") or (), texts, refs, model)
         role = _role(_get(turn, "role"), "user")
-        return ("assistant" if role == "model" else role, "\n".join(texts), tuple(refs), "message")
-    _parts(turn, texts, refs)
-    return ("user", "\n".join(texts), tuple(refs), "message")
+        return ("assistant" if role == "model" else role, "\n".join(texts), tuple(refs), "message", cost)
+    cost = _parts(turn, texts, refs, model)
+    return ("user", "\n".join(texts), tuple(refs), "message", cost)
+
+
+def _response_schema(config: Any, view: RequestView) -> None:
+    """``config.response_schema`` / ``response_json_schema``: the structured output's schema, counted
+    like the tools (a pydantic class as its JSON schema, a ``types.Schema`` as its fields)."""
+    schema = _field(config, "response_json_schema") or _field(config, "response_schema")
+    if schema is None:
+        return
+    as_schema = getattr(schema, "model_json_schema", None)
+    try:
+        view.tools.append(canonical(as_schema() if isinstance(schema, type) and callable(as_schema) else schema))
+    except Exception:  # a schema that will not serialise: the SDK's own error reaches the app
+        return
 
 
 class GoogleGenAIAdapter:
@@ -140,10 +177,13 @@ class GoogleGenAIAdapter:
             if instruction is not None:
                 texts: list[str] = []
                 refs: list[str] = []
-                _parts(_get(instruction, "parts") if _is_content(instruction) else instruction, texts, refs)
+                cost = _parts(
+                    _get(instruction, "parts") if _is_content(instruction) else instruction, texts, refs, view.model
+                )
                 text = "\n".join(texts)
                 if text.strip():
-                    view.items.append(("system", text, tuple(refs), "instructions"))
+                    view.items.append(("system", text, tuple(refs), "instructions", cost))
+            _response_schema(config, view)
         items(_turns(_get(kwargs, "contents")), _turn_item, view, name="contents", noun="content")
         return view
 

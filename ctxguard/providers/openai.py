@@ -8,15 +8,19 @@ covered through it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..memo import Memo
 from ..payload import Item, Reply, RequestView
+from ..tokens import NON_TEXT_PART
+from ._image import openai_tokens, size_of_url
 from ._read import as_int as _int
 from ._read import as_str as _str
+from ._read import canonical, items, jsonable, structured_parts
 from ._read import get as _get
-from ._read import items, schemas, structured_parts
 from ._read import role as _role
 from ._read import text_of as _text
 
@@ -53,8 +57,15 @@ HTTP_RESULTS = (
 )
 
 
-def _parts(content: Any, texts: list[str], refs: list[str]) -> None:
-    """Text of every content part; non-text parts as references (never their bytes)."""
+def _image(model: str | None, detail: Any, url: str | None) -> int:
+    """What an image part costs: by its size when it is a data URL, else the bound (docs/budget.md)."""
+    return openai_tokens(model, detail, size_of_url(url) if url else None)
+
+
+def _parts(content: Any, texts: list[str], refs: list[str], model: str | None) -> int:
+    """Text of every content part; non-text parts as references (never their bytes). Returns
+    the tokens the non-text parts cost."""
+    cost = 0
     for part in structured_parts(content, texts):
         kind = _get(part, "type")
         text = _str(_get(part, "text")) or _str(_get(part, "refusal"))
@@ -62,30 +73,46 @@ def _parts(content: Any, texts: list[str], refs: list[str]) -> None:
             texts.append(text)
         elif kind == "image_url":
             image = _get(part, "image_url")
-            refs.append(_str(_get(image, "url")) or "image") if image is not None else refs.append("image")
+            url = _str(_get(image, "url")) if image is not None else None
+            refs.append(url or "image")
+            cost += _image(model, _get(image, "detail") if image is not None else None, url)
         elif kind == "input_image":
-            refs.append(_str(_get(part, "image_url")) or _str(_get(part, "file_id")) or "image")
+            url = _str(_get(part, "image_url"))
+            refs.append(url or _str(_get(part, "file_id")) or "image")
+            cost += _image(model, _get(part, "detail"), url)
         elif kind == "input_audio":
             audio = _get(part, "input_audio")
             refs.append(_str(_get(audio, "data")) or "audio") if audio is not None else refs.append("audio")
+            cost += NON_TEXT_PART
         elif kind == "file":
             file = _get(part, "file")
             ref = None
             if file is not None:
                 ref = _str(_get(file, "file_id")) or _str(_get(file, "file_data"))
             refs.append(ref or "file")
+            cost += NON_TEXT_PART
         elif kind == "input_file":
             ref = _str(_get(part, "file_id")) or _str(_get(part, "file_url")) or _str(_get(part, "file_data"))
             refs.append(ref or "file")
+            cost += NON_TEXT_PART
         elif kind is not None:
             refs.append(f"id:part:{_text(kind)}")
+    return cost
 
 
-def _chat_item(message: Any) -> Item:
+#: A Chat Completions tool call is its own message to the model, addressed to the function
+#: (``<|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>``
+#: in the rendering OpenAI documents for its open-weight models): tokens beyond its name and
+#: arguments and beyond the one message framing already counted.
+TOOL_CALL_FRAMING = 7
+
+
+def _chat_item(message: Any, model: str | None) -> Item:
     texts: list[str] = []
     refs: list[str] = []
-    _parts(_get(message, "content"), texts, refs)
+    cost = _parts(_get(message, "content"), texts, refs, model)
     for call in _get(message, "tool_calls") or ():
+        cost += TOOL_CALL_FRAMING
         function = _get(call, "function")
         if function is not None:
             texts.append(f"{_text(_get(function, 'name') or '')} {_text(_get(function, 'arguments') or '')}")
@@ -99,32 +126,31 @@ def _chat_item(message: Any) -> Item:
         value = _str(_get(message, key))
         if value:
             refs.append(f"id:{key}={value}")
-    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message")
+    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message", cost)
 
 
-def _response_item(item: Any) -> Item:
+def _response_item(item: Any, model: str | None) -> Item:
     if isinstance(item, str):
-        return ("user", item, (), "message")
+        return ("user", item, (), "message", 0)
     kind = _get(item, "type")
     role = _get(item, "role")
     texts: list[str] = []
     refs: list[str] = []
     if role is not None or kind == "message":
-        _parts(_get(item, "content"), texts, refs)
-        return (_role(role, "user"), "\n".join(texts), tuple(refs), "message")
+        cost = _parts(_get(item, "content"), texts, refs, model)
+        return (_role(role, "user"), "\n".join(texts), tuple(refs), "message", cost)
     if kind == "reasoning":
         for summary in _get(item, "summary") or ():
             text = _str(_get(summary, "text"))
             if text:
                 texts.append(text)
-        return ("assistant", "\n".join(texts), ("id:reasoning",), "message")
+        return ("assistant", "\n".join(texts), ("id:reasoning",), "message", 0)
     for key in ("name", "arguments", "input", "action"):
         value = _get(item, key)
         if isinstance(value, str):
             texts.append(value)
     output = _get(item, "output")
-    if output is not None:
-        _parts(output, texts, refs)
+    cost = _parts(output, texts, refs, model) if output is not None else 0
     for key in ("call_id", "id"):
         value = _str(_get(item, key))
         if value:
@@ -132,7 +158,151 @@ def _response_item(item: Any) -> Item:
     kind_name = kind if isinstance(kind, str) else "item"
     refs.append(f"id:type={kind_name}")
     is_result = kind_name.endswith("_output") or output is not None
-    return ("tool" if is_result else "assistant", "\n".join(texts), tuple(refs), "message")
+    return ("tool" if is_result else "assistant", "\n".join(texts), tuple(refs), "message", cost)
+
+
+#: OpenAI shows the model its function tools as TypeScript declarations in a ``functions``
+#: namespace, and a JSON schema response format under a heading (the format its open-weight
+#: models document, "harmony"; counting that text, not the JSON the SDK sends, is what matches
+#: the prompt tokens reported: docs/budget.md). Header and footer are counted once a request.
+_TOOLS_FRAME = "# Tools\n\n## functions\n\nnamespace functions {\n\n} // namespace functions"
+_TS_DEPTH = 8
+#: (kind, canonical JSON of a tool or format) -> its rendering (apps send the same tools every call).
+_RENDERED: dict[tuple[str, Any], str] = {}
+_RENDERED_MAX = 1024
+
+
+def _typescript(schema: Any, depth: int = 0) -> str:
+    """A JSON schema as the TypeScript type OpenAI renders it as."""
+    if not isinstance(schema, Mapping) or depth > _TS_DEPTH:
+        return "any"
+    if "enum" in schema and isinstance(schema["enum"], (list, tuple)):
+        return " | ".join(canonical(value) for value in schema["enum"]) or "any"
+    if "const" in schema:
+        return canonical(schema["const"])
+    for key in ("anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(key), (list, tuple)):
+            joiner = " & " if key == "allOf" else " | "
+            return joiner.join(_typescript(option, depth + 1) for option in schema[key]) or "any"
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        return ref.rsplit("/", 1)[-1]
+    kind = schema.get("type")
+    if isinstance(kind, (list, tuple)):
+        return " | ".join(_typescript({**schema, "type": one}, depth + 1) for one in kind) or "any"
+    if kind == "array":
+        return f"{_typescript(schema.get('items'), depth + 1)}[]"
+    if kind == "object" or isinstance(schema.get("properties"), Mapping):
+        properties = schema.get("properties")
+        if not isinstance(properties, Mapping) or not properties:
+            return "object"
+        required = schema.get("required")
+        if not isinstance(required, (list, tuple)):
+            required = ()
+        lines = ["{"]
+        for name, value in properties.items():
+            description = _get(value, "description") if isinstance(value, Mapping) else None
+            if isinstance(description, str) and description:
+                lines.append(f"// {description}")
+            lines.append(f"{name}{'' if name in required else '?'}: {_typescript(value, depth + 1)},")
+        lines.append("}")
+        return "\n".join(lines)
+    if kind == "integer":
+        return "number"
+    return kind if isinstance(kind, str) else "any"
+
+
+def _function_text(function: Any) -> str:
+    """One function tool as OpenAI declares it to the model."""
+    lines = []
+    description = _str(_get(function, "description"))
+    if description:
+        lines.append(f"// {description}")
+    parameters = _get(function, "parameters")
+    name = _text(_get(function, "name") or "")
+    if isinstance(parameters, Mapping) and parameters.get("properties"):
+        lines.append(f"type {name} = (_: {_typescript(parameters)}) => any;")
+    else:
+        lines.append(f"type {name} = () => any;")
+    return "\n".join(lines)
+
+
+def _format_text(format_: Any) -> str | None:
+    """A ``json_schema`` response format as the model reads it: a heading and the compact schema."""
+    if _get(format_, "type") != "json_schema":
+        return None
+    spec = _get(format_, "json_schema") or format_  # Chat nests it; the Responses API does not
+    schema = _get(spec, "schema")
+    lines = ["# Response Formats", "", f"## {_text(_get(spec, 'name') or 'response')}", ""]
+    description = _str(_get(spec, "description"))
+    if description:
+        lines.append(f"// {description}")
+    lines.append(json.dumps(schema, separators=(",", ":"), default=jsonable, ensure_ascii=False))
+    return "\n".join(lines)
+
+
+def _cached(key: Any, render: Callable[[], str]) -> str:
+    text = _RENDERED.get(key)
+    if text is None:
+        text = render()
+        if len(_RENDERED) >= _RENDERED_MAX:
+            _RENDERED.clear()
+        _RENDERED[key] = text
+    return text
+
+
+def _tools(tools: Any, view: RequestView) -> None:
+    """Function tools as OpenAI renders them; any other tool (web search, MCP, a custom grammar) as
+    canonical JSON, its nearest stand-in."""
+    if not isinstance(tools, (list, tuple)):
+        return
+    texts = []
+    functions = 0
+    try:
+        for tool in tools:
+            kind = _get(tool, "type")
+            function = _get(tool, "function") if kind == "function" else None
+            if function is None and (kind == "function" or (kind is None and _get(tool, "name") is not None)):
+                function = tool  # a Responses API function tool, or a legacy ``functions`` entry
+            if function is None:
+                texts.append(canonical(tool))
+                continue
+            functions += 1
+            texts.append(_cached(("tool", canonical(function)), functools.partial(_function_text, function)))
+    except Exception as exc:  # a tool schema that will not serialise is the app's business
+        view.unreadable = f"tools could not be read ({type(exc).__name__})"
+        return
+    if functions:
+        texts.append(_TOOLS_FRAME)
+    view.tools = texts
+
+
+def _parsed_format(value: Any, api: str) -> Any:
+    """``.parse(response_format=Model)`` / ``.parse(text_format=Model)``: the class converted the way
+    the SDK converts it before sending (the SDK is installed: the app is calling it)."""
+    if not isinstance(value, type):
+        return value
+    if api == "responses":
+        from openai.lib._parsing._responses import type_to_text_format_param
+
+        return type_to_text_format_param(value)
+    from openai.lib._parsing._completions import type_to_response_format_param
+
+    return type_to_response_format_param(value)
+
+
+def _response_format(value: Any, api: str, view: RequestView) -> None:
+    """A structured-output schema is counted like the tools: it is in every request, and in the prompt.
+    Cached by its canonical JSON, or by the pydantic class ``.parse`` was given."""
+    if value is None:
+        return
+    try:
+        key = ("format", value if isinstance(value, type) else canonical(value))
+        text = _cached(key, lambda: _format_text(_parsed_format(value, api)) or "")
+    except Exception:  # a schema the SDK itself will refuse to convert: its error reaches the app
+        return
+    if text:
+        view.tools.append(text)
 
 
 class OpenAIAdapter:
@@ -147,7 +317,7 @@ class OpenAIAdapter:
             items=[],
             stream=_get(kwargs, "stream") is True,
         )
-        schemas(_get(kwargs, "tools") or _get(kwargs, "functions"), view)
+        _tools(_get(kwargs, "tools") or _get(kwargs, "functions"), view)
         if api == "responses":
             self._responses(kwargs, view, memo)
         else:
@@ -156,26 +326,31 @@ class OpenAIAdapter:
 
     def _chat(self, kwargs: Mapping[str, Any], view: RequestView, memo: Memo | None) -> None:
         view.max_output_tokens = _int(_get(kwargs, "max_completion_tokens")) or _int(_get(kwargs, "max_tokens"))
+        if "response_format" in kwargs:
+            _response_format(_get(kwargs, "response_format"), "chat.completions", view)
         items(_get(kwargs, "messages"), _chat_item, view, name="messages", noun="message", plain_first=True, memo=memo)
 
     def _responses(self, kwargs: Mapping[str, Any], view: RequestView, memo: Memo | None) -> None:
         view.max_output_tokens = _int(_get(kwargs, "max_output_tokens"))
+        if "text_format" in kwargs or "text" in kwargs:
+            text_format = _get(kwargs, "text_format")
+            _response_format(text_format or _get(_get(kwargs, "text"), "format"), "responses", view)
         for key in ("previous_response_id", "conversation"):
             if _get(kwargs, key) is not None:
                 view.history_elsewhere = f"history is provider-managed ({key})"
         instructions = _get(kwargs, "instructions")
         if isinstance(instructions, str) and instructions:
-            view.items.append(("system", instructions, (), "instructions"))
+            view.items.append(("system", instructions, (), "instructions", 0))
         elif _get(kwargs, "prompt") is not None:
             # A stored prompt carries the instructions server-side: stand in for it by reference.
             prompt = _get(kwargs, "prompt")
             ref = f"id:prompt={_get(prompt, 'id')}@{_get(prompt, 'version')}"
-            view.items.append(("system", "", (ref,), "instructions"))
+            view.items.append(("system", "", (ref,), "instructions", 0))
         raw = _get(kwargs, "input")
         if raw is None:
             return
         if isinstance(raw, str):
-            view.items.append(("user", raw, (), "message"))
+            view.items.append(("user", raw, (), "message", 0))
             return
         items(raw, _response_item, view, name="input", noun="input item", plain_first=True, memo=memo)
 

@@ -1,0 +1,68 @@
+"""ctxguard's pre-flight count against what the providers reported for real recorded requests.
+
+The corpus (tests/data/recorded/, provenance per record) is counted exactly as before a call
+is sent (``bench/token_accuracy.py``): the target is the median within ±10% of the reported
+input tokens, and no request under-counted by more than 25% (a budget check that under-counts
+lets an oversized request through). Over-counting is allowed where the size is not knowable:
+a remote image is charged the most its model charges (docs/budget.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctxguard.tokens import default_counter
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "token_accuracy.py"
+_spec = importlib.util.spec_from_file_location("token_accuracy", BENCH)
+assert _spec is not None and _spec.loader is not None
+accuracy = importlib.util.module_from_spec(_spec)
+sys.modules["token_accuracy"] = accuracy  # dataclasses look their module up there
+_spec.loader.exec_module(accuracy)
+
+pytestmark = pytest.mark.skipif(default_counter().name != "tiktoken", reason="the target is for tiktoken counts")
+
+
+def test_median_within_ten_percent_and_no_request_under_by_more_than_a_quarter():
+    rows = accuracy.measure()
+    summary = accuracy.summary(rows)
+    assert summary["requests"] >= 30
+    assert -10 <= summary["median"] <= 10, accuracy.table(rows, markdown=False)
+    under = [f"{row.id}: {row.error:+.1f}%" for row in rows if row.error < -25]
+    assert not under, under
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_each_provider_meets_the_median_on_its_own(provider):
+    rows = [row for row in accuracy.measure() if row.provider == provider]
+    assert len(rows) >= 12
+    assert -10 <= accuracy.summary(rows)["median"] <= 10
+
+
+def test_every_recorded_request_is_read_whole():
+    """No adapter gives up on a record (an unreadable request would count as almost nothing)."""
+    from ctxguard.providers import anthropic, openai
+
+    adapters = {"openai": openai.ADAPTER, "anthropic": anthropic.ADAPTER}
+    for record in accuracy.records():
+        view = adapters[record["provider"]].normalise(record["api"], record["body"])
+        assert view.unreadable is None, record["id"]
+        assert view.items, record["id"]
+
+
+def test_every_record_says_where_it_came_from_and_keeps_no_whole_image():
+    ids = set()
+    for record in accuracy.records():
+        assert record["id"] not in ids
+        ids.add(record["id"])
+        source = record["source"]
+        assert source["repo"] and source["path"] and re.fullmatch(r"[0-9a-f]{40}", source["commit"]), record["id"]
+        assert record["reported_input_tokens"] > 0
+        # Base64 images are cut to their header: nothing in a body is an image's worth of data.
+        assert max(map(len, re.findall(r"[A-Za-z0-9+/=]{200,}", json.dumps(record["body"]))), default=0) < 1024
