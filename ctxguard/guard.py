@@ -221,6 +221,7 @@ class Call:
         "elapsed",
         "fact_evictions",
         "guard",
+        "heard",
         "late_attrs",
         "late_cells",
         "late_fails",
@@ -263,6 +264,8 @@ class Call:
         self.span: trace.Span | None = None
         self.token: object | None = None
         self.over: Any = None
+        #: The provider's own answer, read off the transport's response (a delegating call).
+        self.heard: Reply | None = None
         #: The span is another instrumentation's span of this call: ctxguard adds to it, never ends it.
         self.adopted = False
         #: Another span of this call records gen_ai.usage: ctxguard's own leaves it out.
@@ -525,6 +528,31 @@ class Call:
         """The whole answer is known (after the response, or at the end of a stream)."""
         self._conclude(reply, _perf() if started is None else started)
 
+    def settle(self, reply: Reply | None, exc: BaseException | None, *, early: bool, streamed: bool) -> None:
+        """The answer's body ended (see ``providers.streams.tap_response``): in a transport error,
+        before its end, or complete."""
+        if exc is not None:
+            self.failed(exc, reply)
+        elif early:
+            self.ended_early(reply, streamed=streamed)
+        else:
+            self.answer(reply)
+
+    def overheard(self, response: Any) -> None:
+        """The transport got ``response`` for this call. A delegating call (LiteLLM) reads the
+        provider's own answer off it, for the span; the call still ends with the answer returned."""
+        readers = getattr(self.adapter, "wire_readers", None)
+        if readers is None or self.done or not 200 <= response.status_code < 300:
+            return
+        found = readers(self.payload.provider)
+        if found is not None:
+            read, reader = found
+            tap_response(response, self, reader, read, settle=self._heard)
+
+    def _heard(self, reply: Reply | None, exc: BaseException | None, *, early: bool, streamed: bool) -> None:
+        if reply is not None:
+            self.heard = reply
+
     def ended_early(self, reply: Reply | None, *, streamed: bool) -> None:
         """The app closed or dropped the answer before its end: a stream with what it said so
         far (``ctxguard.stream.abandoned``), a response body unread. An answer that reported an
@@ -544,6 +572,8 @@ class Call:
         if self.done:
             return
         self.done = True
+        if self.heard is not None:
+            reply = self.heard  # what the provider said, not its translation
         if error_type is None and reply is not None and reply.error is not None:
             error_type = reply.error
         if reply is not None and reply.input_tokens:

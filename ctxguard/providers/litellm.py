@@ -10,11 +10,12 @@ LiteLLM runs other SDKs underneath (the openai SDK for Azure, say): the adapter
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..memo import Memo
 from ..payload import Reply, RequestView
+from . import anthropic as anthropic_provider
 from . import openai as openai_provider
 from ._read import as_str as _str
 from ._read import get as _get
@@ -76,6 +77,23 @@ class LiteLLMAdapter:
 
     def stream_reader(self, api: str) -> StreamReader:
         return openai_provider.ADAPTER.stream_reader(api)
+
+    def wire_readers(self, provider: str) -> tuple[Callable[[Any], Reply | None], StreamReader] | None:
+        """How the routed provider's own answer is read off the HTTP response LiteLLM got: LiteLLM
+        translates what it returns (its own id, OpenAI finish reasons), and the span carries what
+        the provider said. None for a provider whose wire format is not read here."""
+        found = _WIRE.get(provider)
+        if found is None:
+            return None
+        adapter, api = found
+        return (lambda body: adapter.read_response(api, body)), adapter.stream_reader(api)
+
+
+#: provider label -> (adapter, api) reading that provider's HTTP answers.
+_WIRE: dict[str, tuple[Any, str]] = {
+    "openai": (openai_provider.ADAPTER, "chat.completions"),
+    "anthropic": (anthropic_provider.ADAPTER, "messages"),
+}
 
 
 ADAPTER = LiteLLMAdapter()

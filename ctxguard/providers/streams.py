@@ -154,11 +154,16 @@ class _Document:
         return self._read(document)
 
 
-class _Tap:
-    """What both byte-stream taps share: feeding the body, and ending the call once."""
+#: How a body that ended is settled: ``settle(reply, exc, early=..., streamed=...)``, where ``exc`` is
+#: the transport's error and ``early`` means closed or collected before its end.
+Settle = Callable[..., None]
 
-    def _self_setup(self, inner: Any, call: Call, body: _Events | _Document, streamed: bool) -> None:
-        self.__dict__.update(_inner=inner, _call=call, _body=body, _streamed=streamed, _ended=False)
+
+class _Tap:
+    """What both byte-stream taps share: feeding the body, and settling it once."""
+
+    def _self_setup(self, inner: Any, call: Call, body: _Events | _Document, streamed: bool, settle: Settle) -> None:
+        self.__dict__.update(_inner=inner, _call=call, _body=body, _streamed=streamed, _settle=settle, _ended=False)
 
     def __getattr__(self, name: str) -> Any:  # ``elapsed`` and whatever else the client reads off its stream
         inner = self.__dict__.get("_inner")
@@ -179,17 +184,11 @@ class _Tap:
         if self.__dict__.get("_ended", True):
             return
         self._ended = True
-        call = self._call
         reply = None
         if not early or self._streamed:  # what a stream said before it ended is its answer so far
             with guarded("stream"):
                 reply = self._body.reply()
-        if exc is not None:
-            call.failed(exc, reply)
-        elif early:
-            call.ended_early(reply, streamed=self._streamed)
-        else:
-            call.answer(reply)
+        self._settle(reply, exc, early=early, streamed=self._streamed)
 
     def __del__(self) -> None:
         try:
@@ -266,26 +265,34 @@ def _tap_class(response: Any) -> type | None:
     return None
 
 
-def tap_response(response: Any, call: Call, reader: StreamReader, read: Callable[[Any], Reply | None]) -> None:
+def tap_response(
+    response: Any,
+    call: Call,
+    reader: StreamReader,
+    read: Callable[[Any], Reply | None],
+    settle: Settle | None = None,
+) -> None:
     """Read ``response``'s body for ``call`` as it passes (``reader`` for events, ``read`` for a
-    JSON document); a body already read is read now. The call ends with the body."""
+    JSON document); a body already read is read now. ``settle`` (by default the call's own: the
+    call ends with the body) is told the answer once the body ended."""
+    settle = call.settle if settle is None else settle
     streamed = response.headers.get("content-type", "").startswith("text/event-stream")
     body: _Events | _Document = _Events(reader) if streamed else _Document(read)
     if response.is_stream_consumed:
         try:
             content = response.content
         except Exception:  # consumed without being kept (iterated raw): nothing left to read
-            call.answer(None)
+            settle(None, None, early=False, streamed=streamed)
             return
         body.feed(content)
-        call.answer(body.reply())
+        settle(body.reply(), None, early=False, streamed=streamed)
         return
     cls = _tap_class(response)
-    if cls is None:  # a transport stream of a kind we do not know: the call ends unread
-        call.answer(None)
+    if cls is None:  # a transport stream of a kind we do not know: the body is not read
+        settle(None, None, early=False, streamed=streamed)
         return
     tap = cls()
-    tap._self_setup(response.stream, call, body, streamed)
+    tap._self_setup(response.stream, call, body, streamed, settle)
     response.stream = tap
 
 

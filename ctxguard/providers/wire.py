@@ -56,13 +56,26 @@ def _observe(args: Any, kwargs: Any) -> None:
         report_internal_error("response", exc)
 
 
+def _answered(response: Any) -> None:
+    call = IN_FLIGHT.get()
+    if call is not None:
+        try:
+            call.overheard(response)
+        except Exception as exc:
+            report_internal_error("response", exc)
+
+
 @transparent
 def sync_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     _observe(args, kwargs)
-    return wrapped(*args, **kwargs)
+    response = wrapped(*args, **kwargs)
+    _answered(response)
+    return response
 
 
 @transparent
 async def async_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     _observe(args, kwargs)
-    return await wrapped(*args, **kwargs)
+    response = await wrapped(*args, **kwargs)
+    _answered(response)
+    return response

@@ -10,7 +10,7 @@ import os
 import pytest
 
 import ctxguard
-from tests.frameworks.helpers import ReplyMismatch, framework, play
+from tests.frameworks.helpers import framework, play
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no cost map fetched at import
 litellm = framework("litellm")
@@ -34,15 +34,7 @@ async def achunks(stream) -> list:
     return [c.model_dump(exclude={"id", "created"}) async for c in stream]
 
 
-#: LiteLLM answers its Anthropic route in OpenAI's shape, with an id and finish reason of its own.
-TRANSLATED_REPLY = pytest.mark.xfail(
-    strict=True, raises=ReplyMismatch,
-    reason="found by the matrix, not in issue 16: on LiteLLM's anthropic route the span carries LiteLLM's "
-           "made-up id (chatcmpl-<uuid>) and translated finish reason ('stop'), not the server's msg id and "
-           "'end_turn'")
-
-
-@pytest.mark.parametrize("provider", ["openai", pytest.param("anthropic", marks=TRANSLATED_REPLY)])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])  # the span says what the provider said
 @pytest.mark.parametrize("how", ["completion", "stream", "acompletion", "astream"])
 def test_a_two_turn_conversation(harness, provider, how):
     def scenario(llm):

@@ -199,3 +199,20 @@ def test_an_exception_inside_with_stream_is_an_error_not_an_answer(harness, llm)
     a = only_guard_span(harness).attributes
     assert a["error.type"] == "KeyboardInterrupt"
     assert "ctxguard.stream.abandoned" not in a
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_anthropic_routes_span_says_what_anthropic_answered(harness, llm, stream):
+    """LiteLLM translates the answer (an id of its own, OpenAI finish reasons); the span carries
+    the provider's own, read off the HTTP response LiteLLM got."""
+    harness.start(mode="observe")
+    result = litellm.completion(model="anthropic/claude-sonnet-4-5", messages=[SYSTEM, USER], max_tokens=50,
+                                api_base=llm.anthropic_base_url, api_key="t", stream=stream)
+    if stream:
+        list(result)
+    served = llm.responses[0]
+    a = only_guard_span(harness).attributes
+    assert a["gen_ai.response.id"] == served.id and served.id.startswith("msg_")
+    assert list(a["gen_ai.response.finish_reasons"]) == list(served.finish_reasons) == ["end_turn"]
+    assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (served.input_tokens,
+                                                                                  served.output_tokens)
