@@ -171,9 +171,11 @@ class Guard:
             )
         return "fact ledger unavailable"
 
-    def before(self, adapter: Adapter, api: str, kwargs: Mapping[str, Any], over: Any = None) -> Call | None:
-        """Inspect a request about to be sent. Raises only ``ContextViolation`` (enforce).
-        ``over``: another library's wrapper over ctxguard's at this call site, if any."""
+    def before(
+        self, adapter: Adapter, api: str, kwargs: Mapping[str, Any], over: Any = None, *, may_block: bool = True
+    ) -> Call | None:
+        """Inspect a request about to be sent. Raises only ``ContextViolation`` (enforce, when it
+        ``may_block``). ``over``: another library's wrapper over ctxguard's at this call site, if any."""
         started = _perf()
         scope = self._scope(kwargs)
         try:
@@ -202,7 +204,7 @@ class Guard:
             call.record()
         except Exception as exc:
             report_internal_error("telemetry", exc)
-        if self.enforce and call.violations:
+        if self.enforce and may_block and call.violations:
             call.block()
         call.elapsed += _perf() - started
         return call
@@ -519,6 +521,11 @@ class Call:
         self.answer(reply, started)
         return result
 
+    def refused(self, status: int) -> None:
+        """The server answered with an HTTP error (a call guarded from the wire, which sees the
+        status, not the exception the SDK makes of it)."""
+        self._conclude(None, _perf(), error_type=str(status), unanswered="the call failed")
+
     def failed(self, exc: BaseException, reply: Reply | None = None) -> None:
         """The SDK raised (after answering ``reply`` so far, if a stream); record it. The caller
         re-raises ``exc`` unchanged."""
@@ -537,6 +544,24 @@ class Call:
             self.ended_early(reply, streamed=streamed)
         else:
             self.answer(reply)
+
+    def from_wire(self, body: bytes, beneath: trace.Span) -> None:
+        """This call is guarded from the wire (``providers._unguarded``): ``body`` is what it judged,
+        so it is what was sent; ``beneath`` was current when it started (another GenAI span of the
+        same call, such as the SDK's own, records the usage)."""
+        self.late_attrs[attr.GUARDED_AT] = "wire"
+        self.usage_elsewhere = _inference_span(beneath, self.payload.model)
+        self.wire(body)
+
+    def answered(self, response: Any) -> None:
+        """A call guarded from the wire: the server's ``response`` is its answer (an HTTP error, or a
+        body read as it passes, as a Stainless result's is)."""
+        self._detach()
+        if not 200 <= response.status_code < 300:
+            self.refused(response.status_code)
+            return
+        adapter, api = self.adapter, self.api
+        tap_response(response, self, adapter.stream_reader(api), lambda body: adapter.read_response(api, body))
 
     def overheard(self, response: Any) -> None:
         """The transport got ``response`` for this call. A delegating call (LiteLLM) reads the

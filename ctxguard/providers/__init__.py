@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import logging
 import sys
 import threading
@@ -29,6 +30,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 import wrapt
+from opentelemetry import trace
 
 from .._isolation import guarded
 from . import anthropic as anthropic_provider
@@ -40,7 +42,7 @@ from .base import Adapter
 from .frames import transparent, warn_through
 
 if TYPE_CHECKING:
-    from ..guard import Guard
+    from ..guard import Call, Guard
 
 __all__ = ["install", "uninstall"]
 
@@ -62,8 +64,10 @@ _hooked: set[str] = set()
 #: The SDKs the active guard patches (``install(only=...)``), and the ones warned about.
 _chosen: set[str] = set()
 _warned: set[str] = set()
-#: When an unguarded model request last made ``_repair`` look (monotonic seconds).
+#: When an unguarded model request last made ``_repair`` look (monotonic seconds), and what it said
+#: (once each, per ``install()``).
 _repaired_at = float("-inf")
+_said: set[str] = set()
 
 
 class _Guarded(wrapt.FunctionWrapper):  # type: ignore[misc,type-arg]
@@ -258,10 +262,43 @@ def _patch_wire(distribution: str) -> None:
         _wrap(owner, method, lambda original, site, is_async=is_async: wire.async_send if is_async else wire.sync_send)
 
 
+#: Model endpoints of the Stainless SDKs (openai, anthropic) -> the distribution and api whose
+#: adapter reads the request body (JSON: the call's keyword arguments, as the SDK serialised them).
+_WIRE_APIS = (
+    ("/chat/completions", "openai", "chat.completions"),
+    ("/responses", "openai", "responses"),
+    ("/messages", "anthropic", "messages"),
+)
+
+
+def _unguarded(request: Any) -> Call | None:
+    """A model request is leaving with no guarded call in flight (a call site ctxguard does not hold:
+    another library's uninstrument removed ctxguard's wrapper, or the app calls an SDK method it
+    looked up before ``instrument()``). Wrap again what was removed, and guard this request from
+    the wire: its body is the request, its response the answer. It cannot be refused (the
+    request is already leaving): enforce mode only observes it."""
+    _repair(request)
+    guard = _active
+    if guard is None or "x-stainless-lang" not in request.headers:
+        return None  # not an SDK's request: an app's own HTTP call to a path that looks alike
+    path = request.url.path
+    found = next(((d, api) for suffix, d, api in _WIRE_APIS if path.endswith(suffix)), None)
+    if found is None or found[0] not in _chosen:
+        return None
+    body = json.loads(request.content)
+    if not isinstance(body, dict):
+        return None
+    beneath = trace.get_current_span()
+    call = guard.before(INTEGRATIONS[found[0]][1].ADAPTER, found[1], body, may_block=False)
+    if call is not None:
+        call.from_wire(request.content, beneath)
+    return call
+
+
 def _repair(request: Any) -> None:
     """A model request went out with no guarded call in flight: put back any wrapper of ctxguard's
     that was removed (another instrumentation's uninstrument restoring what it saved), so the
-    next calls are guarded. Looked at most once a second; said once each way."""
+    next calls are guarded at their call site. Looked at most once a second; said once each way."""
     global _repaired_at
     now = time.monotonic()
     if now - _repaired_at < 1.0:
@@ -272,16 +309,17 @@ def _repair(request: Any) -> None:
             return
         restored = sum(_patch(d) for d in _chosen if sys.modules.get(INTEGRATIONS[d][0]) is not None)
     kind = "restored" if restored else "captured"
-    if kind in _warned:
+    if kind in _said:
         return
-    _warned.add(kind)
+    _said.add(kind)
     if restored:
         logger.warning("ctxguard: a model request to %s went out unguarded: another library removed ctxguard's "
                        "wrappers (%d call sites); they are back, later calls are guarded", request.url.path, restored)
     else:
-        logger.warning("ctxguard: a model request to %s went out unguarded: the app called an SDK method it had "
-                       "looked up before ctxguard.instrument() (a framework client set up earlier, a cached "
-                       "with_raw_response); call instrument() before creating clients", request.url.path)
+        logger.warning("ctxguard: a model request to %s bypassed its call site: the app called an SDK method it "
+                       "had looked up before ctxguard.instrument() (a framework client set up earlier, a cached "
+                       "with_raw_response); such requests are guarded from the wire, without enforce mode; "
+                       "call instrument() before creating clients", request.url.path)
 
 
 def _on_import(distribution: str) -> Any:
@@ -297,15 +335,17 @@ def _on_import(distribution: str) -> Any:
 
 def install(guard: Guard, *, only: list[str] | None = None) -> None:
     """Activate ``guard`` and patch the supported SDKs (``only`` these), now or when imported."""
-    global _active
+    global _active, _repaired_at
     unknown = set(only or ()) - set(INTEGRATIONS)
     if unknown:
         raise ValueError(f"unknown providers {sorted(unknown)}; supported: {sorted(INTEGRATIONS)}")
     with _lock:
         _active = guard
+        _repaired_at = float("-inf")
+        _said.clear()
         _chosen.clear()
         _chosen.update(d for d in INTEGRATIONS if only is None or d in only)
-        wire.on_unguarded = _repair
+        wire.on_unguarded = _unguarded
         _wrap(warnings, "warn", lambda original, site: warn_through)
         for distribution in (*INTEGRATIONS, *wire.TARGETS):
             if only is not None and distribution in INTEGRATIONS and distribution not in only:

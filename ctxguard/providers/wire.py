@@ -38,44 +38,63 @@ TARGETS: dict[str, tuple[tuple[str, str, bool], ...]] = {
 #: not hold (another library's uninstrument removed its wrapper; the app looked the SDK method
 #: up before ``instrument()``).
 MODEL_PATHS = ("/chat/completions", "/responses", "/messages", ":generateContent", ":streamGenerateContent")
-#: Told of each such unguarded model request (``providers`` sets it while a guard is active).
-on_unguarded: Callable[[Any], None] | None = None
+#: Told of each such unguarded model request (``providers`` sets it while a guard is active); returns
+#: the call it guards from the wire, if it does.
+on_unguarded: Callable[[Any], Call | None] | None = None
 
 
-def _observe(args: Any, kwargs: Any) -> None:
+def _observe(args: Any, kwargs: Any) -> Call | None:
+    """Hand the body to the call in flight; or, for a model request with none, to ``on_unguarded``,
+    whose call (guarded from the wire) is returned."""
     call = IN_FLIGHT.get()
     if call is None and on_unguarded is None:
-        return
+        return None
     try:
         request = args[0] if args else kwargs.get("request")
         if call is not None:
             call.wire(getattr(request, "content", None))
         elif on_unguarded is not None and request.url.path.endswith(MODEL_PATHS):
-            on_unguarded(request)
+            return on_unguarded(request)
+    except Exception as exc:
+        report_internal_error("response", exc)
+    return None
+
+
+def _answered(response: Any, ours: Call | None) -> None:
+    """The transport answered: the call guarded from the wire reads its answer from it; a call in
+    flight may read the provider's own answer off it (``Call.overheard``)."""
+    try:
+        if ours is not None:
+            ours.answered(response)
+            return
+        call = IN_FLIGHT.get()
+        if call is not None:
+            call.overheard(response)
     except Exception as exc:
         report_internal_error("response", exc)
 
 
-def _answered(response: Any) -> None:
-    call = IN_FLIGHT.get()
-    if call is not None:
-        try:
-            call.overheard(response)
-        except Exception as exc:
-            report_internal_error("response", exc)
-
-
 @transparent
 def sync_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    _observe(args, kwargs)
-    response = wrapped(*args, **kwargs)
-    _answered(response)
+    ours = _observe(args, kwargs)
+    try:
+        response = wrapped(*args, **kwargs)
+    except BaseException as exc:
+        if ours is not None:
+            ours.failed(exc)
+        raise
+    _answered(response, ours)
     return response
 
 
 @transparent
 async def async_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    _observe(args, kwargs)
-    response = await wrapped(*args, **kwargs)
-    _answered(response)
+    ours = _observe(args, kwargs)
+    try:
+        response = await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        if ours is not None:
+            ours.failed(exc)
+        raise
+    _answered(response, ours)
     return response

@@ -69,6 +69,8 @@ WIRE_HASH = "ctxguard.wire.hash"
 VIOLATIONS = "ctxguard.violations"
 EVICTED = "ctxguard.evicted"
 STREAM_ABANDONED = "ctxguard.stream.abandoned"
+#: ``wire``: the call was guarded from its HTTP request, not at its call site (observed, never refused).
+GUARDED_AT = "ctxguard.guarded_at"
 SKIPPED = "ctxguard.checks.skipped"
 HISTORY_ELSEWHERE = "ctxguard.history.elsewhere"
 MODE = "ctxguard.mode"

@@ -19,7 +19,6 @@ from openai.resources.chat.completions.completions import Completions
 from opentelemetry import trace
 
 import ctxguard
-from ctxguard.testing import Reply
 from tests.conftest import guard_spans
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
@@ -159,15 +158,48 @@ def test_a_genai_span_beneath_ctxguard_keeps_the_usage(harness, llm, client):
 def test_a_wrapper_removed_by_another_librarys_restore_comes_back(harness, llm, client, caplog):
     """A library that saved the SDK's function and puts it back on uninstrument (OpenInference's
     anthropic instrumentation does) removes ctxguard's wrapper with its own: the next model
-    request goes out unguarded, ctxguard sees it on the wire and wraps again, once."""
+    request is guarded from the wire, and ctxguard wraps the call site again for the calls after."""
     harness.start(mode="observe")
     saved = Completions.__dict__["create"].__wrapped__
     Completions.create = saved  # the other library's restore
     caplog.set_level(logging.WARNING, logger="ctxguard")
-    llm.script(Reply(text="a"), Reply(text="b"), Reply(text="c"))
-    _call(client)
-    assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 0  # that one was missed
-    _call(client)
-    _call(client)
-    assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 2
+    for _ in range(3):
+        _call(client)
+    spans = guard_spans(harness)
+    assert [s.attributes.get("ctxguard.guarded_at") for s in spans] == ["wire", None, None]
+    assert [s.attributes["gen_ai.response.id"] for s in spans] == [r.id for r in llm.responses]
+    assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 3
     assert sum("went out unguarded" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_method_looked_up_before_instrument_is_guarded_from_the_wire(harness, llm, client, caplog):
+    """The app (a framework client set up at import, instructor's patched create) holds the SDK
+    method it looked up before ``instrument()``: every request it sends is guarded from its
+    body and answer, observed only (enforce cannot refuse a request already leaving)."""
+    create = client.chat.completions.create  # bound before instrument(): never ctxguard's
+    harness.start(mode="enforce")
+    caplog.set_level(logging.WARNING, logger="ctxguard")
+    with ctxguard.conversation("early"):
+        create(model="gpt-4o", messages=MESSAGES)
+        create(model="gpt-4o", messages=MESSAGES[1:])  # no system message: observed, not refused
+        for _ in create(model="gpt-4o", messages=MESSAGES, stream=True, stream_options={"include_usage": True}):
+            pass
+    spans = guard_spans(harness)
+    assert len(spans) == len(llm.requests) == 3
+    assert all(s.attributes["ctxguard.guarded_at"] == "wire" for s in spans)
+    assert list(spans[1].attributes["ctxguard.violations"]) == ["system_at_head"]
+    assert [s.attributes["gen_ai.response.id"] for s in spans] == [r.id for r in llm.responses]
+    assert spans[2].attributes["gen_ai.usage.output_tokens"] == llm.responses[2].output_tokens
+    assert spans[0].attributes["gen_ai.conversation.id"] == "early"
+    assert harness.metric("ctxguard_blocked_total", check="system_at_head") == 0
+    assert sum("bypassed its call site" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_an_apps_own_http_call_to_a_lookalike_path_is_left_alone(harness, llm):
+    """Only an SDK's request (it says so in its headers) is guarded from the wire."""
+    import httpx
+
+    harness.start(mode="observe")
+    httpx.post(f"{llm.base_url}/chat/completions", json={"model": "gpt-4o", "messages": MESSAGES})
+    assert guard_spans(harness) == []
+    assert len(llm.requests) == 1
