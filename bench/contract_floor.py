@@ -174,6 +174,7 @@ def main() -> int:
     policy = ctxguard.Policy(pinned=ctxguard.Pinned(max_tokens=800))
     guard = ctxguard.instrument(policy=policy, registry=registry, tracer_provider=provider, digest_key=ov.KEY)
     assert guard is not None, "ctxguard disabled (CTXGUARD_DISABLED?)"
+    ov.keep_bare_calls_bare()
     orig: Callable[..., object] = cast(Any, Completions.create).__wrapped__
     assert orig is original
     http_client = ov.http_lib.Client(transport=ov.http_lib.MockTransport(ov.handler))

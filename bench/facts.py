@@ -92,6 +92,7 @@ def main() -> int:
     policy = ctxguard.Policy(pinned=ctxguard.Pinned(max_tokens=800))
     guard = ctxguard.instrument(policy=policy, registry=registry, tracer_provider=provider, digest_key=b"bench")
     assert guard is not None, "ctxguard disabled (CTXGUARD_DISABLED?)"
+    bench.keep_bare_calls_bare()
     orig: Any = cast(Any, Completions.create).__wrapped__
     assert orig is original, "baseline is not the original function"
     http_client = http_lib.Client(transport=http_lib.MockTransport(bench.handler))

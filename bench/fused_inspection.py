@@ -211,6 +211,7 @@ def main() -> None:
     guard = ctxguard.instrument(policy=policy, registry=prometheus_client.CollectorRegistry(),
                                 tracer_provider=provider, digest_key=ov.KEY)
     assert guard is not None
+    ov.keep_bare_calls_bare()
     pinned = ctxguard.render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
     kwargs = {"model": ov.MODEL, "messages": [ov.system_message(pinned), *(ov.message(i) for i in range(1, size))]}
     body = json.dumps(kwargs).encode()

@@ -68,6 +68,7 @@ def main() -> None:
         digest_key=ov.KEY,
     )
     assert guard is not None
+    ov.keep_bare_calls_bare()
     pinned = ctxguard.render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
     kwargs: dict[str, Any] = {
         "model": ov.MODEL,

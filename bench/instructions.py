@@ -102,6 +102,7 @@ def child(side: str, size: int, calls: int, grow: bool) -> None:
     registry = prometheus_client.CollectorRegistry()
     guard = ctxguard.instrument(policy=policy, registry=registry, tracer_provider=provider, digest_key=ov.KEY)
     assert guard is not None, "ctxguard disabled (CTXGUARD_DISABLED?)"
+    ov.keep_bare_calls_bare()
     orig = Completions.create.__wrapped__  # type: ignore[attr-defined]
     sent: list[bytes] = []
 

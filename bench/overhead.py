@@ -174,6 +174,16 @@ def interleave(
     return raw
 
 
+def keep_bare_calls_bare() -> None:
+    """The benches' bare calls run the SDK's original function while ctxguard is instrumented. A
+    model request that bypassed its call site is guarded from the wire (ctxguard.providers'
+    ``_unguarded``): the baseline would then be a guarded call, and its state (memos, digests)
+    would move the guarded side's. Here it stays bare."""
+    from ctxguard.providers import wire
+
+    wire.on_unguarded = None
+
+
 def recording_span(
     tracer: Any, attributes: dict[str, Any] | None = None, spent: list[int] | None = None
 ) -> Callable[..., Any]:
@@ -272,6 +282,7 @@ def main() -> int:
     policy = ctxguard.Policy(pinned=ctxguard.Pinned(max_tokens=800))  # every check on
     guard = ctxguard.instrument(policy=policy, registry=registry, tracer_provider=provider, digest_key=KEY)
     assert guard is not None, "ctxguard disabled (CTXGUARD_DISABLED?)"
+    keep_bare_calls_bare()
     orig: Callable[..., object] = cast(Any, Completions.create).__wrapped__
     assert orig is original, "baseline is not the original function"
     http_client = http_lib.Client(transport=http_lib.MockTransport(handler))

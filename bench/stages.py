@@ -60,6 +60,7 @@ def main() -> None:
                                 registry=prometheus_client.CollectorRegistry(), tracer_provider=provider,
                                 digest_key=b"bench")
     assert guard is not None
+    ov.keep_bare_calls_bare()
     pinned = ctxguard.render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
     kwargs: dict[str, Any] = {"model": "gpt-4o",
                               "messages": [ov.system_message(pinned), *(ov.message(i) for i in range(1, SIZE))]}

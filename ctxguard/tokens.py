@@ -11,7 +11,6 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from statistics import median
 from typing import Protocol
 
 __all__ = [
@@ -67,15 +66,21 @@ class TiktokenCounter:
         self._encode = encoding.encode_ordinary  # type: ignore[attr-defined]
         self._estimate = EstimateCounter()
         self._base = base  # the public encoding this one is a copy of
+        self._exact: dict[str, bool] = {}  # model -> exact (bounded: a model string is user input)
 
     def exact(self, model: str) -> bool:
         """Whether ``model`` uses this encoding (tiktoken's own model table, no download)."""
-        try:
-            from tiktoken.model import encoding_name_for_model
+        known = self._exact.get(model)
+        if known is None:
+            try:
+                from tiktoken.model import encoding_name_for_model
 
-            return bool(encoding_name_for_model(model) == self._base)
-        except Exception:  # a model tiktoken does not know: not exact
-            return False
+                known = bool(encoding_name_for_model(model) == self._base)
+            except Exception:  # a model tiktoken does not know: not exact
+                known = False
+            if len(self._exact) < 256:
+                self._exact[model] = known
+        return known
 
     def count(self, text: str) -> int:
         if len(text) > TIKTOKEN_MAX_CHARS:
@@ -163,9 +168,10 @@ class Calibration:
                     return
                 ratios = self._ratios[model] = deque(maxlen=self.WINDOW)
             ratios.append(ratio)
-            if len(ratios) < self.MIN_REPORTS:
+            n = len(ratios)
+            if n < self.MIN_REPORTS:
                 return
-            factor = median(ratios)
+            factor = sorted(ratios)[n // 2]  # the median (the upper one of an even count)
             if factor < self.EXACT_FLOOR and self._exact is not None and self._exact(model):
                 factor = self.EXACT_FLOOR
             self._factors[model] = factor
