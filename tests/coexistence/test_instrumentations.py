@@ -36,6 +36,7 @@ NAMES = [name for name in OTHERS if name != "none"]
 ORDERS = ("other-first", "ctxguard-first")
 CALLS = tuple(driver.CALLS)
 CHAT = ("chat", "chat-stream", "chat-raw")
+OPENAI = (*CHAT, "responses")
 MESSAGES = ("messages", "messages-stream")
 
 #: The outcome of every check for the app's calls (a system instruction at the head, no
@@ -45,22 +46,19 @@ OUTCOMES = {check: "skip" for check in CHECK_NAMES} | {
 
 #: Where ctxguard puts its record while both are on: the other's span (by scope) where it wraps
 #: the call site above ctxguard and its span of the call is current; elsewhere ctxguard's own.
+#: (OpenInference's and OpenLIT's anthropic spans are not adopted today: KNOWN, below.)
 ADOPTED = {
     **{("opentelemetry", call): "opentelemetry.util.genai.handler" for call in CHAT},
     **{("openllmetry", call): "opentelemetry.instrumentation.openai.v1" for call in CHAT},
-    **{("openlit", call): "openlit.instrumentation.openai" for call in (*CHAT, "responses")},
+    **{("openlit", call): "openlit.instrumentation.openai" for call in OPENAI},
     **{("openlit", call): "openlit.instrumentation.anthropic" for call in MESSAGES},
     **{("openinference", call): "openinference.instrumentation.anthropic" for call in MESSAGES},
 }
 #: What the other still records after its own uninstrument(): OpenLLMetry's openai unwrap misses,
 #: OpenLIT's does nothing, Langfuse has none.
-STAYS = {
-    "openllmetry": ("chat", "chat-stream", "chat-raw", "responses"),
-    "openlit": CALLS,
-    "langfuse": ("chat", "chat-stream", "chat-raw", "responses"),
-}
+STAYS = {"openllmetry": OPENAI, "openlit": CALLS, "langfuse": OPENAI}
 #: The calls each other instrumentation records (all six, unless named here).
-INSTRUMENTS = {"opentelemetry": CHAT, "langfuse": ("chat", "chat-stream", "chat-raw", "responses")}
+INSTRUMENTS = {"opentelemetry": CHAT, "langfuse": OPENAI}
 #: Calls two spans of the others record usage on without ctxguard (OpenLLMetry's anthropic span
 #: and the anthropic SDK's own): there ctxguard adds none.
 FOREIGN_DOUBLES = {("openllmetry", call) for call in MESSAGES}
@@ -75,8 +73,8 @@ class NotAdopted(AssertionError):
     """ctxguard's record is on another span than the one it should be on."""
 
 
-class UsageTwice(AssertionError):
-    """More than one span of the call carries gen_ai.usage.*."""
+class UsageNotOnce(AssertionError):
+    """Not exactly one span of the call carries gen_ai.usage.*."""
 
 
 class Known(NamedTuple):
@@ -92,7 +90,7 @@ class Known(NamedTuple):
 
 
 KNOWN = [
-    Known(("usage", "span-own"), "logfire", ORDERS, ("both", "again"), MESSAGES, UsageTwice,
+    Known(("usage", "span-own"), "logfire", ORDERS, ("both", "again"), MESSAGES, UsageNotOnce,
           "Logfire's request span records the usage and suppresses the anthropic SDK's span, so the span "
           "current when the body leaves is a non-recording _LogfireWrappedSpan: Call.wire does not see a GenAI "
           "span beneath and ctxguard's own span keeps gen_ai.usage.* beside Logfire's"),
@@ -157,8 +155,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str, An
 
 
 def installed(name: str) -> None:
-    """Skip unless ``name``'s packages are installed (fail instead if this run requires them). Not
-    imported here: only the runs' own processes import them."""
+    """Skip unless ``name``'s packages are installed (fail instead if this run requires them);
+    they are imported only once a run needs them (``runs``)."""
     for module in OTHERS[name].modules:
         try:
             found = importlib.util.find_spec(module) is not None
@@ -249,7 +247,7 @@ def assert_one_usage(runs, r: dict[str, Any], phase: str, name: str, order: str,
         assert sorted(s["scope"] for s in usage) == sorted(s["scope"] for s in with_usage(alone))
         return
     if len(usage) != 1:
-        raise UsageTwice(f"{len(usage)} spans carry gen_ai.usage.input_tokens: {[s['scope'] for s in usage]}")
+        raise UsageNotOnce(f"{len(usage)} spans carry gen_ai.usage.input_tokens: {[s['scope'] for s in usage]}")
     assert usage[0]["attributes"]["gen_ai.usage.input_tokens"] == r["served"][0]
 
 
