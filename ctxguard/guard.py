@@ -347,7 +347,7 @@ class Call:
 
         if self.over is not None:
             theirs = trace.get_current_span()
-            if guard.config.span == "auto" and _inference_span(theirs, payload.model):
+            if guard.config.span == "auto" and _their_call_span(theirs, payload.operation, payload.model):
                 # Another instrumentation wraps this call site and its span of the call is current:
                 # ctxguard's attributes and events go on it, so a trace shows one span per call.
                 self.span, self.adopted = theirs, True
@@ -462,8 +462,11 @@ class Call:
             self.span = None
             if span.is_recording():
                 update = self.late_attrs
-                if reply is not None and not self.adopted:  # the adopted span's owner records the reply
-                    update.update(_reply_attributes(reply, usage=not self.usage_elsewhere))
+                if reply is not None:  # on an adopted span, only what its owner did not record
+                    replied = _reply_attributes(reply, usage=not self.usage_elsewhere)
+                    if self.adopted:
+                        replied = {k: v for k, v in replied.items() if _ours_to_add(k, span)}
+                    update.update(replied)
                     if self.guard.config.capture_content and reply.text:
                         update[attr.OUTPUT_MESSAGES] = attr.content_json([{"role": "assistant", "content": reply.text}])
                 if error_type is not None and not self.adopted:
@@ -646,7 +649,7 @@ class Call:
         sent = bytes(body)
         self.wire_hash = self.guard.wire_digests.digest(self.scope, sent)
         current = trace.get_current_span()
-        if current is not self.span and _inference_span(current, None):
+        if current is not self.span and (_inference_span(current, None) or _claimed_beneath(current, self.span)):
             # Something beneath ctxguard (Logfire, the anthropic SDK's own tracing) has a GenAI
             # span of this call open: that one records usage.
             self.usage_elsewhere = True
@@ -755,6 +758,39 @@ _INFERENCE = frozenset({"chat", "text_completion", "generate_content"})
 #: their wrapper: when one wraps a call site above ctxguard without making its span current
 #: (OpenLLMetry's anthropic and Responses wrappers), ctxguard's span leaves usage out.
 _USAGE_RECORDERS = ("opentelemetry.", "openlit.")
+
+
+def _their_call_span(span: trace.Span, operation: str, model: str | None) -> bool:
+    """Whether ``span``, current under another library's wrapper of this call site, is that
+    library's span of this call: a GenAI inference span (``_inference_span``); or, for those that
+    name the operation their own way or only once the answer is in, a recording span of another
+    scope that is OpenInference's LLM span of this model, or a CLIENT span named as the GenAI
+    conventions name one (``chat gpt-4o``: OpenLIT's, whose attributes come with the answer)."""
+    if _inference_span(span, model):
+        return True
+    if not span.is_recording() or getattr(getattr(span, "instrumentation_scope", None), "name", None) == "ctxguard":
+        return False
+    attributes = getattr(span, "attributes", None) or {}
+    if attributes.get("openinference.span.kind") == "LLM":
+        theirs = attributes.get("llm.model_name")
+        return theirs is None or model is None or theirs == model
+    return getattr(span, "kind", None) is SpanKind.CLIENT and getattr(span, "name", None) == f"{operation} {model}"
+
+
+#: The OpenTelemetry context key an instrumentation sets to suppress the ones beneath it (the API's
+#: own name for it, private but the one every instrumentation checks).
+_SUPPRESSED = getattr(otel_context, "_SUPPRESS_INSTRUMENTATION_KEY", None)
+
+
+def _claimed_beneath(current: trace.Span, ours: trace.Span | None) -> bool:
+    """Whether an instrumentation between the call site and the transport took this call over:
+    it suppressed the ones beneath it, and the current span is a non-recording stand-in carrying
+    the context of a span ctxguard did not start (Logfire gives a suppressed span the context of
+    its own request span, which records the usage)."""
+    if current.is_recording() or _SUPPRESSED is None or not otel_context.get_value(_SUPPRESSED):
+        return False
+    theirs = current.get_span_context()
+    return theirs.is_valid and (ours is None or theirs.span_id != ours.get_span_context().span_id)
 
 
 def _records_usage(over: Any) -> bool:

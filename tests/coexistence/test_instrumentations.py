@@ -8,7 +8,7 @@ Each run (an instrumentation, an install order, which one is uninstrumented firs
 of its own (``driver.py``), forked from this one so that the SDKs are imported once; the tests read
 what it recorded. An instrumentation that is not installed skips, unless
 ``CTXGUARD_REQUIRE_INSTRUMENTATIONS`` names it (the test command builds the virtualenvs that have
-them). Known failures of ctxguard are ``xfail(strict=True, raises=...)`` for that failure only.
+them).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import json
 import multiprocessing
 import os
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 
@@ -46,7 +46,6 @@ OUTCOMES = {check: "skip" for check in CHECK_NAMES} | {
 
 #: Where ctxguard puts its record while both are on: the other's span (by scope) where it wraps
 #: the call site above ctxguard and its span of the call is current; elsewhere ctxguard's own.
-#: (OpenInference's and OpenLIT's anthropic spans are not adopted today: KNOWN, below.)
 ADOPTED = {
     **{("opentelemetry", call): "opentelemetry.util.genai.handler" for call in CHAT},
     **{("openllmetry", call): "opentelemetry.instrumentation.openai.v1" for call in CHAT},
@@ -77,50 +76,14 @@ class UsageNotOnce(AssertionError):
     """Not exactly one span of the call carries gen_ai.usage.*."""
 
 
-class Known(NamedTuple):
-    """A known failure of ctxguard: these tests fail with ``raises`` for these cases, for ``reason``."""
-
-    tests: tuple[str, ...]
-    other: str
-    orders: tuple[str, ...]
-    phases: tuple[str, ...]
-    calls: tuple[str, ...]
-    raises: type[AssertionError]
-    reason: str
-
-
-KNOWN = [
-    Known(("usage", "span-own"), "logfire", ORDERS, ("both", "again"), MESSAGES, UsageNotOnce,
-          "Logfire's request span records the usage and suppresses the anthropic SDK's span, so the span "
-          "current when the body leaves is a non-recording _LogfireWrappedSpan: Call.wire does not see a GenAI "
-          "span beneath and ctxguard's own span keeps gen_ai.usage.* beside Logfire's"),
-    Known(("record",), "openinference", ORDERS, ("both", "again"), MESSAGES, NotAdopted,
-          "OpenInference's messages.create span (current, wrapping the call site above ctxguard) names its "
-          "operation openinference.span.kind=LLM, not gen_ai.operation.name, so _inference_span does not take "
-          "it for the call's span and ctxguard records its own, a child of it"),
-    Known(("record",), "openlit", ORDERS, ("both", "again", "without-other"), MESSAGES, NotAdopted,
-          "OpenLIT's anthropic span ('chat <model>', CLIENT, current) gets its gen_ai.* attributes only after "
-          "the response, so when ctxguard looks (before sending) _inference_span finds no gen_ai.operation.name "
-          "and ctxguard records its own span, a child of it"),
-    Known(("guards", "record"), "openinference", ("other-first",), ("without-other",), ("messages",), Unguarded,
-          "OpenInference's anthropic uninstrument() assigns back the Messages.create it saved at instrument time, "
-          "dropping ctxguard's wrapper spliced beneath its own; ctxguard wraps again only when it sees a request "
-          "go out unguarded, so that first call is not guarded"),
-]
-
-
-def cases(test: str, phases: tuple[str, ...]) -> list[Any]:
-    """Every (phase, instrumentation, order, call), with ``test``'s known failures marked."""
+def cases(phases: tuple[str, ...]) -> list[Any]:
+    """Every (phase, instrumentation, order, call)."""
     params = []
     for phase in phases:
         for name in NAMES:
             for order in ORDERS:
                 for call in CALLS:
-                    marks = [pytest.mark.xfail(strict=True, raises=k.raises, reason=k.reason) for k in KNOWN
-                             if test in k.tests and name == k.other and order in k.orders and phase in k.phases
-                             and call in k.calls]
-                    params.append(pytest.param(phase, name, order, call, marks=marks,
-                                               id=f"{phase}-{name}-{order}-{call}"))
+                    params.append(pytest.param(phase, name, order, call, id=f"{phase}-{name}-{order}-{call}"))
     return params
 
 
@@ -206,7 +169,7 @@ def owner(phase: str, name: str, call: str) -> str:
 GUARDED = ("both", "again", "without-other")
 
 
-@pytest.mark.parametrize(("phase", "name", "order", "call"), cases("guards", GUARDED))
+@pytest.mark.parametrize(("phase", "name", "order", "call"), cases(GUARDED))
 def test_ctxguard_guards_every_call(runs, phase, name, order, call):
     """One ``ctxguard_calls_total`` and one outcome per check for each call, no swallowed error."""
     r = recorded(runs, phase, name, order, call)
@@ -220,7 +183,7 @@ def test_ctxguard_guards_every_call(runs, phase, name, order, call):
     assert r["swallowed"] == []
 
 
-@pytest.mark.parametrize(("phase", "name", "order", "call"), cases("record", GUARDED))
+@pytest.mark.parametrize(("phase", "name", "order", "call"), cases(GUARDED))
 def test_ctxguards_record_is_on_exactly_one_span(runs, phase, name, order, call):
     """``ctxguard.*`` on one span of the call, naming the body that arrived; that span is the
     other's where ctxguard adopts it, else ctxguard's own."""
@@ -251,14 +214,14 @@ def assert_one_usage(runs, r: dict[str, Any], phase: str, name: str, order: str,
     assert usage[0]["attributes"]["gen_ai.usage.input_tokens"] == r["served"][0]
 
 
-@pytest.mark.parametrize(("phase", "name", "order", "call"), cases("usage", GUARDED))
+@pytest.mark.parametrize(("phase", "name", "order", "call"), cases(GUARDED))
 def test_one_span_carries_the_usage(runs, phase, name, order, call):
     """Exactly one OpenTelemetry span of the call carries ``gen_ai.usage.*``, with what the server
     reported; where two of the others' spans do without ctxguard too, ctxguard adds none."""
     assert_one_usage(runs, recorded(runs, phase, name, order, call), phase, name, order, call)
 
 
-@pytest.mark.parametrize(("phase", "name", "order", "call"), cases("span-own", ("both",)))
+@pytest.mark.parametrize(("phase", "name", "order", "call"), cases(("both",)))
 def test_span_own_records_ctxguards_own_span_and_one_usage(runs, phase, name, order, call):
     """``instrument(span="own")``: the record is on ctxguard's own span even where "auto" adopts the
     other's, and still one span carries the usage (not ctxguard's, where the other's span is current)."""
@@ -273,7 +236,7 @@ def test_span_own_records_ctxguards_own_span_and_one_usage(runs, phase, name, or
 
 # -- with and without ctxguard -------------------------------------------------------------------
 
-@pytest.mark.parametrize(("phase", "name", "order", "call"), cases("same", ("again",)))
+@pytest.mark.parametrize(("phase", "name", "order", "call"), cases(("again",)))
 def test_the_app_gets_the_same_with_and_without_ctxguard(runs, phase, name, order, call):
     """The app's results (every chunk of a stream, read to its end) and the bodies sent are the
     same beside ctxguard as after ``ctxguard.uninstrument()``."""
@@ -288,7 +251,7 @@ def test_the_app_gets_the_same_with_and_without_ctxguard(runs, phase, name, orde
         assert beside["result"][-1]["type"] == "message_stop"
 
 
-@pytest.mark.parametrize(("phase", "name", "order", "call"), cases("other", ("without-ctxguard",)))
+@pytest.mark.parametrize(("phase", "name", "order", "call"), cases(("without-ctxguard",)))
 def test_uninstrumenting_ctxguard_leaves_the_other_recording(runs, phase, name, order, call):
     """After ``ctxguard.uninstrument()`` the other records the same spans as beside ctxguard, and
     nothing of ctxguard's is left."""
@@ -302,7 +265,7 @@ def test_uninstrumenting_ctxguard_leaves_the_other_recording(runs, phase, name, 
         assert [s for s in theirs(without) if s[0] != SDK_SCOPE] or without["records"]
 
 
-@pytest.mark.parametrize(("phase", "name", "order", "call"), cases("gone", ("without-other",)))
+@pytest.mark.parametrize(("phase", "name", "order", "call"), cases(("without-other",)))
 def test_uninstrumenting_the_other_takes_it_out(runs, phase, name, order, call):
     """After the other's ``uninstrument()`` its spans stop (ctxguard does not keep its wrapper
     alive), except where its uninstrument leaves them (``STAYS``)."""
