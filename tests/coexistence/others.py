@@ -11,6 +11,7 @@ OpenTelemetry (Sentry's spans).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import tempfile
@@ -53,59 +54,50 @@ class Other:
         return []
 
 
-class OpenTelemetry(Other):
+class Instrumentors(Other):
+    """OpenTelemetry-style instrumentors (``Instrumentor().instrument(tracer_provider=...)``), named
+    by ``module:class`` in ``instrumentors``."""
+
+    instrumentors: tuple[str, ...] = ()
+
+    def instrument(self, provider: Any) -> None:
+        self.active = []
+        for name in self.instrumentors:
+            module, _, cls = name.partition(":")
+            instrumentor = getattr(importlib.import_module(module), cls)()
+            instrumentor.instrument(tracer_provider=provider)
+            self.active.append(instrumentor)
+
+    def uninstrument(self) -> None:
+        for instrumentor in self.active:
+            instrumentor.uninstrument()
+
+
+class OpenTelemetry(Instrumentors):
     """opentelemetry-instrumentation-openai-v2 (util-genai): a wrapt wrapper on ``Completions.create``."""
 
     modules = ("opentelemetry.instrumentation.openai_v2", "opentelemetry.util.genai")
     distributions = ("opentelemetry-instrumentation-openai-v2", "opentelemetry-util-genai")
-
-    def instrument(self, provider: Any) -> None:
-        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
-
-        self.instrumentor = OpenAIInstrumentor()
-        self.instrumentor.instrument(tracer_provider=provider)
-
-    def uninstrument(self) -> None:
-        self.instrumentor.uninstrument()
+    instrumentors = ("opentelemetry.instrumentation.openai_v2:OpenAIInstrumentor",)
 
 
-class OpenLLMetry(Other):
+class OpenLLMetry(Instrumentors):
     """traceloop's opentelemetry-instrumentation-openai and -anthropic: wrapt wrappers on the call sites."""
 
     modules = ("opentelemetry.instrumentation.openai", "opentelemetry.instrumentation.anthropic")
     distributions = ("opentelemetry-instrumentation-openai", "opentelemetry-instrumentation-anthropic")
-
-    def instrument(self, provider: Any) -> None:
-        from opentelemetry.instrumentation.anthropic import AnthropicInstrumentor
-        from opentelemetry.instrumentation.openai import OpenAIInstrumentor
-
-        self.instrumentors = [OpenAIInstrumentor(), AnthropicInstrumentor()]
-        for instrumentor in self.instrumentors:
-            instrumentor.instrument(tracer_provider=provider)
-
-    def uninstrument(self) -> None:
-        for instrumentor in self.instrumentors:
-            instrumentor.uninstrument()
+    instrumentors = ("opentelemetry.instrumentation.openai:OpenAIInstrumentor",
+                     "opentelemetry.instrumentation.anthropic:AnthropicInstrumentor")
 
 
-class OpenInference(Other):
+class OpenInference(Instrumentors):
     """openinference-instrumentation-openai (on the client's ``request``) and -anthropic (on the call
     sites, restored by assignment)."""
 
     modules = ("openinference.instrumentation.openai", "openinference.instrumentation.anthropic")
     distributions = ("openinference-instrumentation-openai", "openinference-instrumentation-anthropic")
-
-    def instrument(self, provider: Any) -> None:
-        from openinference.instrumentation.anthropic import AnthropicInstrumentor
-        from openinference.instrumentation.openai import OpenAIInstrumentor
-
-        self.instrumentors = [OpenAIInstrumentor(), AnthropicInstrumentor()]
-        for instrumentor in self.instrumentors:
-            instrumentor.instrument(tracer_provider=provider)
-
-    def uninstrument(self) -> None:
-        for instrumentor in self.instrumentors:
-            instrumentor.uninstrument()
+    instrumentors = ("openinference.instrumentation.openai:OpenAIInstrumentor",
+                     "openinference.instrumentation.anthropic:AnthropicInstrumentor")
 
 
 class OpenLIT(Other):

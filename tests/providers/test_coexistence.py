@@ -61,6 +61,15 @@ def other(harness):
             Completions.create = Completions.__dict__["create"].__wrapped__
 
 
+def _install(harness, other: Other, first: str) -> None:
+    """ctxguard and the other instrumentation, ``first`` first."""
+    for which in (first, "ctxguard" if first == "other" else "other"):
+        if which == "ctxguard":
+            harness.start(mode="observe")
+        else:
+            other.instrument()
+
+
 def _call(client):
     return client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
 
@@ -71,12 +80,7 @@ def _usage_spans(harness) -> list:
 
 @pytest.mark.parametrize("first", ["other", "ctxguard"])
 def test_either_order_one_span_per_call_with_ctxguards_attributes_and_one_usage(harness, llm, client, other, first):
-    if first == "other":
-        other.instrument()
-        harness.start(mode="observe")
-    else:
-        harness.start(mode="observe")
-        other.instrument()
+    _install(harness, other, first)
     _call(client)
     spans = harness.spans()
     assert [s.instrumentation_scope.name for s in spans] == ["other.instrumentation"]  # one span for the call
@@ -111,12 +115,7 @@ def test_ctxguard_sits_beneath_the_others_wrapper_so_its_unwrap_leaves_ctxguard(
 
 @pytest.mark.parametrize("first", ["other", "ctxguard"])
 def test_uninstrumenting_ctxguard_leaves_the_other_working(harness, llm, client, other, first):
-    if first == "other":
-        other.instrument()
-        harness.start(mode="observe")
-    else:
-        harness.start(mode="observe")
-        other.instrument()
+    _install(harness, other, first)
     ctxguard.uninstrument()
     _call(client)
     assert [s.instrumentation_scope.name for s in harness.spans()] == ["other.instrumentation"]
