@@ -285,7 +285,10 @@ def _unguarded(request: Any) -> Call | None:
     found = next(((d, api) for suffix, d, api in _WIRE_APIS if path.endswith(suffix)), None)
     if found is None or found[0] not in _chosen:
         return None
-    body = json.loads(request.content)
+    try:
+        body = json.loads(request.content)
+    except ValueError:
+        return None  # not a JSON body (the SDK's GET listing stored completions): not a model call
     if not isinstance(body, dict):
         return None
     beneath = trace.get_current_span()

@@ -194,11 +194,14 @@ def test_a_method_looked_up_before_instrument_is_guarded_from_the_wire(harness, 
     assert sum("bypassed its call site" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_an_apps_own_http_call_to_a_lookalike_path_is_left_alone(harness, llm):
-    """Only an SDK's request (it says so in its headers) is guarded from the wire."""
+def test_only_an_sdks_model_request_is_guarded_from_the_wire(harness, llm, client):
+    """An app's own HTTP call to a lookalike path, and the SDK's listing of stored completions (a
+    GET on the same path), are not model calls."""
     import httpx
 
     harness.start(mode="observe")
     httpx.post(f"{llm.base_url}/chat/completions", json={"model": "gpt-4o", "messages": MESSAGES})
+    with pytest.raises(openai.NotFoundError):  # the fake serves no listing
+        client.chat.completions.list()
     assert guard_spans(harness) == []
-    assert len(llm.requests) == 1
+    assert [r.method for r in llm.requests] == ["POST", "GET"]
