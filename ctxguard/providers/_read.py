@@ -78,10 +78,33 @@ def family(model: object, table: Mapping[str, Any], suffix: re.Pattern[str] = AN
     return best
 
 
+class Unread(Exception):
+    """An argument left unread, so that the SDK gets it whole: a one-shot iterator (a generator,
+    a ``map``) would be consumed by reading it, and the SDK would then send it empty."""
+
+
+def unread_if_one_shot(value: Any, what: str) -> None:
+    """Raise ``Unread`` if ``value`` is a one-shot iterator (its own ``__next__``)."""
+    if hasattr(type(value), "__next__"):
+        raise Unread(f"{what} is a one-shot iterator ({type(value).__name__}), left unread for the SDK")
+
+
+def elements(value: Any, what: str) -> list[Any] | tuple[Any, ...]:
+    """The elements of a list-valued argument (tool calls, summary parts), read without consuming
+    it: a list or tuple as it is; nothing for None; ``Unread`` for a one-shot iterator."""
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple)):
+        return value
+    unread_if_one_shot(value, what)
+    return ()  # not a sequence the API takes: nothing to read
+
+
 def text_of(value: Any) -> str:
     """A value a reader wants as text: a string as it is, a dict or list as canonical JSON
     (sorted keys, so two equal dicts give the same text whatever their key order, which a
-    memo comparing by value relies on), anything else ``str()``-ed."""
+    memo comparing by value relies on), anything else ``str()``-ed, except a one-shot
+    iterator, which is left unread (``Unread``)."""
     if isinstance(value, str):
         return value
     if isinstance(value, (dict, list)):
@@ -89,6 +112,7 @@ def text_of(value: Any) -> str:
             return canonical(value)
         except Exception:  # an element that will not serialise (a failing model_dump, a cycle)
             return str(value)
+    unread_if_one_shot(value, "a value")
     return str(value)
 
 
@@ -136,6 +160,7 @@ def structured_parts(content: Any, texts: list[str]) -> Iterator[Any]:
         texts.append(content)
         return
     if not isinstance(content, (list, tuple)):
+        unread_if_one_shot(content, "content")
         texts.append(text_of(content))
         return
     for part in content:
@@ -199,7 +224,12 @@ def items(
     """
     if not isinstance(seq, (list, tuple)):
         # Never iterate a generator: that would consume the app's own argument.
-        view.unreadable = f"{name} is not a list ({type(seq).__name__})"
+        try:
+            unread_if_one_shot(seq, name)
+        except Unread as why:
+            view.unreadable = str(why)
+        else:
+            view.unreadable = f"{name} is not a list ({type(seq).__name__})"
         return
     start = 0
     model = view.model
@@ -230,6 +260,10 @@ def items(
             copies = None
         try:
             item = read(element, model)
+        except Unread as why:
+            view.items = []
+            view.unreadable = f"{noun} {index}: {why}"
+            return
         except Exception as exc:
             view.items = []
             view.unreadable = f"{noun} {index} could not be read ({type(exc).__name__})"

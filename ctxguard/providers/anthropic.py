@@ -19,7 +19,7 @@ from ..tokens import NON_TEXT_PART
 from ._image import ANTHROPIC_HIGH_RES, ANTHROPIC_STANDARD, anthropic_tokens, size_of_base64
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, family, items, schemas, structured_parts
+from ._read import Unread, canonical, family, items, schemas, structured_parts
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
@@ -196,7 +196,11 @@ class AnthropicAdapter:
         if system is not None:
             texts: list[str] = []
             refs: list[str] = []
-            cost = _blocks(system, texts, refs, view.model)
+            try:
+                cost = _blocks(system, texts, refs, view.model)
+            except Unread as why:
+                view.unreadable = f"system: {why}"
+                return view
             text = "\n".join(texts)
             if text.strip():
                 view.items.append(("system", text, tuple(refs), "instructions", cost))

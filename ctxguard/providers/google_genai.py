@@ -19,7 +19,7 @@ from ..tokens import NON_TEXT_PART
 from ._image import gemini_tokens, size_of_base64, size_of_bytes
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, items, schemas
+from ._read import Unread, canonical, items, schemas, unread_if_one_shot
 from ._read import get as _get
 from ._read import role as _role
 
@@ -51,6 +51,7 @@ def _field(obj: Any, name: str) -> Any:
 def _parts(parts: Any, texts: list[str], refs: list[str], model: str | None) -> int:
     """Readable text into ``texts``, references into ``refs``; returns what the media parts cost."""
     cost = 0
+    unread_if_one_shot(parts, "parts")
     for part in parts if isinstance(parts, (list, tuple)) else (parts,):
         if isinstance(part, str):
             texts.append(part)
@@ -112,6 +113,7 @@ def _is_content(element: Any) -> bool:
 def _turns(contents: Any) -> Any:
     """``contents`` as the SDK sends it: one turn per Content, consecutive bare parts as one turn."""
     if isinstance(contents, str) or not isinstance(contents, (list, tuple)):
+        unread_if_one_shot(contents, "contents")
         return [contents]
     turns: list[Any] = []
     run: list[Any] | None = None
@@ -177,14 +179,23 @@ class GoogleGenAIAdapter:
             if instruction is not None:
                 texts: list[str] = []
                 refs: list[str] = []
-                cost = _parts(
-                    _get(instruction, "parts") if _is_content(instruction) else instruction, texts, refs, view.model
-                )
+                try:
+                    cost = _parts(
+                        _get(instruction, "parts") if _is_content(instruction) else instruction, texts, refs, view.model
+                    )
+                except Unread as why:
+                    view.unreadable = f"system_instruction: {why}"
+                    return view
                 text = "\n".join(texts)
                 if text.strip():
                     view.items.append(("system", text, tuple(refs), "instructions", cost))
             _response_schema(config, view)
-        items(_turns(_get(kwargs, "contents")), _turn_item, view, name="contents", noun="content")
+        try:
+            turns = _turns(_get(kwargs, "contents"))
+        except Unread as why:
+            view.unreadable = str(why)
+            return view
+        items(turns, _turn_item, view, name="contents", noun="content")
         return view
 
     def read_response(self, api: str, result: Any) -> Reply | None:

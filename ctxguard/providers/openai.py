@@ -19,7 +19,7 @@ from ..tokens import NON_TEXT_PART
 from ._image import openai_tokens, size_of_url
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, items, jsonable, structured_parts
+from ._read import canonical, elements, items, jsonable, structured_parts
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
@@ -111,7 +111,7 @@ def _chat_item(message: Any, model: str | None) -> Item:
     texts: list[str] = []
     refs: list[str] = []
     cost = _parts(_get(message, "content"), texts, refs, model)
-    for call in _get(message, "tool_calls") or ():
+    for call in elements(_get(message, "tool_calls"), "tool_calls"):
         cost += TOOL_CALL_FRAMING
         function = _get(call, "function")
         if function is not None:
@@ -140,7 +140,7 @@ def _response_item(item: Any, model: str | None) -> Item:
         cost = _parts(_get(item, "content"), texts, refs, model)
         return (_role(role, "user"), "\n".join(texts), tuple(refs), "message", cost)
     if kind == "reasoning":
-        for summary in _get(item, "summary") or ():
+        for summary in elements(_get(item, "summary"), "reasoning summary"):
             text = _str(_get(summary, "text"))
             if text:
                 texts.append(text)
