@@ -57,7 +57,11 @@ def _serve_metrics(port: int, registry: CollectorRegistry | None) -> Any:
 
     multiproc = _multiprocess_dir()
     if multiproc is None:
-        return start_http_server(port, addr="127.0.0.1", registry=registry if registry is not None else REGISTRY)
+        try:
+            return start_http_server(port, addr="127.0.0.1", registry=registry if registry is not None else REGISTRY)
+        except OSError as exc:  # the environment's doing (port taken, not allowed): never the app's failure
+            logger.warning("ctxguard: /metrics not served: 127.0.0.1:%d cannot be bound (%s)", port, exc)
+            return None
 
     from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -66,9 +70,10 @@ def _serve_metrics(port: int, registry: CollectorRegistry | None) -> Any:
     try:
         return start_http_server(port, addr="127.0.0.1", registry=aggregate)
     except OSError as exc:
-        if exc.errno != errno.EADDRINUSE:
-            raise
-        logger.info("ctxguard: 127.0.0.1:%d taken (another worker serves the multiprocess aggregate)", port)
+        if exc.errno == errno.EADDRINUSE:
+            logger.info("ctxguard: 127.0.0.1:%d taken (another worker serves the multiprocess aggregate)", port)
+        else:
+            logger.warning("ctxguard: /metrics not served: 127.0.0.1:%d cannot be bound (%s)", port, exc)
         return None
 
 
@@ -189,9 +194,8 @@ def instrument(
         if config.capture_path is not None:
             try:
                 guard.start_capture(CaptureWriter(config.capture_path, redact=capture_redact))
-            except OSError as exc:
+            except OSError as exc:  # the environment's doing (a missing directory, no permission)
                 logger.warning("ctxguard: capture file %s not opened: %s", config.capture_path, exc)
-                report_internal_error("capture", exc)
         _providers.install(guard, only=providers)
         _guard = guard
         return guard

@@ -6,6 +6,7 @@ switch a deployed app to observe mode, or off, without a release.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Literal
@@ -47,11 +48,25 @@ SpanChoice = Literal["auto", "own"]
 _TRUE = {"1", "true", "yes", "on"}
 
 
+_FALSE = {"0", "false", "no", "off"}
+logger = logging.getLogger("ctxguard")
+
+
+def _ignored(name: str, raw: str, expected: str) -> None:
+    """A variable the operator set wrong: one warning naming it; the code's value stands. The
+    environment never makes ``instrument()`` raise into the app."""
+    logger.warning("ctxguard: %s=%r ignored: %s expected; using the value given in code", name, raw, expected)
+
+
 def _flag(name: str) -> bool | None:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return None
-    return raw.strip().lower() in _TRUE
+    word = raw.strip().lower()
+    if word not in _TRUE | _FALSE:
+        _ignored(name, raw, "1/true/yes/on or 0/false/no/off")
+        return None
+    return word in _TRUE
 
 
 def _int(name: str) -> int | None:
@@ -61,7 +76,18 @@ def _int(name: str) -> int | None:
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+        _ignored(name, raw, "an integer")
+        return None
+
+
+def _choice(name: str, choices: tuple[str, ...]) -> str | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    if raw.lower() not in choices:
+        _ignored(name, raw, " or ".join(choices))
+        return None
+    return raw.lower()
 
 
 @dataclass(frozen=True)
@@ -91,22 +117,30 @@ class Config:
         capture_path: str | None = None,
         span: str = "auto",
     ) -> Config:
-        mode = os.environ.get(ENV_MODE, "").strip().lower() or mode
         if mode not in ("observe", "enforce"):
             raise ValueError(f"mode must be 'observe' or 'enforce', got {mode!r}")
-        span = os.environ.get(ENV_SPAN, "").strip().lower() or span
         if span not in ("auto", "own"):
             raise ValueError(f"span must be 'auto' or 'own', got {span!r}")
+        mode = _choice(ENV_MODE, ("observe", "enforce")) or mode
+        span = _choice(ENV_SPAN, ("auto", "own")) or span
         key = os.environ.get(ENV_DIGEST_KEY) or digest_key
         capture = _flag(ENV_CAPTURE_CONTENT)
+        if metrics_port is not None and not 0 < metrics_port < 65536:
+            raise ValueError(f"metrics_port must be a TCP port (1-65535), got {metrics_port!r}")
         port = _int(ENV_METRICS_PORT)
+        if port is not None and not 0 < port < 65536:
+            _ignored(ENV_METRICS_PORT, str(port), "a TCP port (1-65535)")
+            port = None
         max_conv = _int(ENV_MAX_CONVERSATIONS)
+        if max_conv is not None and max_conv <= 0:
+            _ignored(ENV_MAX_CONVERSATIONS, str(max_conv), "a positive number of conversations")
+            max_conv = None
         return cls(
             mode="enforce" if mode == "enforce" else "observe",
             digest_key=key.encode() if isinstance(key, str) else key,
             capture_content=capture_content if capture is None else capture,
             metrics_port=metrics_port if port is None else port,
-            max_conversations=max_conv if max_conv and max_conv > 0 else 10_000,
+            max_conversations=max_conv if max_conv is not None else 10_000,
             capture_path=os.environ.get(ENV_CAPTURE_PATH, "").strip() or capture_path,
             span="own" if span == "own" else "auto",
         )

@@ -220,9 +220,50 @@ def test_env_overrides(monkeypatch):
     monkeypatch.setenv("CTXGUARD_DIGEST_KEY", "from-env")
     config = Config.resolve(mode="observe", digest_key="from-code")
     assert (config.mode, config.capture_content, config.digest_key) == ("enforce", True, b"from-env")
-    monkeypatch.setenv("CTXGUARD_MODE", "panic")
-    with pytest.raises(ValueError):
-        Config.resolve()
+    with pytest.raises(ValueError):  # a mistake in code raises at the call
+        Config.resolve(mode="panic")
+
+
+@pytest.mark.parametrize(("variable", "value", "field", "expected"), [
+    ("CTXGUARD_MODE", "enforcee", "mode", "observe"),
+    ("CTXGUARD_SPAN", "mine", "span", "auto"),
+    ("CTXGUARD_CAPTURE_CONTENT", "sure", "capture_content", False),
+    ("CTXGUARD_METRICS_PORT", "ninety", "metrics_port", None),
+    ("CTXGUARD_METRICS_PORT", "70000", "metrics_port", None),
+    ("CTXGUARD_MAX_CONVERSATIONS", "0", "max_conversations", 10_000),
+    ("CTXGUARD_MAX_CONVERSATIONS", "lots", "max_conversations", 10_000),
+])
+def test_a_mistyped_variable_is_one_warning_and_the_codes_value(monkeypatch, caplog, variable, value, field, expected):
+    """The environment never makes instrument() raise into the app: the operator's typo is named
+    in one warning, and the value given in code (or the default) stands."""
+    monkeypatch.setenv(variable, value)
+    caplog.set_level(logging.WARNING, logger="ctxguard")
+    assert getattr(Config.resolve(), field) == expected
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and variable in warned[0] and repr(value) in warned[0]
+
+
+def test_instrument_never_raises_because_of_the_environment(monkeypatch, caplog, tmp_path):
+    """A taken port, an unwritable capture path, a mistyped variable: instrument() returns a guard."""
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    monkeypatch.setenv("CTXGUARD_MODE", "enforcee")
+    caplog.set_level(logging.WARNING, logger="ctxguard")
+    try:
+        guard = ctxguard.instrument(registry=CollectorRegistry(), metrics_port=port, digest_key=b"k",
+                                    capture_path=str(tmp_path / "missing-dir" / "capture.jsonl"))
+    finally:
+        taken.close()
+    assert guard is not None and guard.config.mode == "observe"
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert f"127.0.0.1:{port} cannot be bound" in said and "CTXGUARD_MODE" in said
+    ctxguard.uninstrument()
+    with pytest.raises(ValueError):  # an impossible port given in code is the code's mistake
+        ctxguard.instrument(registry=CollectorRegistry(), metrics_port=70_000, digest_key=b"k")
 
 
 def test_policy_rejects_mistakes_at_definition():

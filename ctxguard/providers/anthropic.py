@@ -17,9 +17,9 @@ from ..memo import Memo
 from ..payload import Item, Reply, RequestView
 from ..tokens import NON_TEXT_PART
 from ._image import ANTHROPIC_HIGH_RES, ANTHROPIC_STANDARD, anthropic_tokens, size_of_base64
+from ._read import Unread, canonical, family, items, schemas, structured_parts
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import Unread, canonical, family, items, schemas, structured_parts
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text

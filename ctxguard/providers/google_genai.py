@@ -17,9 +17,9 @@ from ..memo import Memo
 from ..payload import Item, Reply, RequestView
 from ..tokens import NON_TEXT_PART
 from ._image import gemini_tokens, size_of_base64, size_of_bytes
+from ._read import Unread, canonical, items, schemas, unread_if_one_shot
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import Unread, canonical, items, schemas, unread_if_one_shot
 from ._read import get as _get
 from ._read import role as _role
 
