@@ -6,8 +6,9 @@ switch a deployed app to observe mode, or off, without a release.
 
 from __future__ import annotations
 
+import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
@@ -42,6 +43,8 @@ ENV_MAX_CONVERSATIONS = "CTXGUARD_MAX_CONVERSATIONS"
 #: call when there is one; ``own``: ctxguard always records a span of its own.
 ENV_SPAN = "CTXGUARD_SPAN"
 
+logger = logging.getLogger("ctxguard")
+
 Mode = Literal["observe", "enforce"]
 SpanChoice = Literal["auto", "own"]
 _TRUE = {"1", "true", "yes", "on"}
@@ -64,12 +67,29 @@ def _int(name: str) -> int | None:
         raise ValueError(f"{name} must be an integer, got {raw!r}") from None
 
 
+def _digest_key(given: str | bytes | None) -> str | bytes | None:
+    """The digest key: ``CTXGUARD_DIGEST_KEY``, else ``given``. An empty key would make the
+    digests unkeyed (guessable): refused in code, ignored with a warning from the environment."""
+    if given is not None and not given:
+        raise ValueError("digest_key must not be empty (it would leave digests unkeyed): pass a secret, "
+                         "or None for a random per-process key")
+    raw = os.environ.get(ENV_DIGEST_KEY)
+    if raw is None or raw.strip():
+        return raw if raw is not None else given
+    # Set but blank: a deployment whose secret did not arrive. Ignored, as if unset, with one warning
+    # (a random key made here, so that the Digester does not add its own "no key" warning).
+    logger.warning("ctxguard: %s is set but empty, which would leave digests unkeyed; ignored, using %s",
+                   ENV_DIGEST_KEY, "digest_key= as given in code" if given is not None
+                   else "a random per-process key (digests are not comparable across processes)")
+    return given if given is not None else os.urandom(32)
+
+
 @dataclass(frozen=True)
 class Config:
     """Resolved settings: ``Config.resolve(mode="enforce")`` applies env overrides."""
 
     mode: Mode = "observe"
-    digest_key: bytes | None = None
+    digest_key: bytes | None = field(default=None, repr=False)  # a secret: never in a repr, log or message
     capture_content: bool = False
     metrics_port: int | None = None
     max_conversations: int = 10_000
@@ -97,7 +117,7 @@ class Config:
         span = os.environ.get(ENV_SPAN, "").strip().lower() or span
         if span not in ("auto", "own"):
             raise ValueError(f"span must be 'auto' or 'own', got {span!r}")
-        key = os.environ.get(ENV_DIGEST_KEY) or digest_key
+        key = _digest_key(digest_key)
         capture = _flag(ENV_CAPTURE_CONTENT)
         port = _int(ENV_METRICS_PORT)
         max_conv = _int(ENV_MAX_CONVERSATIONS)

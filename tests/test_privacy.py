@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
@@ -14,6 +16,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 import ctxguard
 from ctxguard import Pinned, Policy, render_pinned
+from ctxguard._instrument import active_guard
+from ctxguard.digest import Digester
+from ctxguard.testing.plugin import GuardHarness
 
 CANARY = "CANARY-7f3a9c-secret"
 
@@ -104,3 +109,63 @@ def test_capture_content_opt_in_puts_content_on_spans(llm, client):
     assert CANARY in raw  # positive control: the canary is findable when it is there
     assert f"ANSWER-{CANARY}" in raw  # and in the answer
     assert CANARY not in metrics
+
+
+# -- the digest key -------------------------------------------------------------------
+
+KEY_CANARY = "KEY-CANARY-5e1d0b"
+
+
+def head_digest(harness: GuardHarness, client) -> str:
+    client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hello"}])
+    return str(harness.spans()[-1].attributes["ctxguard.head.hash"])
+
+
+def canonical_hello(key: bytes | None) -> str:
+    """The documented canonical form of the message ``hello`` (docs/privacy.md), keyed or not."""
+    data = b"user\x1fhello\x1f"
+    return hashlib.blake2b(data, key=key or b"", digest_size=16).hexdigest()
+
+
+@pytest.mark.parametrize("key", ["", b""])
+def test_an_empty_digest_key_in_code_is_refused(key):
+    with pytest.raises(ValueError, match="digest_key must not be empty"):
+        ctxguard.instrument(digest_key=key, registry=CollectorRegistry())
+    assert active_guard() is None
+    with pytest.raises(ValueError, match="must not be empty"):
+        Digester(b"")
+
+
+@pytest.mark.parametrize("given", [None, b"from-code"])
+def test_an_empty_digest_key_in_the_environment_is_ignored_with_one_warning(
+    monkeypatch, caplog, harness, llm, client, given
+):
+    monkeypatch.setenv("CTXGUARD_DIGEST_KEY", "")
+    caplog.set_level(logging.DEBUG, logger="ctxguard")
+    harness.start(mode="observe", digest_key=given)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "CTXGUARD_DIGEST_KEY is set but empty" in warnings[0], warnings
+    digest = head_digest(harness, client)
+    assert digest != canonical_hello(None)  # never unkeyed
+    if given is None:
+        assert "random per-process key" in warnings[0]
+        harness.start(mode="observe", digest_key=None)
+        assert head_digest(harness, client) != digest  # a fresh random key, not a fixed one
+    else:
+        assert "digest_key= as given in code" in warnings[0]
+        assert digest == canonical_hello(given)
+
+
+def test_the_digest_key_is_never_in_a_repr_or_a_log(monkeypatch, caplog, harness, llm, client):
+    monkeypatch.setenv("CTXGUARD_DIGEST_KEY", KEY_CANARY)
+    caplog.set_level(logging.DEBUG, logger="ctxguard")
+    guard = harness.start(mode="observe")
+    with ctxguard.conversation("c"):
+        ctxguard.record_fact("phone", "+91 98200 12345")
+        assert head_digest(harness, client) == canonical_hello(KEY_CANARY.encode())  # the key is in use
+    assert guard.config.digest_key == KEY_CANARY.encode()
+    assert KEY_CANARY not in repr(guard.config) and KEY_CANARY not in str(guard.config)
+    assert KEY_CANARY not in repr(guard.measurer.digester)
+    assert caplog.records  # the violation was logged, the key was not
+    for record in caplog.records:
+        assert KEY_CANARY not in record.getMessage() and KEY_CANARY not in repr(record.__dict__)
