@@ -16,6 +16,7 @@ __all__ = [
     "ENV_CAPTURE_PATH",
     "ENV_DIGEST_KEY",
     "ENV_DISABLED",
+    "ENV_HASH_IDS",
     "ENV_MAX_CONVERSATIONS",
     "ENV_METRICS_PORT",
     "ENV_MODE",
@@ -33,6 +34,8 @@ ENV_DIGEST_KEY = "CTXGUARD_DIGEST_KEY"
 ENV_CAPTURE_CONTENT = "CTXGUARD_CAPTURE_CONTENT"
 #: Port for a Prometheus ``/metrics`` endpoint on 127.0.0.1.
 ENV_METRICS_PORT = "CTXGUARD_METRICS_PORT"
+#: ``1``/``true`` exports conversation and fact ids as keyed digests (spans, span events, logs).
+ENV_HASH_IDS = "CTXGUARD_HASH_IDS"
 #: ``1`` makes ``instrument()`` a no-op.
 ENV_DISABLED = "CTXGUARD_DISABLED"
 #: Append every request body (as sent) and fact event to this JSON Lines file (opt-in; raw content).
@@ -95,6 +98,7 @@ class Config:
     max_conversations: int = 10_000
     capture_path: str | None = None
     span: SpanChoice = "auto"
+    hash_ids: bool = False
 
     @staticmethod
     def disabled() -> bool:
@@ -110,6 +114,7 @@ class Config:
         metrics_port: int | None = None,
         capture_path: str | None = None,
         span: str = "auto",
+        hash_ids: bool = False,
     ) -> Config:
         mode = os.environ.get(ENV_MODE, "").strip().lower() or mode
         if mode not in ("observe", "enforce"):
@@ -119,6 +124,7 @@ class Config:
             raise ValueError(f"span must be 'auto' or 'own', got {span!r}")
         key = _digest_key(digest_key)
         capture = _flag(ENV_CAPTURE_CONTENT)
+        hashed = _flag(ENV_HASH_IDS)
         port = _int(ENV_METRICS_PORT)
         max_conv = _int(ENV_MAX_CONVERSATIONS)
         return cls(
@@ -129,4 +135,5 @@ class Config:
             max_conversations=max_conv if max_conv and max_conv > 0 else 10_000,
             capture_path=os.environ.get(ENV_CAPTURE_PATH, "").strip() or capture_path,
             span="own" if span == "own" else "auto",
+            hash_ids=bool(hash_ids) if hashed is None else hashed,
         )
