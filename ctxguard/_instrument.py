@@ -104,6 +104,7 @@ def instrument(
     capture_path: str | None = None,
     capture_redact: Redact | None = None,
     span: str = "auto",
+    hash_ids: bool = False,
 ) -> Guard | None:
     """Guard every call of the installed (or later imported) LLM SDKs.
 
@@ -155,6 +156,10 @@ def instrument(
     that instrumentation's span of the same call, so a trace shows one span per call;
     ``"own"`` always records ctxguard's span. Either way exactly one span of a call carries
     ``gen_ai.usage.*``: ctxguard's own span leaves it out when another one records it.
+
+    ``hash_ids`` (or ``CTXGUARD_HASH_IDS=1``): conversation and fact ids go into spans and logs
+    as keyed digests (the key of the payload digests), for apps whose ids are personal data;
+    see ``ctxguard.telemetry.ids`` and docs/privacy.md.
     """
     global _guard, _server, _tracing
     if Config.disabled():
@@ -171,6 +176,7 @@ def instrument(
             metrics_port=metrics_port,
             capture_path=capture_path,
             span=span,
+            hash_ids=hash_ids,
         )
         tracing = _start_tracing(otlp_endpoint) if tracer_provider is None else None
         try:

@@ -356,8 +356,9 @@ class ContextBuilder:
         lost = lost_facts(summary, active)
         if not lost:
             return
-        logger.debug("ctxguard: the supplied summary lost %d active fact(s): %s", len(lost), ", ".join(lost))
         guard = _instrument._guard
+        shown = lost if guard is None else [guard.ids.id(fact_id) for fact_id in lost]
+        logger.debug("ctxguard: the supplied summary lost %d active fact(s): %s", len(lost), ", ".join(shown))
         if guard is not None:
             guard.metrics.add((guard.metrics.lossy_at,))
         if scope is not None:

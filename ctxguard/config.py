@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "ENV_CAPTURE_PATH",
     "ENV_DIGEST_KEY",
     "ENV_DISABLED",
+    "ENV_HASH_IDS",
     "ENV_MAX_CONVERSATIONS",
     "ENV_METRICS_PORT",
     "ENV_MODE",
@@ -33,6 +34,8 @@ ENV_DIGEST_KEY = "CTXGUARD_DIGEST_KEY"
 ENV_CAPTURE_CONTENT = "CTXGUARD_CAPTURE_CONTENT"
 #: Port for a Prometheus ``/metrics`` endpoint on 127.0.0.1.
 ENV_METRICS_PORT = "CTXGUARD_METRICS_PORT"
+#: ``1``/``true`` exports conversation and fact ids as keyed digests (spans, span events, logs).
+ENV_HASH_IDS = "CTXGUARD_HASH_IDS"
 #: ``1`` makes ``instrument()`` a no-op.
 ENV_DISABLED = "CTXGUARD_DISABLED"
 #: Append every request body (as sent) and fact event to this JSON Lines file (opt-in; raw content).
@@ -43,13 +46,12 @@ ENV_MAX_CONVERSATIONS = "CTXGUARD_MAX_CONVERSATIONS"
 #: call when there is one; ``own``: ctxguard always records a span of its own.
 ENV_SPAN = "CTXGUARD_SPAN"
 
+logger = logging.getLogger("ctxguard")
+
 Mode = Literal["observe", "enforce"]
 SpanChoice = Literal["auto", "own"]
 _TRUE = {"1", "true", "yes", "on"}
-
-
 _FALSE = {"0", "false", "no", "off"}
-logger = logging.getLogger("ctxguard")
 
 
 def _ignored(name: str, raw: str, expected: str) -> None:
@@ -90,17 +92,35 @@ def _choice(name: str, choices: tuple[str, ...]) -> str | None:
     return raw.lower()
 
 
+def _digest_key(given: str | bytes | None) -> str | bytes | None:
+    """The digest key: ``CTXGUARD_DIGEST_KEY``, else ``given``. An empty key would make the
+    digests unkeyed (guessable): refused in code, ignored with a warning from the environment."""
+    if given is not None and not given:
+        raise ValueError("digest_key must not be empty (it would leave digests unkeyed): pass a secret, "
+                         "or None for a random per-process key")
+    raw = os.environ.get(ENV_DIGEST_KEY)
+    if raw is None or raw.strip():
+        return raw if raw is not None else given
+    # Set but blank: a deployment whose secret did not arrive. Ignored, as if unset, with one warning
+    # (a random key made here, so that the Digester does not add its own "no key" warning).
+    logger.warning("ctxguard: %s is set but empty, which would leave digests unkeyed; ignored, using %s",
+                   ENV_DIGEST_KEY, "digest_key= as given in code" if given is not None
+                   else "a random per-process key (digests are not comparable across processes)")
+    return given if given is not None else os.urandom(32)
+
+
 @dataclass(frozen=True)
 class Config:
     """Resolved settings: ``Config.resolve(mode="enforce")`` applies env overrides."""
 
     mode: Mode = "observe"
-    digest_key: bytes | None = None
+    digest_key: bytes | None = field(default=None, repr=False)  # a secret: never in a repr, log or message
     capture_content: bool = False
     metrics_port: int | None = None
     max_conversations: int = 10_000
     capture_path: str | None = None
     span: SpanChoice = "auto"
+    hash_ids: bool = False
 
     @staticmethod
     def disabled() -> bool:
@@ -116,6 +136,7 @@ class Config:
         metrics_port: int | None = None,
         capture_path: str | None = None,
         span: str = "auto",
+        hash_ids: bool = False,
     ) -> Config:
         if mode not in ("observe", "enforce"):
             raise ValueError(f"mode must be 'observe' or 'enforce', got {mode!r}")
@@ -123,8 +144,9 @@ class Config:
             raise ValueError(f"span must be 'auto' or 'own', got {span!r}")
         mode = _choice(ENV_MODE, ("observe", "enforce")) or mode
         span = _choice(ENV_SPAN, ("auto", "own")) or span
-        key = os.environ.get(ENV_DIGEST_KEY) or digest_key
+        key = _digest_key(digest_key)
         capture = _flag(ENV_CAPTURE_CONTENT)
+        hashed = _flag(ENV_HASH_IDS)
         if metrics_port is not None and not 0 < metrics_port < 65536:
             raise ValueError(f"metrics_port must be a TCP port (1-65535), got {metrics_port!r}")
         port = _int(ENV_METRICS_PORT)
@@ -143,4 +165,5 @@ class Config:
             max_conversations=max_conv if max_conv is not None else 10_000,
             capture_path=os.environ.get(ENV_CAPTURE_PATH, "").strip() or capture_path,
             span="own" if span == "own" else "auto",
+            hash_ids=bool(hash_ids) if hashed is None else hashed,
         )

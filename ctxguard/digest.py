@@ -18,11 +18,18 @@ _warned = threading.Event()
 
 
 class Digester:
-    """``Digester(b"secret").text("hello")`` -> 32 hex characters, stable for one key."""
+    """``Digester(b"secret").text("hello")`` -> 32 hex characters, stable for one key.
+
+    ``None`` draws a random per-process key (with one warning); an empty key is refused,
+    since BLAKE2b with an empty key is unkeyed and anyone could confirm a guessed value.
+    """
 
     __slots__ = ("_key",)
 
     def __init__(self, key: bytes | None = None) -> None:
+        if key is not None and not key:
+            raise ValueError("the digest key must not be empty (it would leave digests unkeyed): pass a secret, "
+                             "or None for a random per-process key")
         if key is None:
             key = os.urandom(32)
             if not _warned.is_set():

@@ -43,6 +43,7 @@ from .providers.base import Adapter, StreamReader
 from .providers.streams import http_response_of, tap_response, wrap_manager, wrap_stream
 from .summaries import LOSSY
 from .telemetry import spans as attr
+from .telemetry.ids import ExportedIds
 from .telemetry.log import log_violation
 from .telemetry.metrics import Hist, Metrics, metrics_for
 from .tokens import Calibration, default_counter
@@ -85,6 +86,8 @@ class Guard:
         self.calibration = Calibration(exact=counter.exact)
         self.measurer = Measurer(Digester(config.digest_key), counter, self.calibration)
         self.wire_digests = WireDigests(self.measurer.digester)
+        #: How conversation and fact ids are exported: as they are, or keyed digests (``hash_ids``).
+        self.ids = ExportedIds(self.measurer.digester if config.hash_ids else None)
         self.memos = Memos()
         self.memory = ConversationMemory(config.max_conversations)
         self.facts = sinks if sinks is not None else facts_mod.configure(ledger, clock)  # type: ignore[arg-type]
@@ -341,8 +344,10 @@ class Call:
                 observed.append((m.pinned_h, ctx.pinned_tokens))
         m.add(cells, observed)
 
-        conversation_id = self.scope[0] if self.scope is not None else None
-        for v in self.violations:
+        ids = guard.ids
+        conversation_id = ids.id(self.scope[0]) if self.scope is not None else None
+        exported = ids.violations(self.violations)
+        for v in exported:
             log_violation(v, provider=provider, conversation_id=conversation_id, payload_hash=payload.digest)
 
         if self.over is not None:
@@ -352,7 +357,7 @@ class Call:
                 # ctxguard's attributes and events go on it, so a trace shows one span per call.
                 self.span, self.adopted = theirs, True
                 attr.set_attributes(theirs, {k: v for k, v in self._attributes().items() if _ours_to_add(k, theirs)})
-                attr.violation_events(theirs, self.violations)
+                attr.violation_events(theirs, exported)
                 return
             self.usage_elsewhere = _records_usage(self.over) or _inference_span(theirs, payload.model)
         # Attributes go on right after creation, through the non-validating fast path;
@@ -362,7 +367,7 @@ class Call:
         self.token = otel_context.attach(trace.set_span_in_context(span))
         if span.is_recording():
             attr.set_attributes(span, self._attributes())
-            attr.violation_events(span, self.violations)
+            attr.violation_events(span, exported)
             if guard.config.capture_content:
                 span.set_attribute(
                     attr.INPUT_MESSAGES,
@@ -438,7 +443,11 @@ class Call:
             a[attr.BUDGET_REPLY_ROOM] = payload.reply_room
             if payload.max_output_tokens:
                 a[attr.BUDGET_REPLY_ROOM_LOW] = payload.reply_room * 4 < payload.max_output_tokens
-        return a
+        return self.guard.ids.attributes(a, self._view())
+
+    def _view(self) -> FactView | None:
+        facts = self.ctx.facts if self.ctx is not None else None
+        return facts if isinstance(facts, FactView) else None
 
     def block(self) -> None:
         """Enforce mode: count, close the span, and refuse to send."""
@@ -475,7 +484,7 @@ class Call:
                     early = [f"{o.check}: {o.reason}" for o in self.outcomes if o.outcome == "skip"]
                     update[attr.SKIPPED] = (*early, *self.late_skips)
                 if update:
-                    attr.set_attributes(span, update)
+                    attr.set_attributes(span, self.guard.ids.attributes(update, self._view()))
             if not self.adopted:
                 if error_type is not None:
                     span.set_status(Status(StatusCode.ERROR))
@@ -694,8 +703,10 @@ class Call:
             update.update(extra)
         if violations:
             cells.append(m.violations_at[(check, provider)])
-            conversation_id = self.scope[0] if self.scope is not None else None
-            for v in violations:
+            ids = self.guard.ids
+            conversation_id = ids.id(self.scope[0]) if self.scope is not None else None
+            exported = ids.violations(violations)
+            for v in exported:
                 log_violation(v, provider=provider, conversation_id=conversation_id, payload_hash=self.payload.digest)
             first_divergence = next((v for v in self.violations if v.stage is not None), None)
             self.violations.extend(violations)
@@ -705,7 +716,7 @@ class Call:
                 update[attr.DIVERGENCE_STAGE] = violations[0].stage
                 update[attr.DIVERGENCE_FACT] = violations[0].fact_id or ""
             if recording:
-                attr.violation_events(span, violations)  # type: ignore[arg-type]
+                attr.violation_events(span, exported)  # type: ignore[arg-type]
         if at_end:
             self.late_cells.extend(cells)
         else:

@@ -146,7 +146,7 @@ def _load(path: str, provider: str | None, measurer: Measurer) -> Payload | str:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    key = os.environ.get("CTXGUARD_DIGEST_KEY", "ctxguard-diff").encode()
+    key = (os.environ.get("CTXGUARD_DIGEST_KEY") or "ctxguard-diff").encode()  # set but empty: not a key
     measurer = Measurer(Digester(key), default_counter(), Calibration())
     a = _load(args.a, args.provider, measurer)
     b = _load(args.b, args.provider, measurer)

@@ -133,17 +133,27 @@ def configure(ledger: Ledger | None, clock: Callable[[], datetime] | None) -> Si
     return SINKS
 
 
-def _scope(conversation: str | None, caller: str) -> Scope:
+def _scope(conversation: str | None, tenant: str | None, caller: str) -> Scope:
+    """The scope a fact event or checkpoint belongs to (docs/facts.md, "Whose fact it is").
+
+    What is given wins; what is not comes from the active ``conversation()`` scope, and
+    its tenant only when the scope is of the same conversation. Outside any scope,
+    ``conversation=`` without ``tenant=`` is that conversation with no tenant.
+    """
     current = current_conversation()
+    if tenant is not None and (not isinstance(tenant, str) or not tenant):
+        raise ValueError("tenant must be a non-empty string, or None")
     if conversation is None:
         if current is None:
             raise ValueError(
                 f"{caller}() needs a conversation: call it inside ctxguard.conversation(...) or pass conversation="
             )
-        return current
-    if not isinstance(conversation, str) or not conversation:
+        conversation = current[0]
+    elif not isinstance(conversation, str) or not conversation:
         raise ValueError("conversation must be a non-empty string")
-    return (conversation, current[1] if current is not None and current[0] == conversation else None)
+    if tenant is None and current is not None and current[0] == conversation:
+        tenant = current[1]
+    return (conversation, tenant)
 
 
 def _fact_id(fact_id: object) -> str:
@@ -157,14 +167,20 @@ def record_fact(
     value: object,
     *,
     conversation: str | None = None,
+    tenant: str | None = None,
     sequence: int | None = None,
     expires_at: datetime | None = None,
     required: bool = True,
 ) -> None:
     """Record (or revise) a fact of the current conversation; stage ``capture``.
 
-    >>> with ctxguard.conversation("order-41"):          # doctest: +SKIP
+    >>> with ctxguard.conversation("order-41", tenant="acme"):          # doctest: +SKIP
     ...     ctxguard.record_fact("shipping_city", "Pune")
+    >>> ctxguard.record_fact("shipping_city", "Pune", conversation="order-41", tenant="acme")  # doctest: +SKIP
+
+    ``conversation=`` and ``tenant=`` name the scope from outside a ``conversation()`` block
+    (a webhook, a back-office job). What is given wins; what is not comes from the active
+    scope, its tenant only if it is the same conversation (docs/facts.md, "Whose fact it is").
     """
     fact_id = _fact_id(fact_id)
     text = value_text(value)
@@ -174,20 +190,21 @@ def record_fact(
         raise ValueError("sequence must be an int")
     if expires_at is not None and (not isinstance(expires_at, datetime) or expires_at.tzinfo is None):
         raise ValueError("expires_at must be a timezone-aware datetime")
-    SINKS.record(FactEvent(_scope(conversation, "record_fact"), fact_id, text, sequence, expires_at, bool(required)))
+    scope = _scope(conversation, tenant, "record_fact")
+    SINKS.record(FactEvent(scope, fact_id, text, sequence, expires_at, bool(required)))
 
 
-def forget_fact(fact_id: str, *, conversation: str | None = None) -> None:
+def forget_fact(fact_id: str, *, conversation: str | None = None, tenant: str | None = None) -> None:
     """Delete a fact: from now on its values must be absent from payloads."""
     fact_id = _fact_id(fact_id)
-    SINKS.record(FactEvent(_scope(conversation, "forget_fact"), fact_id, None))
+    SINKS.record(FactEvent(_scope(conversation, tenant, "forget_fact"), fact_id, None))
 
 
-def checkpoint(stage: str, content: Any, *, conversation: str | None = None) -> None:
+def checkpoint(stage: str, content: Any, *, conversation: str | None = None, tenant: str | None = None) -> None:
     """Record what an application stage holds (``commit``, ``load``, ``selection`` or a custom name)."""
     if not isinstance(stage, str) or not stage or stage in ("capture", "payload", "answer"):
         raise ValueError("stage must be a non-empty name other than capture, payload and answer (automatic)")
-    scope = _scope(conversation, "checkpoint")
+    scope = _scope(conversation, tenant, "checkpoint")
     with guarded("ledger"):
         SINKS.stages.put(scope, stage, normalise(text_of(content)))
 

@@ -302,6 +302,13 @@ def test_diff_of_identical_payloads_exits_0_and_json_is_complete(tmp_path: Path,
     assert [m["status"] for m in doc["messages"]] == ["kept", "kept"]
 
 
+def test_diff_with_an_empty_digest_key_in_the_environment_still_diffs(tmp_path: Path, capsys, monkeypatch):
+    monkeypatch.setenv("CTXGUARD_DIGEST_KEY", "")  # set but empty: not a key (an empty key is refused)
+    a = _write(tmp_path / "a.json", {"model": "gpt-4o", "messages": [SYSTEM]})
+    assert main(["diff", a, a]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("1 kept")
+
+
 def test_diff_bad_input_exits_2(tmp_path: Path):
     good = _write(tmp_path / "a.json", {"messages": [SYSTEM]})
     (tmp_path / "bad.json").write_bytes(b"\x00\x01garbage")

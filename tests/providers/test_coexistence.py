@@ -103,6 +103,20 @@ def test_span_own_keeps_ctxguards_span_and_leaves_usage_to_the_other(harness, ll
     assert len(_usage_spans(harness)) == 1
 
 
+def test_with_hash_ids_the_ids_ctxguard_adds_to_the_others_span_are_digests(harness, llm, client, other):
+    other.instrument()
+    guard = harness.start(mode="observe", hash_ids=True)
+    with ctxguard.conversation("alice@example.com"):
+        ctxguard.record_fact("phone-of-alice", "+91 98200 12345")
+        _call(client)  # the phone number is not sent: fact_present
+    (span,) = harness.spans()
+    assert span.instrumentation_scope.name == "other.instrumentation"  # adopted
+    assert span.attributes["gen_ai.conversation.id"] == guard.ids.id("alice@example.com") != "alice@example.com"
+    assert list(span.attributes["ctxguard.facts.missing"]) == [f"{guard.ids.id('phone-of-alice')}@1"]
+    assert [e.attributes["fact_id"] for e in span.events] == [guard.ids.id("phone-of-alice")]
+    assert "alice" not in span.to_json()
+
+
 def test_ctxguard_sits_beneath_the_others_wrapper_so_its_unwrap_leaves_ctxguard(harness, llm, client, other):
     other.instrument()
     harness.start(mode="observe")
