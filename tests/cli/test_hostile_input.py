@@ -1,0 +1,121 @@
+"""Hostile capture files and payloads: every input ``check``, ``report`` or ``diff`` cannot use
+exits 2 with one line naming it, and nothing read from a file can forge, break or crash the
+output (issue 21, point 11)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctxguard.cli import main
+
+SYSTEM = {"role": "system", "content": "You are the order assistant."}
+GOOD = json.dumps({"conversation_id": "c", "body": {"model": "gpt-4o", "messages": [SYSTEM]}}).encode() + b"\n"
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real entry point, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "ctxguard.cli", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def run_main(*args: str) -> tuple[int, str, str]:
+    """``main()`` in process, its stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(list(args))
+    return status, out.getvalue(), err.getvalue()
+
+
+def request(cid: Any, *messages: dict[str, Any], **extra: Any) -> bytes:
+    line = {"conversation_id": cid, "body": {"model": "gpt-4o", "messages": list(messages) or [SYSTEM]}, **extra}
+    return json.dumps(line).encode() + b"\n"
+
+
+def nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+HOSTILE = {
+    "nested JSON": (b'{"body": ' + nested(100_000) + b"}\n", 1, "not readable JSON (nested too deeply)"),
+    "nested body": (GOOD + b'{"body": {"messages": ' + nested(5_000) + b"}}\n", 2, "nested too deeply"),
+    "5,000-digit turn": (b'{"turn": ' + b"9" * 5000 + b', "body": {}}\n', 1, "an integer of more than"),
+    "5,000-digit number in the body": (b'{"body": {"max_tokens": ' + b"9" * 5000 + b"}}\n", 1, "an integer of more"),
+    "duplicate body": (b'{"body": {"messages": []}, "body": {"messages": [1]}}\n', 1, "duplicate key 'body'"),
+    "duplicate key in a message": (
+        b'{"body": {"messages": [{"role": "system", "content": "a", "content": "b"}]}}\n', 1,
+        "duplicate key 'content'"),
+    "NUL byte": (GOOD + b'{"body": {}}\x00\n', 2, "a NUL byte"),
+    "invalid UTF-8": (GOOD + b'{"body": {"messages": "\xff\xfe"}}\n', 2, "not UTF-8"),
+    "BOM after the first line": (GOOD + b"\xef\xbb\xbf" + GOOD, 2, "BOM"),
+    "JSON null": (b"null\n", 1, "expected a JSON object, got NoneType"),
+    "body a list": (b'{"body": [{"role": "user"}]}\n', 1, "'body' must be an object"),
+    "provider a list": (b'{"provider": ["openai"], "body": {}}\n', 1, "'provider' must be a string, got list"),
+    "provider unknown, with escapes": (b'{"provider": "x\\u001b[2J\\n", "body": {}}\n', 1,
+                                       "unknown provider 'x\\x1b[2J\\n'"),
+    "turn a string": (b'{"turn": "3", "body": {}}\n', 1, "'turn' must be a non-negative integer"),
+    "turn NaN": (b'{"turn": NaN, "body": {}}\n', 1, "'turn' must be a non-negative integer"),
+    "conversation id empty": (request(""), 1, "'conversation_id' must be a non-empty string or null"),
+    "conversation id a number": (request(41), 1, "'conversation_id' must be a string or null, got int"),
+    "fact without id": (b'{"conversation_id": "c", "fact": {"value": "Pune"}}\n', 1, "'fact.id' must be"),
+    "fact a list": (b'{"conversation_id": "c", "fact": ["city", "Pune"]}\n', 1, "'fact' must be an object"),
+    "fact expiry a number": (b'{"conversation_id": "c", "fact": {"id": "a", "value": "Pune", "expires_at": 5}}\n',
+                             1, "'fact.expires_at' must be an ISO-8601 timestamp string"),
+    "fact required a string": (b'{"conversation_id": "c", "fact": {"id": "a", "value": "Pune", "required": "no"}}\n',
+                               1, "'fact.required' must be true or false"),
+}
+
+
+def one_line_naming(err: str, path: Path, line: int, reason: str) -> None:
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert err.startswith(f"ctxguard: {path}: line {line}: ") and reason in err, err
+    assert "\x1b" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_check_and_report_refuse_hostile_lines_with_one_line_naming_them(tmp_path: Path, case: str):
+    content, line, reason = HOSTILE[case]
+    path = tmp_path / "hostile.jsonl"
+    path.write_bytes(content)
+    status, out, err = run_main("check", str(path))
+    assert status == 2 and out == ""
+    one_line_naming(err, path, line, reason)
+    page = tmp_path / "report.html"
+    status, out, err = run_main("report", str(path), "-o", str(page))
+    assert status == 2 and out == "" and not page.exists()
+    one_line_naming(err, path, line, reason)
+
+
+@pytest.mark.parametrize(("content", "reason"), [
+    (b'{"body": ' + nested(100_000) + b"}\n", "nested too deeply"),
+    (b'{"turn": ' + b"9" * 5000 + b', "body": {}}\n', "an integer of more than"),
+])
+def test_the_real_command_exits_2_not_1_on_what_used_to_be_a_traceback(tmp_path: Path, content: bytes, reason: str):
+    path = tmp_path / "hostile.jsonl"
+    path.write_bytes(content)
+    for verb in (("check", str(path)), ("report", str(path), "-o", str(tmp_path / "r.html"))):
+        proc = cli(*verb)
+        assert proc.returncode == 2 and proc.stdout == ""
+        one_line_naming(proc.stderr, path, 1, reason)
+
+
+def test_a_byte_order_mark_on_the_first_line_is_read(tmp_path: Path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD)
+    assert run_main("check", str(path))[:2] == (0, "c: ok (1 turn)\nchecked 1 requests in 1 conversations: 0 with "
+                                                   "violations\n")
+
+
+def test_nan_and_infinity_in_a_body_are_read_as_the_sdks_write_them(tmp_path: Path):
+    path = tmp_path / "nan.jsonl"
+    path.write_bytes(b'{"body": {"model": "gpt-4o", "temperature": NaN, "top_p": Infinity, "messages": '
+                     + json.dumps([SYSTEM]).encode() + b"}}\n")
+    assert run_main("check", str(path))[0] == 0
