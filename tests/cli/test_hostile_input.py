@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from ctxguard.cli import main
+from ctxguard.providers import openai as openai_provider
 
 SYSTEM = {"role": "system", "content": "You are the order assistant."}
 GOOD = json.dumps({"conversation_id": "c", "body": {"model": "gpt-4o", "messages": [SYSTEM]}}).encode() + b"\n"
@@ -119,3 +120,47 @@ def test_nan_and_infinity_in_a_body_are_read_as_the_sdks_write_them(tmp_path: Pa
     path.write_bytes(b'{"body": {"model": "gpt-4o", "temperature": NaN, "top_p": Infinity, "messages": '
                      + json.dumps([SYSTEM]).encode() + b"}}\n")
     assert run_main("check", str(path))[0] == 0
+
+
+# -- what ctxguard itself fails on is named, not passed off as clean -----------------------------
+
+
+def test_a_body_ctxguard_fails_on_is_named_offline_rather_than_judged_partly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, internal_errors: list
+):
+    original = openai_provider.ADAPTER.normalise
+
+    def normalise(api: str, kwargs: Any, memo: Any = None) -> Any:
+        if kwargs.get("model") == "boom":
+            raise RuntimeError("the reader broke")
+        return original(api, kwargs, memo)
+
+    monkeypatch.setattr(openai_provider.ADAPTER, "normalise", normalise)
+    path = tmp_path / "cap.jsonl"
+    path.write_bytes(GOOD + json.dumps({"body": {"model": "boom", "messages": [SYSTEM]}}).encode() + b"\n")
+    status, out, err = run_main("check", str(path))
+    assert status == 2 and out == ""
+    one_line_naming(err, path, 2, "could not be judged (normalise: RuntimeError: the reader broke)")
+    assert [where for where, _ in internal_errors] == ["normalise"]  # swallowed live, named offline
+    internal_errors.clear()
+
+
+# -- policy files ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("toml", "reason"), [
+    ("a = " + "[" * 5000 + "]" * 5000, "not readable TOML (nested too deeply)"),
+    ('system_at_head = "no"', "system_at_head must be true or false"),
+    ("require_facts = 0", "require_facts must be true or false"),
+    ("pinned = 5", "pinned must be a table"),
+    ('budget = "big"', "budget must be a table"),
+    ("x = 1" + "0" * 5000, "Exceeds the limit"),
+])
+def test_a_hostile_policy_file_exits_2_with_one_line(tmp_path: Path, toml: str, reason: str):
+    policy = tmp_path / "policy.toml"
+    policy.write_text(toml)
+    capture = tmp_path / "cap.jsonl"
+    capture.write_bytes(GOOD)
+    status, out, err = run_main("check", str(capture), "--policy", str(policy))
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith(f"ctxguard: {policy}: ") and reason in err
