@@ -122,6 +122,78 @@ def test_nan_and_infinity_in_a_body_are_read_as_the_sdks_write_them(tmp_path: Pa
     assert run_main("check", str(path))[0] == 0
 
 
+# -- ids from the file cannot forge or break the output ----------------------------------------
+
+FORGING = {
+    "x: ok (1 turn)\nforged: ok (3 turns)": "x: ok (1 turn)\\nforged: ok (3 turns)",
+    "\x1b[31mred\x1b[0m\rcarriage": "\\x1b[31mred\\x1b[0m\\rcarriage",
+    "lone \ud800 surrogate": "lone \\ud800 surrogate",
+    "line\u2028separator, \u202eRTL, back\\slash": "line\\u2028separator, \\u202eRTL, back\\\\slash",
+}
+
+
+def capture_of(path: Path, ids: list[str]) -> Path:
+    """One request per id, each without a system message (so each conversation has a line to print)."""
+    path.write_bytes(b"".join(request(cid, {"role": "user", "content": "hi"}) for cid in ids))
+    return path
+
+
+def test_check_prints_ids_escaped_one_line_per_conversation(tmp_path: Path):
+    path = capture_of(tmp_path / "ids.jsonl", list(FORGING))
+    proc = cli("check", str(path))
+    assert proc.returncode == 1 and proc.stderr == ""
+    lines = proc.stdout.split("\n")
+    assert lines[-1] == "" and len(lines) == len(FORGING) + 2  # one per conversation, the summary, the end
+    assert lines[:-2] == [f"{shown}: first violation at turn 1: system_at_head" for shown in FORGING.values()]
+    assert not any(ch in proc.stdout for ch in "\x1b\r\u2028\u202e")
+
+
+def test_check_json_keeps_the_ids_exact(tmp_path: Path):
+    path = capture_of(tmp_path / "ids.jsonl", list(FORGING))
+    proc = cli("check", str(path), "--json")
+    assert proc.returncode == 1
+    assert [c["conversation_id"] for c in json.loads(proc.stdout)["conversations"]] == list(FORGING)
+
+
+def test_the_report_shows_ids_escaped_and_is_written(tmp_path: Path):
+    path = tmp_path / "ids.jsonl"
+    fact = {"conversation_id": "lone \ud800 surrogate", "fact": {"id": "city\x1b[2J\ud800", "value": "Pune city"}}
+    path.write_bytes(json.dumps(fact).encode() + b"\n" + capture_of(tmp_path / "c.jsonl", list(FORGING)).read_bytes())
+    page = tmp_path / "report.html"
+    proc = cli("report", str(path), "-o", str(page))
+    assert proc.returncode == 0, proc.stderr
+    html = page.read_text(encoding="utf-8")
+    assert "lone \\ud800 surrogate" in html and "city\\x1b[2J\\ud800" in html
+    assert "x: ok (1 turn)\\nforged" in html
+    assert not any(ch in html for ch in "\x1b\r\u2028\u202e")
+
+
+def test_a_terminal_that_cannot_show_an_id_gets_it_escaped(tmp_path: Path):
+    path = capture_of(tmp_path / "ids.jsonl", ["café-41"])
+    proc = cli("check", str(path), env={"PYTHONIOENCODING": "ascii"})
+    assert proc.returncode == 1 and proc.stderr == ""
+    assert proc.stdout.startswith("caf\\xe9-41: first violation at turn 1: system_at_head\n")
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout buffered, as users have it
+    path = capture_of(tmp_path / "many.jsonl", [f"conversation-{i}" for i in range(5000)])  # > a pipe's buffer
+    proc = subprocess.Popen([sys.executable, "-m", "ctxguard.cli", "check", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"conversation-0: ")
+    proc.stdout.close()  # `| head -1`
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 2 and err == b""
+    small = capture_of(tmp_path / "small.jsonl", ["c"])  # all of it still buffered when the reader is gone
+    proc = subprocess.Popen([sys.executable, "-m", "ctxguard.cli", "check", str(small)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 2 and err == b""
+
+
 # -- what ctxguard itself fails on is named, not passed off as clean -----------------------------
 
 
