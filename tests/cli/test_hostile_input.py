@@ -10,11 +10,15 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from ctxguard.cli import diff as diff_cli
 from ctxguard.cli import main
 from ctxguard.providers import openai as openai_provider
 
@@ -236,3 +240,106 @@ def test_a_hostile_policy_file_exits_2_with_one_line(tmp_path: Path, toml: str, 
     status, out, err = run_main("check", str(capture), "--policy", str(policy))
     assert status == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith(f"ctxguard: {policy}: ") and reason in err
+
+
+# -- diff ------------------------------------------------------------------------------------------
+
+DIFF_HOSTILE = {
+    "nested": (b'{"messages": ' + nested(100_000) + b"}", "not readable JSON (nested too deeply)"),
+    "5,000-digit number": (b'{"max_tokens": ' + b"9" * 5000 + b', "messages": []}', "an integer of more than"),
+    "duplicate key": (b'{"messages": [], "messages": [{"role": "user", "content": "x"}]}', "duplicate key 'messages'"),
+    "pretty JSON, broken on line 3": (b'{\n  "messages": [\n    {"role": }\n  ]\n}', "at line 3 column"),
+    "invalid UTF-8": (b'{"messages": "\xff"}', "not UTF-8"),
+    "provider a list": (b'{"provider": ["openai"], "body": {"messages": []}}', "unknown provider 'list'"),
+    "body a list": (b'{"provider": "openai", "body": [1]}', "'body' must be an object"),
+    "model a number": (b'{"model": 4, "body": {"messages": []}}', "'model' must be a string or null"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DIFF_HOSTILE))
+def test_diff_refuses_a_hostile_payload_with_one_line(tmp_path: Path, case: str):
+    content, reason = DIFF_HOSTILE[case]
+    good, bad = tmp_path / "a.json", tmp_path / "b.json"
+    good.write_text(json.dumps({"messages": [SYSTEM]}))
+    bad.write_bytes(content)
+    status, out, err = run_main("diff", str(good), str(bad))
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith(f"ctxguard: {bad}: ") and reason in err, err
+
+
+def test_diff_reads_a_byte_order_mark_and_escapes_roles(tmp_path: Path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_bytes(b"\xef\xbb\xbf" + json.dumps({"messages": [SYSTEM]}).encode())
+    b.write_text(json.dumps({"messages": [SYSTEM, {"role": "user\x1b[2J\nforged", "content": "hi"}]}))
+    proc = cli("diff", str(a), str(b))
+    assert proc.returncode == 1 and proc.stderr == ""
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 6 and "\x1b" not in proc.stdout
+    assert lines[4].split()[:4] == ["-", "1", "user\\x1b[2J\\nforged", "added"]
+
+
+def test_diff_sets_a_long_common_head_aside_before_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    history = [{"role": "user" if i % 2 else "assistant", "content": f"message {i}"} for i in range(3000)]
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"messages": [SYSTEM, *history]}))
+    b.write_text(json.dumps({"messages": [SYSTEM, *history, {"role": "user", "content": "new"}]}))
+    status, out, _ = run_main("diff", str(a), str(b))  # 3,001 by 3,002 cells without it: over MAX_PAIRS
+    assert status == 1 and out.splitlines()[-1].startswith("3001 kept, 0 moved, 0 changed, 1 added, 0 removed")
+
+
+def test_diff_refuses_payloads_too_different_to_compare_in_bounded_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(diff_cli, "MAX_PAIRS", 100)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"messages": [SYSTEM, *({"role": "user", "content": f"a{i}"} for i in range(11))]}))
+    b.write_text(json.dumps({"messages": [SYSTEM, *({"role": "user", "content": f"b{i}"} for i in range(10))]}))
+    status, out, err = run_main("diff", str(a), str(b))
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert "too different to compare: 11 and 10 messages differ between the common head and tail" in err
+    b.write_text(json.dumps({"messages": [SYSTEM, *({"role": "user", "content": f"b{i}"} for i in range(9))]}))
+    assert run_main("diff", str(a), str(b))[0] == 1  # 99 pairs
+
+
+def test_diff_without_a_key_digests_with_one_of_its_own(tmp_path: Path):
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps({"messages": [SYSTEM]}))
+    env = {k: v for k, v in os.environ.items() if k != "CTXGUARD_DIGEST_KEY"}
+    runs = [subprocess.run([sys.executable, "-m", "ctxguard.cli", "diff", str(a), str(a), "--json"],
+                           capture_output=True, text=True, timeout=120, env=env) for _ in range(2)]
+    hashes = [json.loads(r.stdout)["a"]["hash"] for r in runs]
+    assert all(r.returncode == 0 for r in runs) and hashes[0] != hashes[1]  # no fixed, public key
+    keyed = [json.loads(cli("diff", str(a), str(a), "--json", env={"CTXGUARD_DIGEST_KEY": "k"}).stdout)["a"]["hash"]
+             for _ in range(2)]
+    assert keyed[0] == keyed[1]  # the app's key: the digests on its spans
+
+
+# -- any bytes at all --------------------------------------------------------------------------------
+
+FRAGMENTS = [GOOD, request("x\n\x1b[2J"), request("\ud800"), b"\xef\xbb\xbf", b"\x00", b"\xff", b"{", b"}", b"[",
+             b"]", b'"', b"\\", b"NaN", b"1e999", b"9" * 4400, b'"body"', b'"fact"', b'"turn"', b'"provider"', b":",
+             b",", b"null", b"true", b'{"body": {}}', b'{"conversation_id": "c", "fact": {"id": "a", "value": "b"}}',
+             b"\n", b"\r\n", b"\xed\xa0\x80", nested(2000)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.binary(max_size=40)), max_size=12).map(b"".join))
+def test_any_bytes_exit_0_1_or_2_with_one_line_per_problem_and_no_traceback(content: bytes):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "any.jsonl"
+        path.write_bytes(content)
+        good = Path(tmp) / "good.json"
+        good.write_text(json.dumps({"messages": [SYSTEM]}))
+        for args in (("check", str(path)), ("check", str(path), "--json"),
+                     ("report", str(path), "-o", str(Path(tmp) / "r.html")), ("diff", str(good), str(path))):
+            status, out, err = run_main(*args)
+            assert status in (0, 1, 2) and "Traceback" not in err
+            if status == 2:
+                assert err.count("\n") == 1 and err.startswith("ctxguard: ") and out == "", err
+            else:
+                assert err == ""
+            if args[0] == "check" and status == 2:
+                assert " line " in err or "no request lines" in err
+            if args == ("check", str(path)) and status != 2:
+                assert out.splitlines()[-1].startswith("checked ")
+                assert not any(ch in out for ch in "\x1b\r\x00")
