@@ -30,6 +30,7 @@ from .checks import CHECKS
 from .config import Config
 from .conversation import conversation
 from .facts.evaluate import FactView
+from .facts.matching import MIN_MATCH_CHARS
 from .guard import Call, Guard
 from .policy import Pinned, Policy
 from .providers import anthropic as anthropic_provider
@@ -75,8 +76,9 @@ NO_CONVERSATION = "(no conversation id)"
 OFFLINE_CHECKS: tuple[str, ...] = tuple(CHECKS)
 
 #: Per-turn status of a fact, worst first (the grid shows one word per fact per turn).
-#: ``deleted``: forgotten, and correctly absent.
-FACT_STATUSES = ("leaked", "stale", "missing", "present", "deleted")
+#: ``deleted``: forgotten, and correctly absent; ``unjudged``: a value too short to match
+#: reliably (under 3 characters), neither present nor absent.
+FACT_STATUSES = ("leaked", "stale", "missing", "present", "deleted", "unjudged")
 
 
 @dataclass(slots=True)
@@ -236,14 +238,15 @@ def _fact_statuses(view: FactView) -> dict[str, str]:
             status[fact_id] = word
 
     for fact_id, version in state.active.items():
-        if fact_id not in view.too_short:
-            worse(fact_id, "present" if view.sent(version) else "missing")
+        worse(fact_id, "unjudged" if fact_id in view.too_short else "present" if view.sent(version) else "missing")
     for fact_id, versions in state.stale.items():
         if any(view.sent(v) for v in versions):
             worse(fact_id, "stale")
     for fact_id, versions in state.forgotten.items():
         if any(view.sent(v) for v in versions):
             worse(fact_id, "leaked")
+        elif all(len(v.norm) < MIN_MATCH_CHARS for v in versions):
+            worse(fact_id, "unjudged")
         else:
             worse(fact_id, "deleted")
     for _, version in view.foreign:

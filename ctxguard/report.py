@@ -1,7 +1,7 @@
 """The fact-survival report: one self-contained HTML page per capture (``ctxguard report``).
 
 For each conversation: a grid of facts by turns (``leaked``, ``stale``, ``missing``,
-``present``, ``deleted``), the head role and the failed checks of each turn, and an
+``present``, ``deleted``, ``unjudged``), the head role and the failed checks of each turn, and an
 inline SVG chart of payload tokens per turn against the budget line. Flip points,
 the turns where something goes wrong, are highlighted and carry ``data-flip="true"``.
 No script, no network: inline CSS and SVG only.
@@ -247,6 +247,7 @@ padding:0 2px}
 table.grid th.label{text-align:left;padding-right:.6em;white-space:nowrap;font-weight:600}
 .fact.present{background:#4caf50;color:#fff}.fact.stale{background:#ffb300}.fact.missing{background:#9e9e9e;color:#fff}
 .fact.leaked{background:#d32f2f;color:#fff}.fact.deleted{background:#e3f2fd;color:#555}.fact.none{background:#fafafa}
+.fact.unjudged{background:#fff;color:#555;border-style:dashed}
 .head.system{background:#c8e6c9}.head.other{background:#ffcdd2;font-weight:600}.head.none{background:#eee}
 .checks.failed{background:#ffebee;color:#b71c1c;font-weight:600}
 th.unread{background:#eee;color:#888}
