@@ -1,6 +1,7 @@
 """The docs cannot drift from the code: every command-line flag, read from the argparse parsers
-themselves, is documented on a line that names its verb, and every ``where`` label value of
-``ctxguard_guard_errors_total`` is explained in the runbook that alerts on it."""
+themselves, is documented on a line that names its verb; every ``where`` label value of
+``ctxguard_guard_errors_total`` is explained in the runbook that alerts on it; every metric
+family is in the operations table and every ``ctxguard.*`` span key in the design's."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import re
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from ctxguard._isolation import WHERE
+from ctxguard.checks import CHECK_NAMES
 from ctxguard.cli import _parser
+from ctxguard.telemetry import spans
+from ctxguard.telemetry.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -53,3 +58,25 @@ def runbook(name: str) -> str:
 @pytest.mark.parametrize("where", WHERE)
 def test_every_where_label_is_explained_in_the_guard_errors_runbook(where: str):
     assert f"`{where}`" in runbook("CtxguardGuardErrors")
+
+
+def metric_families() -> list[str]:
+    registry = CollectorRegistry()
+    Metrics(registry, CHECK_NAMES)
+    return [family.name + ("_total" if family.type == "counter" else "") for family in registry.collect()]
+
+
+@pytest.mark.parametrize("name", metric_families())
+def test_every_metric_is_in_the_operations_table(name: str):
+    assert f"| `{name}` |" in (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+
+
+SPAN_KEYS = sorted(value for name, value in vars(spans).items()
+                   if name.isupper() and isinstance(value, str) and value.startswith("ctxguard."))
+
+
+@pytest.mark.parametrize("key", SPAN_KEYS)
+def test_every_span_key_is_in_the_design_table(key: str):
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    table = design[design.index("## Span attributes"):]
+    assert f"`{key}`" in table[:table.index("\n## ")]
