@@ -37,7 +37,7 @@ STATUSES = ("kept", "moved", "changed", "added", "removed")
 
 #: The longest common subsequence is a table of len(A) by len(B) cells, once the common head
 #: and tail are set aside: past this many, the payloads are refused (``TooDifferent``).
-MAX_PAIRS = 4_000_000
+MAX_PAIRS = 16_000_000
 
 
 class TooDifferent(ValueError):

@@ -279,12 +279,12 @@ def test_diff_reads_a_byte_order_mark_and_escapes_roles(tmp_path: Path):
 
 
 def test_diff_sets_a_long_common_head_aside_before_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    history = [{"role": "user" if i % 2 else "assistant", "content": f"message {i}"} for i in range(3000)]
+    history = [{"role": "user" if i % 2 else "assistant", "content": f"message {i}"} for i in range(5000)]
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps({"messages": [SYSTEM, *history]}))
     b.write_text(json.dumps({"messages": [SYSTEM, *history, {"role": "user", "content": "new"}]}))
-    status, out, _ = run_main("diff", str(a), str(b))  # 3,001 by 3,002 cells without it: over MAX_PAIRS
-    assert status == 1 and out.splitlines()[-1].startswith("3001 kept, 0 moved, 0 changed, 1 added, 0 removed")
+    status, out, _ = run_main("diff", str(a), str(b))  # 5,001 by 5,002 cells without it: over MAX_PAIRS
+    assert status == 1 and out.splitlines()[-1].startswith("5001 kept, 0 moved, 0 changed, 1 added, 0 removed")
 
 
 def test_diff_refuses_payloads_too_different_to_compare_in_bounded_memory(
