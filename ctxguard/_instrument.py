@@ -165,6 +165,9 @@ def instrument(
     if Config.disabled():
         logger.info("ctxguard: disabled by CTXGUARD_DISABLED")
         return None
+    unknown = set(providers or ()) - set(_providers.INTEGRATIONS)
+    if unknown:  # before anything starts: a server or capture file started here would outlive the error
+        raise ValueError(f"unknown providers {sorted(unknown)}; supported: {sorted(_providers.INTEGRATIONS)}")
     with _lock:
         if _guard is not None:
             logger.debug("ctxguard: instrument() called again; keeping the active guard")

@@ -16,14 +16,16 @@ Writing is opt-in (``instrument(capture_path=...)`` or ``ctxguard.testing.record
 a capture holds raw content, which is why it is a local file and never telemetry.
 A ``redact`` hook sees every line before it is written and may rewrite or drop it.
 Reading streams the file line by line in constant memory and names the line of
-any input it cannot use.
+any input it cannot use; text read from a capture is shown through ``printable``.
 """
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import json
 import os
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -42,6 +44,8 @@ __all__ = [
     "Redact",
     "RequestLine",
     "capture_body",
+    "loads",
+    "printable",
     "read_capture",
 ]
 
@@ -162,6 +166,58 @@ class FactLine:
     event: FactEvent
 
 
+def printable(text: str, limit: int | None = None) -> str:
+    r"""``text`` safe to print as part of one line: a backslash and every character that is not
+    printable (newline, carriage return, ANSI escape, NUL, bidi control, lone surrogate) written
+    as its Python escape, so an id read from a file can neither forge an output line nor fail to
+    encode; cut at ``limit`` characters with ``…``.
+
+    >>> print(printable("order-41\n\x1b[31mok"))
+    order-41\n\x1b[31mok
+    """
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + "…"
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(ch if ch.isprintable() and ch != "\\" else ch.encode("unicode_escape").decode("ascii")
+                   for ch in text)
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(f"duplicate key '{printable(key, 80)}'")
+            seen.add(key)
+    return record
+
+
+def loads(text: str) -> Any:
+    """``json.loads``, refusing what cannot be read or would be read ambiguously, with a
+    one-line ``ValueError``: a duplicate key (JSON parsers disagree on which one wins, so the
+    provider may have read another body than this one), nesting deeper than Python's reader
+    goes, an integer longer than Python converts. ``NaN`` and ``Infinity`` are read, as the
+    SDKs' encoders write them."""
+    try:
+        return json.loads(text, object_pairs_hook=_object)
+    except json.JSONDecodeError as exc:
+        where = f"column {exc.colno}" if exc.lineno == 1 else f"line {exc.lineno} column {exc.colno}"
+        raise ValueError(f"not valid JSON ({exc.msg} at {where})") from None
+    except _DuplicateKey as exc:
+        raise ValueError(str(exc)) from None
+    except RecursionError:
+        raise ValueError("not readable JSON (nested too deeply)") from None
+    except ValueError:  # int(): more digits than sys.get_int_max_str_digits() allows
+        limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+        raise ValueError(f"not readable JSON (an integer of more than {limit} digits)") from None
+
+
 def _text_or_none(record: Mapping[str, Any], key: str, line: int) -> str | None:
     value = record.get(key)
     if value is not None and not isinstance(value, str):
@@ -185,18 +241,24 @@ def _fact_line(record: Mapping[str, Any], line: int) -> FactLine:
         raise CaptureError(line, "'fact.sequence' must be an integer")
     expires_at = None
     if fact.get("expires_at") is not None:
+        if not isinstance(fact["expires_at"], str):
+            raise CaptureError(line, "'fact.expires_at' must be an ISO-8601 timestamp string")
         try:
-            expires_at = datetime.fromisoformat(str(fact["expires_at"]))
+            expires_at = datetime.fromisoformat(fact["expires_at"])
         except ValueError:
             raise CaptureError(line, "'fact.expires_at' is not an ISO-8601 timestamp") from None
         if expires_at.tzinfo is None:
             raise CaptureError(line, "'fact.expires_at' needs a time zone")
+    required = fact.get("required", True)
+    if not isinstance(required, bool):
+        raise CaptureError(line, "'fact.required' must be true or false")
     scope: Scope = (conversation, _text_or_none(record, "tenant", line))
-    required = fact.get("required", True) is not False
     return FactLine(line, FactEvent(scope, fact_id, value, sequence, expires_at, required))
 
 
 def _parse(raw: bytes, line: int, providers: frozenset[str]) -> RequestLine | FactLine | None:
+    if b"\0" in raw:  # never in JSON text (a string escapes it as \u0000)
+        raise CaptureError(line, "a NUL byte (is this a capture file?)")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -204,9 +266,9 @@ def _parse(raw: bytes, line: int, providers: frozenset[str]) -> RequestLine | Fa
     if not text.strip():
         return None
     try:
-        record = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CaptureError(line, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        record = loads(text)
+    except ValueError as exc:
+        raise CaptureError(line, str(exc)) from None
     if not isinstance(record, dict):
         raise CaptureError(line, f"expected a JSON object, got {type(record).__name__}")
     if "fact" in record:
@@ -216,14 +278,20 @@ def _parse(raw: bytes, line: int, providers: frozenset[str]) -> RequestLine | Fa
         missing = body is None
         raise CaptureError(line, "missing 'body' (the request body object)" if missing else "'body' must be an object")
     provider = record.get("provider", "openai")
+    if not isinstance(provider, str):
+        raise CaptureError(line, f"'provider' must be a string, got {type(provider).__name__}")
     if provider not in providers:
-        raise CaptureError(line, f"unknown provider {provider!r} (known: {', '.join(sorted(providers))})")
+        known = ", ".join(sorted(providers))
+        raise CaptureError(line, f"unknown provider '{printable(provider, 80)}' (known: {known})")
     turn = record.get("turn")
     if turn is not None and (not isinstance(turn, int) or isinstance(turn, bool) or turn < 0):
         raise CaptureError(line, "'turn' must be a non-negative integer")
+    conversation = _text_or_none(record, "conversation_id", line)
+    if conversation == "":
+        raise CaptureError(line, "'conversation_id' must be a non-empty string or null")
     return RequestLine(
         line=line,
-        conversation_id=_text_or_none(record, "conversation_id", line),
+        conversation_id=conversation,
         turn=turn if turn is not None else 0,
         provider=provider,
         body=body,
@@ -254,6 +322,8 @@ def read_capture(
             raise CaptureError(number, f"line longer than {MAX_LINE_BYTES // (1024 * 1024)} MiB")
         if progress is not None:
             progress(done)
+        if number == 1 and raw.startswith(codecs.BOM_UTF8):  # an editor's byte order mark
+            raw = raw[len(codecs.BOM_UTF8):]
         parsed = _parse(raw, number, providers)
         if parsed is None:
             continue

@@ -30,17 +30,18 @@ __all__ = [
 ENV_MODE = "CTXGUARD_MODE"
 #: Secret for keyed digests; set the same value in every process whose digests you compare.
 ENV_DIGEST_KEY = "CTXGUARD_DIGEST_KEY"
-#: ``1``/``true`` puts raw message content on spans (off by default).
+#: ``1``/``true``/``yes``/``on`` puts raw message content on spans (off by default); any other value
+#: keeps it off.
 ENV_CAPTURE_CONTENT = "CTXGUARD_CAPTURE_CONTENT"
 #: Port for a Prometheus ``/metrics`` endpoint on 127.0.0.1.
 ENV_METRICS_PORT = "CTXGUARD_METRICS_PORT"
 #: ``1``/``true`` exports conversation and fact ids as keyed digests (spans, span events, logs).
 ENV_HASH_IDS = "CTXGUARD_HASH_IDS"
-#: ``1`` makes ``instrument()`` a no-op.
+#: ``1`` (or ``true``/``yes``/``on``) makes ``instrument()`` a no-op.
 ENV_DISABLED = "CTXGUARD_DISABLED"
 #: Append every request body (as sent) and fact event to this JSON Lines file (opt-in; raw content).
 ENV_CAPTURE_PATH = "CTXGUARD_CAPTURE_PATH"
-#: How many conversations are remembered for eviction detection (LRU; default 10000).
+#: How many conversations are remembered for eviction detection (LRU; default 10000, also for 0 or less).
 ENV_MAX_CONVERSATIONS = "CTXGUARD_MAX_CONVERSATIONS"
 #: ``auto`` (default): ctxguard's attributes go on another instrumentation's span of the same
 #: call when there is one; ``own``: ctxguard always records a span of its own.

@@ -742,11 +742,13 @@ def _fact_attributes(view: FactView) -> dict[str, Any]:
     stale = tuple(v.label for vs in state.stale.values() for v in vs if view.sent(v))
     leaked = [v.label for vs in state.forgotten.values() for v in vs if view.sent(v)]
     leaked.extend(f"{v.fact_id}@foreign" for _, v in view.foreign)
+    short = view.too_short_labels()
     return {
         attr.FACTS_PRESENT: present,
         attr.FACTS_MISSING: missing,
         attr.FACTS_STALE: stale,
         attr.FACTS_LEAKED: tuple(leaked),
+        **({attr.FACTS_TOO_SHORT: short} if short else {}),
     }
 
 

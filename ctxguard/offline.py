@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,12 +23,14 @@ from opentelemetry.trace import NoOpTracerProvider
 from prometheus_client import CollectorRegistry
 
 from . import facts as facts_mod
+from ._isolation import add_error_hook, remove_error_hook
 from .budget import Budget
-from .capture import FactLine, RequestLine
+from .capture import CaptureError, FactLine, RequestLine, printable
 from .checks import CHECKS
 from .config import Config
 from .conversation import conversation
 from .facts.evaluate import FactView
+from .facts.matching import MIN_MATCH_CHARS
 from .guard import Call, Guard
 from .policy import Pinned, Policy
 from .providers import anthropic as anthropic_provider
@@ -73,8 +76,9 @@ NO_CONVERSATION = "(no conversation id)"
 OFFLINE_CHECKS: tuple[str, ...] = tuple(CHECKS)
 
 #: Per-turn status of a fact, worst first (the grid shows one word per fact per turn).
-#: ``deleted``: forgotten, and correctly absent.
-FACT_STATUSES = ("leaked", "stale", "missing", "present", "deleted")
+#: ``deleted``: forgotten, and correctly absent; ``unjudged``: a value too short to match
+#: reliably (under 3 characters), neither present nor absent.
+FACT_STATUSES = ("leaked", "stale", "missing", "present", "deleted", "unjudged")
 
 
 @dataclass(slots=True)
@@ -143,8 +147,7 @@ class Checker:
         self.sinks.record(line.event)
 
     def request(self, line: RequestLine) -> TurnResult | None:
-        """Judge one captured body; None for a provider not judged offline, or a body its
-        provider module cannot read."""
+        """Judge one captured body; None for a provider not judged offline."""
         adapter = PROVIDERS.get(line.provider)
         if adapter is None:
             return None
@@ -153,20 +156,45 @@ class Checker:
         with conversation(cid, tenant=line.tenant) if cid is not None else contextlib.nullcontext():
             call = self.guard.before(adapter, api, kwargs)
         if call is None or call.ctx is None:
-            return None
+            raise RuntimeError("the request was not inspected")
         call.answer(None)  # closes the (non-recording) span and detaches its context
         return _result(line, call)
 
     def judge(self, lines: Iterable[RequestLine | FactLine]) -> Iterator[tuple[RequestLine, TurnResult | None]]:
         """Feed every line in order; yield each request line with its result.
 
+        A line ctxguard fails on (an error it would swallow on a live call, where the call
+        must go on) raises ``CaptureError`` naming it: offline, a partial verdict would read
+        as a clean one.
+
         >>> for line, result in Checker().judge(read_capture(f, CAPTURED_PROVIDERS)): ...  # doctest: +SKIP
         """
-        for line in lines:
-            if isinstance(line, RequestLine):
-                yield line, self.request(line)
-            else:
-                self.fact(line)
+        me = threading.get_ident()
+        swallowed: list[tuple[str, BaseException]] = []
+
+        def hook(where: str, exc: BaseException) -> None:
+            if threading.get_ident() == me:
+                swallowed.append((where, exc))
+
+        add_error_hook(hook)
+        try:
+            for line in lines:
+                result = None
+                try:
+                    if isinstance(line, RequestLine):
+                        result = self.request(line)
+                    else:
+                        self.fact(line)
+                except Exception as exc:
+                    swallowed.append(("offline", exc))
+                if swallowed:
+                    where, error = swallowed[0]
+                    raise CaptureError(line.line, f"could not be judged ({where}: {type(error).__name__}: "
+                                                  f"{printable(str(error), 200)}); please report it as a ctxguard bug")
+                if isinstance(line, RequestLine):
+                    yield line, result
+        finally:
+            remove_error_hook(hook)
 
 
 def first_violation(name: str, result: TurnResult) -> str:
@@ -210,14 +238,15 @@ def _fact_statuses(view: FactView) -> dict[str, str]:
             status[fact_id] = word
 
     for fact_id, version in state.active.items():
-        if fact_id not in view.too_short:
-            worse(fact_id, "present" if view.sent(version) else "missing")
+        worse(fact_id, "unjudged" if fact_id in view.too_short else "present" if view.sent(version) else "missing")
     for fact_id, versions in state.stale.items():
         if any(view.sent(v) for v in versions):
             worse(fact_id, "stale")
     for fact_id, versions in state.forgotten.items():
         if any(view.sent(v) for v in versions):
             worse(fact_id, "leaked")
+        elif all(len(v.norm) < MIN_MATCH_CHARS for v in versions):
+            worse(fact_id, "unjudged")
         else:
             worse(fact_id, "deleted")
     for _, version in view.foreign:
@@ -227,21 +256,31 @@ def _fact_statuses(view: FactView) -> dict[str, str]:
 
 def load_policy(path: str) -> Policy:
     """A ``Policy`` from TOML: top-level ``system_at_head``/``require_facts``, tables
-    ``[pinned]`` and ``[budget]`` with the constructor's argument names."""
+    ``[pinned]`` and ``[budget]`` with the constructor's argument names. ``ValueError``
+    says what is wrong (``OSError`` when the file cannot be read)."""
     with open(path, "rb") as f:
-        data = tomllib.load(f)
+        try:
+            data = tomllib.load(f)
+        except RecursionError:
+            raise ValueError("not readable TOML (nested too deeply)") from None
     known = {"system_at_head", "require_facts", "pinned", "budget"}
     unknown = set(data) - known
     if unknown:
         raise ValueError(f"unknown policy keys {sorted(unknown)}; known: {sorted(known)}")
+    for flag in ("system_at_head", "require_facts"):
+        if not isinstance(data.get(flag, True), bool):
+            raise ValueError(f"{flag} must be true or false")
+    for table in ("pinned", "budget"):
+        if not isinstance(data.get(table, {}), dict):
+            raise ValueError(f"{table} must be a table ([{table}])")
     pinned = data.get("pinned")
     budget = data.get("budget")
     try:
         return Policy(
-            system_at_head=bool(data.get("system_at_head", True)),
-            require_facts=bool(data.get("require_facts", True)),
-            pinned=Pinned(**pinned) if isinstance(pinned, dict) else None,
-            budget=Budget(**budget) if isinstance(budget, dict) else None,
+            system_at_head=data.get("system_at_head", True),
+            require_facts=data.get("require_facts", True),
+            pinned=Pinned(**pinned) if pinned is not None else None,
+            budget=Budget(**budget) if budget is not None else None,
         )
     except TypeError as exc:  # an unknown argument name in a table
         raise ValueError(str(exc)) from None

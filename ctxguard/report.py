@@ -1,7 +1,7 @@
 """The fact-survival report: one self-contained HTML page per capture (``ctxguard report``).
 
 For each conversation: a grid of facts by turns (``leaked``, ``stale``, ``missing``,
-``present``, ``deleted``), the head role and the failed checks of each turn, and an
+``present``, ``deleted``, ``unjudged``), the head role and the failed checks of each turn, and an
 inline SVG chart of payload tokens per turn against the budget line. Flip points,
 the turns where something goes wrong, are highlighted and carry ``data-flip="true"``.
 No script, no network: inline CSS and SVG only.
@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html import escape
 
-from .capture import RequestLine
+from .capture import RequestLine, printable
 from .offline import FACT_STATUSES, NO_CONVERSATION, TurnResult, first_violation
 from .payload import SYSTEM_ROLES
 
@@ -67,7 +67,8 @@ class Report:
         self.requests += 1
         seen = self.conversations.get(line.conversation_id)
         if seen is None:
-            name = line.conversation_id if line.conversation_id is not None else NO_CONVERSATION
+            cid = line.conversation_id
+            name = printable(cid) if cid is not None else NO_CONVERSATION
             seen = _Conversation(name, drawn=len(self.conversations) < self.max_conversations)
             self.conversations[line.conversation_id] = seen
         seen.requests += 1
@@ -81,6 +82,7 @@ class Report:
         return sum(1 for c in self.conversations.values() if c.first is not None)
 
     def render(self, source: str) -> str:
+        source = printable(source)
         drawn = [c for c in self.conversations.values() if c.drawn]
         sections = "\n".join(_section(index, c) for index, c in enumerate(drawn))
         return (
@@ -134,7 +136,7 @@ def _flip(flipped: bool) -> str:
 
 def _grid(conv: _Conversation) -> str:
     first_turn = conv.first.turn if conv.first else None
-    unread = " class='unread' title='not a request the provider module can read'"
+    unread = " class='unread' title='not judged offline (its body format is not read offline)'"
     header = "".join(
         f"<th data-turn='{turn}'{_flip(turn == first_turn)}{unread if r is None else ''}>{turn}</th>"
         for turn, r in conv.columns
@@ -148,7 +150,7 @@ def _grid(conv: _Conversation) -> str:
 def _head_row(conv: _Conversation) -> str:
     cells, before = [], None
     for turn, r in conv.columns:
-        head = r.head_role if r is not None else None
+        head = printable(r.head_role) if r is not None and r.head_role is not None else None
         kind = "none" if head is None else "system" if head in SYSTEM_ROLES else "other"
         flip = _flip(before in SYSTEM_ROLES and head not in SYSTEM_ROLES and r is not None)
         cells.append(f"<td class='head {kind}' data-turn='{turn}' data-head='{escape(head or '')}'{flip} "
@@ -169,7 +171,7 @@ def _checks_row(conv: _Conversation) -> str:
 
 
 def _fact_row(conv: _Conversation, fact_id: str) -> str:
-    fid = escape(fact_id)
+    fid = escape(printable(fact_id))
     cells, before = [], None
     for turn, r in conv.columns:
         status = r.facts.get(fact_id) if r is not None else None
@@ -245,6 +247,7 @@ padding:0 2px}
 table.grid th.label{text-align:left;padding-right:.6em;white-space:nowrap;font-weight:600}
 .fact.present{background:#4caf50;color:#fff}.fact.stale{background:#ffb300}.fact.missing{background:#9e9e9e;color:#fff}
 .fact.leaked{background:#d32f2f;color:#fff}.fact.deleted{background:#e3f2fd;color:#555}.fact.none{background:#fafafa}
+.fact.unjudged{background:#fff;color:#555;border-style:dashed}
 .head.system{background:#c8e6c9}.head.other{background:#ffcdd2;font-weight:600}.head.none{background:#eee}
 .checks.failed{background:#ffebee;color:#b71c1c;font-weight:600}
 th.unread{background:#eee;color:#888}

@@ -147,3 +147,18 @@ def test_every_completed_call_counts_one_outcome_per_check(harness, client):
     for check in CHECK_NAMES:
         counted = sum(harness.metric("ctxguard_checks_total", check=check, outcome=o) for o in ("pass", "fail", "skip"))
         assert counted == 5, check
+
+
+def test_an_unknown_provider_is_refused_before_the_metrics_port_is_taken(harness):
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(ValueError, match=r"unknown providers \['opena1'\]"):
+        harness.start(mode="observe", metrics_port=port, providers=["opena1"])
+    assert _listening(port) == []
+    harness.start(mode="observe", metrics_port=port, providers=["openai"])  # the port is still free
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+        assert b"ctxguard_calls_total" in page.read()

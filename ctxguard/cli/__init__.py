@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -40,6 +41,23 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):
+        # Whatever the terminal's encoding, a character it cannot show is written escaped.
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+    try:
+        status = _run(args)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe could only be reported
+        return status
+    except BrokenPipeError:  # `ctxguard check big.jsonl | head`: the reader left, no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush there
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.verb == "demo":
         from .demo import run_demo
 

@@ -7,7 +7,8 @@ Prints one line per conversation, in order of first appearance::
 
 then a summary line. Exit 0 clean, 1 on violations, 2 on unreadable input (the
 line is named). The file is streamed: memory grows with the number of
-conversations, not of lines.
+conversations, not of lines. Ids from the file are printed through ``printable``,
+so no id can forge a line of this output.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from ..capture import CaptureError, RequestLine, read_capture
+from ..capture import CaptureError, RequestLine, printable, read_capture
 from ..offline import CAPTURED_PROVIDERS, NO_CONVERSATION, PROVIDERS, Checker, TurnResult, first_violation, load_policy
 
 __all__ = ["add_arguments", "capture_arguments", "judge_capture", "progress_bar", "run_check"]
@@ -46,6 +47,7 @@ class _Conversation:
 
 
 def fail(message: str) -> int:
+    """Print the one line of an error (on stderr) and return exit status 2."""
     print(f"ctxguard: {message}", file=sys.stderr)
     return 2
 
@@ -77,12 +79,15 @@ def judge_capture(args: argparse.Namespace, consume: Callable[[RequestLine, Turn
     line with its result to ``consume``. Returns an exit code (2) when the input is unusable."""
     try:
         policy = load_policy(args.policy) if args.policy else None
-    except (OSError, ValueError) as exc:
-        return fail(f"{args.policy}: {exc}")
+    except OSError as exc:
+        return fail(f"{printable(args.policy)}: {exc.strerror or exc}")
+    except ValueError as exc:
+        return fail(f"{printable(args.policy)}: {printable(str(exc), 300)}")
+    name = printable(args.file)
     try:
         handle = open(args.file, "rb")  # noqa: SIM115 (closed by the with below)
     except OSError as exc:
-        return fail(f"{args.file}: {exc.strerror or exc}")
+        return fail(f"{name}: {exc.strerror or exc}")
     requests = 0
     with handle:
         size = os.fstat(handle.fileno()).st_size
@@ -92,9 +97,9 @@ def judge_capture(args: argparse.Namespace, consume: Callable[[RequestLine, Turn
                 requests += 1
                 consume(line, result)
         except CaptureError as exc:
-            return fail(f"{args.file}: {exc}")
+            return fail(f"{name}: {exc}")
     if requests == 0:
-        return fail(f"{args.file}: no request lines")
+        return fail(f"{name}: no request lines")
     return None
 
 
@@ -124,7 +129,7 @@ def run_check(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
     else:
         for cid, seen in conversations.items():
-            name = cid if cid is not None else NO_CONVERSATION
+            name = printable(cid) if cid is not None else NO_CONVERSATION
             if seen.first is None:
                 print(f"{name}: ok ({seen.turns} turn{'' if seen.turns == 1 else 's'})")
             else:

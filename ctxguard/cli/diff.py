@@ -6,6 +6,9 @@ order), ``changed`` (same role and place, other content), ``added`` or
 ``removed``. Prints the head role of each payload; exit 0 when the payloads carry
 the same messages in the same order, 1 when they differ, 2 on unreadable input.
 A file holds a request body, or one capture line (``{"provider": ..., "body": ...}``).
+Bounded: a file is read up to ``MAX_LINE_BYTES``, and payloads that differ in more
+than ``MAX_PAIRS`` message pairs between their common head and tail are refused
+(exit 2) rather than compared for minutes in gigabytes.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ import argparse
 import itertools
 import json
 import os
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..capture import MAX_LINE_BYTES, loads, printable
+from ..config import ENV_DIGEST_KEY
 from ..digest import Digester
 from ..measure import Measurer
 from ..offline import PROVIDERS, as_call
@@ -25,9 +31,17 @@ from ..payload import Payload
 from ..tokens import Calibration, default_counter
 from .check import fail
 
-__all__ = ["Row", "add_arguments", "diff_payloads", "run_diff"]
+__all__ = ["MAX_PAIRS", "Row", "TooDifferent", "add_arguments", "diff_payloads", "run_diff"]
 
 STATUSES = ("kept", "moved", "changed", "added", "removed")
+
+#: The longest common subsequence is a table of len(A) by len(B) cells, once the common head
+#: and tail are set aside: past this many, the payloads are refused (``TooDifferent``).
+MAX_PAIRS = 16_000_000
+
+
+class TooDifferent(ValueError):
+    """The payloads differ in more message pairs than ``MAX_PAIRS``."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +62,26 @@ class Row:
 
 
 def _lcs(a: list[str], b: list[str]) -> list[tuple[int, int]]:
-    """Index pairs of a longest common subsequence (O(len(a)·len(b)); payloads are hundreds long)."""
+    """Index pairs of a longest common subsequence: the common head and tail, and between them
+    a table of cells (O(n·m); payloads are hundreds long). ``TooDifferent`` past ``MAX_PAIRS``."""
+    n, m = len(a), len(b)
+    head = 0
+    while head < min(n, m) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(n, m) - head and a[n - 1 - tail] == b[m - 1 - tail]:
+        tail += 1
+    mid_a, mid_b = a[head : n - tail], b[head : m - tail]
+    if len(mid_a) * len(mid_b) > MAX_PAIRS:
+        raise TooDifferent(f"{len(mid_a):,} and {len(mid_b):,} messages differ between the common head and tail "
+                           f"(more than {MAX_PAIRS:,} pairs to compare)")
+    pairs = [(i, i) for i in range(head)]
+    pairs.extend((head + i, head + j) for i, j in _table_lcs(mid_a, mid_b))
+    pairs.extend((n - tail + k, m - tail + k) for k in range(tail))
+    return pairs
+
+
+def _table_lcs(a: list[str], b: list[str]) -> list[tuple[int, int]]:
     n, m = len(a), len(b)
     table = [[0] * (m + 1) for _ in range(n + 1)]
     for i in range(n - 1, -1, -1):
@@ -68,20 +101,21 @@ def _lcs(a: list[str], b: list[str]) -> list[tuple[int, int]]:
 
 
 def diff_payloads(a: Payload, b: Payload) -> list[Row]:
-    """One row per message of either payload, in B's order with removals where they were."""
+    """One row per message of either payload, in B's order with removals where they were.
+    Raises ``TooDifferent`` past ``MAX_PAIRS``."""
     ra, rb = [m.role for m in a.messages], [m.role for m in b.messages]
     da, db = a.digests, b.digests
     match_a: dict[int, tuple[str, int]] = {}  # A index -> (status, B index)
     for i, j in _lcs(da, db):
         match_a[i] = ("kept", j)
     matched_b = {j for _, j in match_a.values()}
-    free_a: dict[str, list[int]] = {}
+    free_a: dict[str, deque[int]] = {}
     for i, d in enumerate(da):
         if i not in match_a:
-            free_a.setdefault(d, []).append(i)
+            free_a.setdefault(d, deque()).append(i)
     for j, d in enumerate(db):
         if j not in matched_b and free_a.get(d):
-            match_a[free_a[d].pop(0)] = ("moved", j)
+            match_a[free_a[d].popleft()] = ("moved", j)
             matched_b.add(j)
     # Unmatched messages of the same role pair up as "changed": at the same index first,
     # then in order between consecutive kept anchors.
@@ -107,11 +141,12 @@ def diff_payloads(a: Payload, b: Payload) -> list[Row]:
     for j in range(len(db)):
         if j not in matched_b:
             keyed.append((j, Row("added", rb[j], None, j, None, db[j])))
-    b_of = {i: j for i, (_, j) in match_a.items()}
+    last_b = -1  # the latest place in B of a matched message before this one in A
     for i in range(len(da)):
-        if i not in match_a:
-            before = [b_of[k] for k in range(i) if k in b_of]
-            keyed.append(((max(before) if before else -1) + 0.5, Row("removed", ra[i], i, None, da[i], None)))
+        if i in match_a:
+            last_b = max(last_b, match_a[i][1])
+        else:
+            keyed.append((last_b + 0.5, Row("removed", ra[i], i, None, da[i], None)))
     keyed.sort(key=lambda kr: (kr[0], kr[1].a if kr[1].a is not None else -1))
     return [row for _, row in keyed]
 
@@ -124,29 +159,47 @@ def _guess_provider(body: Mapping[str, Any]) -> str:
 
 
 def _load(path: str, provider: str | None, measurer: Measurer) -> Payload | str:
+    shown = printable(path)
     try:
         with open(path, "rb") as f:
-            data = json.loads(f.read().decode("utf-8"))
+            raw = f.read(MAX_LINE_BYTES + 1)
     except OSError as exc:
-        return f"{path}: {exc.strerror or exc}"
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return f"{path}: not a JSON request body ({exc})"
+        return f"{shown}: {exc.strerror or exc}"
+    if len(raw) > MAX_LINE_BYTES:
+        return f"{shown}: larger than {MAX_LINE_BYTES // (1024 * 1024)} MiB"
+    try:
+        data = loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        return f"{shown}: not UTF-8 text (is this a request body?)"
+    except ValueError as exc:
+        return f"{shown}: {exc}"
     if not isinstance(data, dict):
-        return f"{path}: expected a JSON object (a request body or a capture line)"
-    inner = data.get("body")
-    body: dict[str, Any] = inner if isinstance(inner, dict) else data
-    name = provider or (data.get("provider") if body is not data else None) or _guess_provider(body)
-    if name not in PROVIDERS:
-        return f"{path}: unknown provider {name!r} (known: {', '.join(sorted(PROVIDERS))})"
-    api, kwargs = as_call(name, body, data.get("model") if body is not data else None)
-    view = PROVIDERS[name].normalise(api, kwargs)
-    if view.unreadable is not None:
-        return f"{path}: {view.unreadable}"
-    return measurer.measure(view)
+        return f"{shown}: expected a JSON object (a request body or a capture line)"
+    line = "body" in data  # a capture line: its provider and model come with it
+    body = data.get("body") if line else data
+    if not isinstance(body, dict):
+        return f"{shown}: 'body' must be an object"
+    name = provider or (data.get("provider") if line else None) or _guess_provider(body)
+    if not isinstance(name, str) or name not in PROVIDERS:
+        unknown = printable(name, 80) if isinstance(name, str) else type(name).__name__
+        return f"{shown}: unknown provider '{unknown}' (known: {', '.join(sorted(PROVIDERS))})"
+    model = data.get("model") if line else None
+    if model is not None and not isinstance(model, str):
+        return f"{shown}: 'model' must be a string or null"
+    try:
+        api, kwargs = as_call(name, body, model)
+        view = PROVIDERS[name].normalise(api, kwargs)
+        if view.unreadable is not None:
+            return f"{shown}: {view.unreadable}"
+        return measurer.measure(view)
+    except Exception as exc:  # a body no reader anticipated: named, not a traceback
+        return f"{shown}: could not be read ({type(exc).__name__}: {printable(str(exc), 200)}); please report it"
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    key = (os.environ.get("CTXGUARD_DIGEST_KEY") or "ctxguard-diff").encode()  # set but empty: not a key
+    # Without the app's key, one of this run's own: digests compare A with B, and a digest
+    # printed here (and pasted into a ticket) cannot confirm a guessed message.
+    key = os.fsencode(os.environ.get(ENV_DIGEST_KEY, "")) or os.urandom(16)
     measurer = Measurer(Digester(key), default_counter(), Calibration())
     a = _load(args.a, args.provider, measurer)
     b = _load(args.b, args.provider, measurer)
@@ -154,7 +207,10 @@ def run_diff(args: argparse.Namespace) -> int:
         if isinstance(loaded, str):
             return fail(loaded)
     assert isinstance(a, Payload) and isinstance(b, Payload)
-    rows = diff_payloads(a, b)
+    try:
+        rows = diff_payloads(a, b)
+    except TooDifferent as exc:
+        return fail(f"{printable(args.a)}, {printable(args.b)}: too different to compare: {exc}")
     heads = [p.head.role if p.head is not None else None for p in (a, b)]
     counts = {s: sum(1 for r in rows if r.status == s) for s in STATUSES}
     same = counts["kept"] == len(a.messages) == len(b.messages)
@@ -167,8 +223,9 @@ def run_diff(args: argparse.Namespace) -> int:
             "counts": counts,
         }, indent=2))
         return 0 if same else 1
-    print(f"A {args.a}: {len(a.messages)} messages, head role {heads[0] or '(none)'}")
-    print(f"B {args.b}: {len(b.messages)} messages, head role {heads[1] or '(none)'}")
+    heads = [printable(h) if h is not None else None for h in heads]
+    print(f"A {printable(args.a)}: {len(a.messages)} messages, head role {heads[0] or '(none)'}")
+    print(f"B {printable(args.b)}: {len(b.messages)} messages, head role {heads[1] or '(none)'}")
     print(f"{'A':>4} {'B':>4}  {'role':<10} {'status':<8} digest")
     for r in rows:
         ia = "-" if r.a is None else str(r.a)
@@ -176,7 +233,7 @@ def run_diff(args: argparse.Namespace) -> int:
         digest = (r.b_digest or r.a_digest or "")[:12]
         if r.status == "changed":
             digest = f"{(r.a_digest or '')[:12]} -> {(r.b_digest or '')[:12]}"
-        print(f"{ia:>4} {ib:>4}  {r.role:<10} {r.status:<8} {digest}")
+        print(f"{ia:>4} {ib:>4}  {printable(r.role):<10} {r.status:<8} {digest}")
     summary = ", ".join(f"{counts[s]} {s}" for s in STATUSES)
     head = heads[0] if heads[0] == heads[1] else f"{heads[0]} -> {heads[1]}"
     print(f"{summary}; head role {head}")

@@ -14,6 +14,7 @@ import argparse
 import os
 import tempfile
 
+from ..capture import printable
 from ..report import Report
 from .check import capture_arguments, fail, judge_capture
 
@@ -48,6 +49,6 @@ def run_report(args: argparse.Namespace) -> int:
     try:
         write_atomically(args.output, report.render(os.path.basename(args.file)))
     except OSError as exc:
-        return fail(f"{args.output}: {exc.strerror or exc}")
-    print(f"wrote {args.output} ({len(report.conversations)} conversations, {report.requests} requests)")
+        return fail(f"{printable(args.output)}: {exc.strerror or exc}")
+    print(f"wrote {printable(args.output)} ({len(report.conversations)} conversations, {report.requests} requests)")
     return 0

@@ -45,6 +45,15 @@ class FactView:
         self._sent: dict[str, bool] = {}
         self._digest_set: frozenset[str] | None = None
 
+    def too_short_labels(self) -> tuple[str, ...]:
+        """``fact_id@version`` of the values too short to match reliably (active, superseded or
+        forgotten): never judged present, sent or absent, whatever the checks say of the others."""
+        state = self.state
+        labels = [state.active[fact_id].label for fact_id in self.too_short]
+        for versions in (*state.stale.values(), *state.forgotten.values()):
+            labels.extend(v.label for v in versions if len(v.norm) < MIN_MATCH_CHARS)
+        return tuple(labels)
+
     def sent(self, version: Version) -> bool:
         """Whether the payload carries ``version``; never for values too short to match reliably."""
         label = version.label

@@ -38,6 +38,7 @@ ID_ATTRIBUTES: dict[str, str] = {
     attr.FACTS_MISSING: "labels",
     attr.FACTS_STALE: "labels",
     attr.FACTS_LEAKED: "labels",
+    attr.FACTS_TOO_SHORT: "labels",
     attr.SKIPPED: "texts",
 }
 

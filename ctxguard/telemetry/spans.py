@@ -63,6 +63,7 @@ FACTS_PRESENT = "ctxguard.facts.present"
 FACTS_MISSING = "ctxguard.facts.missing"
 FACTS_STALE = "ctxguard.facts.stale"
 FACTS_LEAKED = "ctxguard.facts.leaked"
+FACTS_TOO_SHORT = "ctxguard.facts.too_short"  # values under 3 characters: never judged, so never listed above
 DIVERGENCE_STAGE = "ctxguard.divergence.stage"
 DIVERGENCE_FACT = "ctxguard.divergence.fact"
 WIRE_HASH = "ctxguard.wire.hash"

@@ -329,3 +329,15 @@ def test_a_budget_line_far_above_the_payloads_is_stated_not_drawn(tmp_path: Path
     bar = html[html.index("<rect class='tokens'"):]
     height = float(bar.split("height='")[1].split("'")[0])
     assert height > 100  # the bar fills the chart instead of vanishing under a 128k scale
+
+
+def test_a_value_too_short_to_judge_is_shown_unjudged_not_absent(tmp_path: Path, capsys) -> None:
+    capture = write_capture(tmp_path / "capture.jsonl", [
+        fact("c", "size", "M"), fact("c", "city", "Pune"), fact("c", "fit", "XL"), fact("c", "fit", None),
+        request("c", 1, SYSTEM, {"role": "user", "content": "Pune, size M, fit XL"}),
+    ])
+    out = tmp_path / "report.html"
+    assert main(["report", str(capture), "-o", str(out)]) == 0
+    doc = parse(out.read_text())
+    statuses = {a["data-fact"]: a["data-status"] for t, a in doc.elements if t == "td" and a.get("data-fact")}
+    assert statuses == {"size": "unjudged", "city": "present", "fit": "unjudged"}  # not "deleted": never looked for

@@ -437,6 +437,25 @@ def test_values_too_short_are_skipped_never_flagged(harness, llm, client):
         ctxguard.forget_fact("fit")
         ask(client, "an XL in M, please")  # "xl" and "m" occur everywhere: never a deletion alarm
     assert failed(harness) == []
+    assert list(last(harness)["ctxguard.facts.too_short"]) == ["size@1", "fit@1"]
+
+
+def test_a_value_too_short_is_named_when_the_other_facts_are_judged(harness, llm, client):
+    harness.start(mode="observe")
+    with ctxguard.conversation("c"):
+        ctxguard.record_fact("size", "M")
+        ctxguard.record_fact("city", "Pune")
+        ask(client, "ship to Pune")
+    a = last(harness)
+    assert not any(s.startswith("fact_present") for s in a.get("ctxguard.checks.skipped", ()))  # judged: city
+    assert list(a["ctxguard.facts.present"]) == ["city@1"] and list(a["ctxguard.facts.missing"]) == []
+    assert list(a["ctxguard.facts.too_short"]) == ["size@1"]  # not judged, and said so
+    with ctxguard.conversation("c"):
+        ctxguard.record_fact("size", "XXL")
+        ask(client, "ship to Pune, size XXL")
+    a = last(harness)
+    assert sorted(a["ctxguard.facts.present"]) == ["city@1", "size@2"]
+    assert list(a["ctxguard.facts.too_short"]) == ["size@1"]  # whether the superseded "m" is sent: not judged
 
 
 class DownLedger:
