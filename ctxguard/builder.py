@@ -16,17 +16,19 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from sys import getsizeof
 from typing import Any, NamedTuple
 
 from . import _instrument, facts
 from ._isolation import guarded
 from .budget import Budget, BudgetEval, evaluate, window_for
+from .cache import TwoGenerationCache, words_bytes
 from .conversation import current_conversation
 from .digest import Digester
 from .facts.index import words
 from .facts.ledger import Scope, Version
 from .facts.matching import normalise
-from .measure import Measurer, TwoGenerationCache
+from .measure import Measurer
 from .payload import Item, Payload
 from .pinned import find_block, render_pinned
 from .policy import Pinned
@@ -159,7 +161,7 @@ class ContextBuilder:
         self.tail_tokens = tail_tokens
         self.retrieved_tokens = retrieved_tokens
         self._own: Measurer | None = None
-        self._words: TwoGenerationCache[str, frozenset[str]] = TwoGenerationCache(20_000)
+        self._words: TwoGenerationCache[str, frozenset[str]] = TwoGenerationCache(20_000, _CACHE_BYTES, _keyed_words)
 
     # -- public ------------------------------------------------------------
 
@@ -392,8 +394,18 @@ class ContextBuilder:
     def _measurer(self) -> Measurer:
         """Counting without an active guard: the same counter, its own cache."""
         if self._own is None:
-            self._own = Measurer(Digester(b"ctxguard.builder"), default_counter(), Calibration(), cap=20_000)
+            self._own = Measurer(
+                Digester(b"ctxguard.builder"), default_counter(), Calibration(), cap=20_000, max_bytes=_CACHE_BYTES)
         return self._own
+
+
+#: The bytes each of a builder's caches keeps: its texts' words, and (without an active guard) its readings.
+_CACHE_BYTES = 4 * 1024 * 1024
+
+
+def _keyed_words(text: str, words: frozenset[str]) -> int:
+    """A words entry keyed by its text: the text is kept too."""
+    return getsizeof(text) + words_bytes(text, words)
 
 
 def _within(budget: Budget, payload: Payload, measurer: Measurer, pinned: Pinned | None) -> bool:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
+    "CACHE_BYTES",
+    "ENV_CACHE_BYTES",
     "ENV_CAPTURE_CONTENT",
     "ENV_CAPTURE_PATH",
     "ENV_DIGEST_KEY",
@@ -43,6 +45,10 @@ ENV_DISABLED = "CTXGUARD_DISABLED"
 ENV_CAPTURE_PATH = "CTXGUARD_CAPTURE_PATH"
 #: How many conversations are remembered for eviction detection (LRU; default 10000, also for 0 or less).
 ENV_MAX_CONVERSATIONS = "CTXGUARD_MAX_CONVERSATIONS"
+#: Bytes of memory for ctxguard's caches and memories together (default ``CACHE_BYTES``, also for 0
+#: or less); docs/operations.md, "Memory", says how they share it.
+ENV_CACHE_BYTES = "CTXGUARD_CACHE_BYTES"
+CACHE_BYTES = 64 * 1024 * 1024
 #: ``auto`` (default): ctxguard's attributes go on another instrumentation's span of the same
 #: call when there is one; ``own``: ctxguard always records a span of its own.
 ENV_SPAN = "CTXGUARD_SPAN"
@@ -119,6 +125,7 @@ class Config:
     capture_content: bool = False
     metrics_port: int | None = None
     max_conversations: int = 10_000
+    cache_bytes: int = CACHE_BYTES
     capture_path: str | None = None
     span: SpanChoice = "auto"
     hash_ids: bool = False
@@ -158,12 +165,17 @@ class Config:
         if max_conv is not None and max_conv <= 0:
             _ignored(ENV_MAX_CONVERSATIONS, str(max_conv), "a positive number of conversations")
             max_conv = None
+        cache_bytes = _int(ENV_CACHE_BYTES)
+        if cache_bytes is not None and cache_bytes <= 0:
+            _ignored(ENV_CACHE_BYTES, str(cache_bytes), "a positive number of bytes")
+            cache_bytes = None
         return cls(
             mode="enforce" if mode == "enforce" else "observe",
             digest_key=key.encode() if isinstance(key, str) else key,
             capture_content=capture_content if capture is None else capture,
             metrics_port=metrics_port if port is None else port,
             max_conversations=max_conv if max_conv is not None else 10_000,
+            cache_bytes=cache_bytes if cache_bytes is not None else CACHE_BYTES,
             capture_path=os.environ.get(ENV_CAPTURE_PATH, "").strip() or capture_path,
             span="own" if span == "own" else "auto",
             hash_ids=bool(hash_ids) if hashed is None else hashed,

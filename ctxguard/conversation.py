@@ -2,9 +2,10 @@
 
 ``conversation("order-41")`` scopes calls through ``contextvars``, so it follows
 asyncio tasks and is isolated between threads. The memory remembers, per
-conversation, only digests of the previous payload and which protected items
-(system instruction, pinned block) it carried; least recently used
-conversations are forgotten past the cap.
+conversation, only digests of the previous payload (9 bytes a message: 8 of its
+digest, 1 for its role) and which protected items (system instruction, pinned block)
+it carried, never a text; least recently used conversations are forgotten past the
+cap on conversations or on bytes.
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+from array import array
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from contextvars import ContextVar, Token
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, TypeVar
 
-from .payload import SYSTEM_ROLES, Message, Payload
+from .payload import ROLES, SYSTEM_ROLES, Message, Payload
 
 __all__ = ["ConversationMemory", "ConversationState", "Diff", "conversation", "current_conversation"]
 
@@ -80,19 +83,61 @@ class conversation:
         return scoped  # type: ignore[return-value]
 
 
-@dataclass
+_NO_FACTS: frozenset[str] = frozenset()
+
+
+@dataclass(slots=True)
 class ConversationState:
+    """What the memory keeps of one conversation: digests and flags, never a text."""
+
     first_system: str | None = None
     prev_hash: str | None = None
-    prev_messages: list[Message] = field(default_factory=list)
-    prev_digests: list[str] = field(default_factory=list)
+    #: The previous payload's messages, 8 bytes each: their digests' in-process hashes (``_keys``).
+    prev_keys: bytes = b""
+    #: Their roles, a byte each: the role's index in ``ROLES`` (``other`` for any role not in it).
+    prev_roles: bytes = b""
     had_system: bool = False
     had_pinned: bool = False
     system_evicted: bool = False
     pinned_evicted: bool = False
-    facts_carried: set[str] = field(default_factory=set)  # fact_id@version sent before, still active
-    facts_evicted: set[str] = field(default_factory=set)
-    fact_locations: dict[str, str] = field(default_factory=dict)  # fact_id@version -> message digest
+    facts_carried: Set[str] = _NO_FACTS  # fact_id@version sent before, still active
+    facts_evicted: Set[str] = _NO_FACTS
+    fact_locations: dict[str, str] | None = None  # fact_id@version -> message digest, once asked for
+    size: int = 0  # the bytes counted for it (``_state_bytes``)
+
+
+#: What a conversation's state keeps beside its keys and roles: itself, its slot in the memory,
+#: the scope and its conversation id, the digests of the previous payload and first instruction.
+STATE_BYTES = 800
+#: Per fact version the state remembers (where it was seen, whether it was sent or evicted).
+FACT_BYTES = 250
+
+
+def _state_bytes(state: ConversationState) -> int:
+    facts = len(state.facts_carried) + len(state.facts_evicted)
+    if state.fact_locations is not None:
+        facts += len(state.fact_locations)
+    return STATE_BYTES + len(state.prev_keys) + len(state.prev_roles) + FACT_BYTES * facts
+
+
+def _keys(digests: list[str]) -> bytes:
+    """Each digest as 8 bytes, its in-process hash (a str caches its own): what the diff compares.
+    Two different messages share one with odds of 2**-64, the only way the diff could miscount."""
+    return array("q", map(hash, digests)).tobytes()
+
+
+class _Codes(dict[str, int]):
+    def __missing__(self, role: str) -> int:
+        return _OTHER
+
+
+_OTHER = ROLES.index("other")
+_CODES = _Codes({role: code for code, role in enumerate(ROLES)})
+_role_of = attrgetter("role")
+
+
+def _roles(messages: list[Message]) -> bytes:
+    return bytes(map(_CODES.__getitem__, map(_role_of, messages)))
 
 
 @dataclass(slots=True)
@@ -106,58 +151,84 @@ class Diff:
     first_system: str | None  # the system digest first seen in the conversation
 
 
-def _dropped(
-    prev: list[Message], prev_set: frozenset[str], now: list[str], now_set: frozenset[str]
-) -> tuple[int, dict[str, int]]:
+def _dropped(prev_keys: bytes, prev_roles: bytes, now_keys: bytes) -> tuple[int, dict[str, int]]:
     """(added, dropped-by-role) by digest, as multisets; sets when there are no repeats."""
+    prev, now = memoryview(prev_keys).cast("q").tolist(), memoryview(now_keys).cast("q").tolist()
+    prev_set, now_set = frozenset(prev), frozenset(now)
     dropped: dict[str, int] = {}
     if len(now_set) == len(now) and len(prev_set) == len(prev):
         if prev_set - now_set:
-            for m in prev:
-                if m.digest not in now_set:
-                    dropped[m.role] = dropped.get(m.role, 0) + 1
+            for key, code in zip(prev, prev_roles, strict=True):
+                if key not in now_set:
+                    dropped[ROLES[code]] = dropped.get(ROLES[code], 0) + 1
         return len(now_set - prev_set), dropped
     remaining = Counter(now)
-    for m in prev:
-        if remaining[m.digest] > 0:
-            remaining[m.digest] -= 1
+    for key, code in zip(prev, prev_roles, strict=True):
+        if remaining[key] > 0:
+            remaining[key] -= 1
         else:
-            dropped[m.role] = dropped.get(m.role, 0) + 1
+            dropped[ROLES[code]] = dropped.get(ROLES[code], 0) + 1
     return sum(remaining.values()), dropped
 
 
 class ConversationMemory:
-    """LRU of conversation states, at most ``max_conversations``."""
+    """LRU of conversation states, at most ``max_conversations`` of them and ``max_bytes`` as
+    ``_state_bytes`` counts them (the most recent one is kept even if it alone weighs more)."""
 
-    def __init__(self, max_conversations: int = 10_000) -> None:
+    def __init__(self, max_conversations: int = 10_000, max_bytes: int = 12 * 1024 * 1024) -> None:
         self.max_conversations = max_conversations
+        self.max_bytes = max_bytes
         self._states: OrderedDict[Scope, ConversationState] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._states)
 
+    @property
+    def bytes(self) -> int:
+        """What the states keep, as ``_state_bytes`` counts it."""
+        return self._bytes
+
+    def _state(self, scope: Scope, *, recent: bool = False) -> ConversationState:
+        """``scope``'s state, made if new (under the lock); ``recent``: now the most recently used."""
+        state = self._states.get(scope)
+        if state is None:
+            state = self._states[scope] = ConversationState()
+            self._resize(state)
+        elif recent:
+            self._states.move_to_end(scope)
+        return state
+
+    def _resize(self, state: ConversationState) -> None:
+        """Count what ``state`` keeps now; forget the least recently used while over a bound."""
+        size = _state_bytes(state)
+        self._bytes += size - state.size
+        state.size = size
+        states = self._states
+        while len(states) > 1 and (len(states) > self.max_conversations or self._bytes > self.max_bytes):
+            _, dropped = states.popitem(last=False)
+            self._bytes -= dropped.size
+
     def observe(self, scope: Scope, payload: Payload, *, pinned: bool) -> Diff:
         """Record this payload for ``scope`` and return what changed since the last one."""
         digests = payload.digests
+        keys = _keys(digests)
         system = payload.system
         with self._lock:
-            state = self._states.get(scope)
-            if state is None:
-                state = self._states[scope] = ConversationState()
-                if len(self._states) > self.max_conversations:
-                    self._states.popitem(last=False)
-            else:
-                self._states.move_to_end(scope)
+            state = self._state(scope, recent=True)
             prev_hash = state.prev_hash
             dropped: dict[str, int] = {}
-            kept = state.prev_digests
+            kept = len(state.prev_roles)
             if prev_hash is None:
-                added = len(digests)
-            elif len(kept) <= len(digests) and digests[: len(kept)] == kept:
-                added = len(digests) - len(kept)  # the common case, history resent and grown: a C loop
+                added, roles = len(digests), _roles(payload.messages)
+            elif keys.startswith(state.prev_keys):
+                # The common case, history resent and grown: one memcmp, and the new messages' roles.
+                added = len(digests) - kept
+                roles = state.prev_roles + _roles(payload.messages[kept:]) if added else state.prev_roles
             else:
-                added, dropped = _dropped(state.prev_messages, frozenset(kept), digests, frozenset(digests))
+                added, dropped = _dropped(state.prev_keys, state.prev_roles, keys)
+                roles = _roles(payload.messages)
             evicted: list[str] = []
             if system is not None or any(m.role in SYSTEM_ROLES for m in payload.messages):
                 state.had_system, state.system_evicted = True, False
@@ -172,26 +243,25 @@ class ConversationMemory:
                 state.pinned_evicted = True
                 evicted.append("pinned")
             state.prev_hash = payload.digest
-            state.prev_messages, state.prev_digests = payload.messages, digests
+            state.prev_keys, state.prev_roles = keys, roles
+            self._resize(state)
             return Diff(prev_hash, added, dropped, tuple(evicted), state.first_system)
 
     def fact_locations(self, scope: Scope) -> dict[str, str]:
         """Where each fact version was last seen in this conversation (bounded by its facts)."""
         with self._lock:
-            state = self._states.get(scope)
-            if state is None:
-                state = self._states[scope] = ConversationState()
-            if len(state.fact_locations) > 4 * 1024:
-                state.fact_locations.clear()
+            state = self._state(scope)
+            if state.fact_locations is None or len(state.fact_locations) > 4 * 1024:
+                state.fact_locations = {}
             return state.fact_locations
 
     def fact_evictions(self, scope: Scope, present: set[str], active: set[str]) -> int:
         """How many active fact versions that earlier payloads carried vanished now (each counted once)."""
         with self._lock:
-            state = self._states.get(scope)
-            if state is None:
-                state = self._states[scope] = ConversationState()
+            state = self._state(scope)
             gone = (state.facts_carried & active) - present - state.facts_evicted
-            state.facts_evicted = (state.facts_evicted | gone) - present
-            state.facts_carried = (state.facts_carried | present) & active
+            # An empty set is the shared empty frozenset: most conversations carry no fact.
+            state.facts_evicted = (state.facts_evicted | gone) - present or _NO_FACTS
+            state.facts_carried = (state.facts_carried | present) & active or _NO_FACTS
+            self._resize(state)
             return len(gone)

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 from . import budget as budget_mod
 from . import facts as facts_mod
 from ._isolation import guarded, report_internal_error
+from .cache import TwoGenerationCache, text_bytes, words_bytes
 from .capture import CaptureWriter, capture_body
 from .checks import CHECK_NAMES, Context, Outcome, run_checks
 from .checks.facts import answer_consistent
@@ -34,7 +35,7 @@ from .digest import Digester
 from .facts.evaluate import FactView, build_view
 from .facts.index import words
 from .facts.matching import normalise
-from .measure import Measurer, TwoGenerationCache
+from .measure import Measurer
 from .memo import Memos
 from .payload import Payload, Reply
 from .pinned import PinnedBlock, find_block
@@ -84,15 +85,16 @@ class Guard:
         self.tracer = provider.get_tracer("ctxguard")
         counter = default_counter()
         self.calibration = Calibration(exact=counter.exact)
-        self.measurer = Measurer(Digester(config.digest_key), counter, self.calibration)
-        self.wire_digests = WireDigests(self.measurer.digester)
+        budget = config.cache_bytes  # shared out as docs/operations.md, "Memory", says
+        self.measurer = Measurer(Digester(config.digest_key), counter, self.calibration, max_bytes=budget // 4)
+        self.wire_digests = WireDigests(self.measurer.digester, max_bytes=budget // 8)
         #: How conversation and fact ids are exported: as they are, or keyed digests (``hash_ids``).
         self.ids = ExportedIds(self.measurer.digester if config.hash_ids else None)
-        self.memos = Memos()
-        self.memory = ConversationMemory(config.max_conversations)
+        self.memos = Memos(max_bytes=budget * 3 // 16)
+        self.memory = ConversationMemory(config.max_conversations, max_bytes=budget * 3 // 16)
         self.facts = sinks if sinks is not None else facts_mod.configure(ledger, clock)  # type: ignore[arg-type]
-        self._norms: TwoGenerationCache[str, str] = TwoGenerationCache(20_000)
-        self._words: TwoGenerationCache[str, frozenset[str]] = TwoGenerationCache(4_096)
+        self._norms: TwoGenerationCache[str, str] = TwoGenerationCache(20_000, budget // 8, text_bytes)
+        self._words: TwoGenerationCache[str, frozenset[str]] = TwoGenerationCache(4_096, budget // 16, words_bytes)
         self._conversation_id = conversation_id
         #: Where request bodies and fact events are being captured, if anywhere (opt-in).
         self.capture: CaptureWriter | None = None

@@ -2,27 +2,27 @@
 
 Messages are cached by content (role, text, references), so a conversation
 that grows by one turn per call digests and counts one new message per call;
-the rest are dictionary hits. The cache is bounded with two generations: when
-the young one fills up, the old one is dropped whole, so memory stays within
-twice the cap without per-hit bookkeeping.
+the rest are dictionary hits. The cache is a ``TwoGenerationCache``: bounded in
+entries and in bytes (a message's text counts, since the cache keeps it as its key).
 """
 
 from __future__ import annotations
 
-import threading
 from itertools import accumulate
 from operator import attrgetter
-from typing import Generic, TypeVar
+from sys import getsizeof
 
+from .cache import ENTRY_BYTES, TwoGenerationCache, text_bytes
 from .digest import Digester
 from .memo import Memo
 from .payload import Item, Message, Payload, RequestView
 from .tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, Calibration, TokenCounter
 
-__all__ = ["Measurer", "TwoGenerationCache"]
+__all__ = ["MESSAGE_BYTES", "Measurer"]
 
 _digest_of = attrgetter("digest")
 _tokens_of = attrgetter("tokens")
+_size_of = attrgetter("size")
 
 
 def _common(items: list[Item], kept: list[Item]) -> int:
@@ -33,45 +33,37 @@ def _common(items: list[Item], kept: list[Item]) -> int:
     return next(i for i, (a, b) in enumerate(zip(items, kept, strict=False)) if a != b)
 
 
-K = TypeVar("K")
-V = TypeVar("V")
+#: What a measured message keeps beside its text and refs: its Item tuple, the Message, its
+#: digest, its token count and role (``Message.size``).
+MESSAGE_BYTES = 320
 
 
-class TwoGenerationCache(Generic[K, V]):
-    __slots__ = ("_cap", "_lock", "_new", "_old")
+def _message_bytes(item: Item, message: Message) -> int:
+    return message.size + ENTRY_BYTES
 
-    def __init__(self, cap: int) -> None:
-        self._cap = cap
-        self._new: dict[K, V] = {}
-        self._old: dict[K, V] = {}
-        self._lock = threading.Lock()
 
-    def get(self, key: K) -> V | None:
-        value = self._new.get(key)
-        if value is None:
-            value = self._old.get(key)
-            if value is not None:
-                self.put(key, value)
-        return value
-
-    def put(self, key: K, value: V) -> None:
-        with self._lock:
-            if len(self._new) >= self._cap:
-                self._old, self._new = self._new, {}
-            self._new[key] = value
+def _key_bytes(text: str, tokens: int) -> int:
+    return text_bytes(tokens, text)
 
 
 class Measurer:
     """``Measurer(Digester(key), counter, Calibration()).measure(view)`` -> Payload."""
 
     def __init__(
-        self, digester: Digester, counter: TokenCounter, calibration: Calibration, cap: int = 50_000
+        self,
+        digester: Digester,
+        counter: TokenCounter,
+        calibration: Calibration,
+        cap: int = 50_000,
+        max_bytes: int = 16 * 1024 * 1024,
     ) -> None:
+        """``max_bytes``: what both caches keep, an eighth of it for the recurring texts."""
         self.digester = digester
         self.counter = counter
         self.calibration = calibration
-        self._messages: TwoGenerationCache[Item, Message] = TwoGenerationCache(cap)
-        self._texts: TwoGenerationCache[str, int] = TwoGenerationCache(cap // 10 or 1)
+        self._messages: TwoGenerationCache[Item, Message] = TwoGenerationCache(
+            cap, max_bytes - max_bytes // 8, _message_bytes)
+        self._texts: TwoGenerationCache[str, int] = TwoGenerationCache(cap // 10 or 1, max_bytes // 8, _key_bytes)
 
     def message(self, item: Item) -> Message:
         cached = self._messages.get(item)
@@ -80,7 +72,9 @@ class Measurer:
         role, text, refs, source, cost = item
         canonical = f"{role}\x1f{text}\x1f" + "\x1e".join(refs)
         tokens = self.counter.count(text) + MESSAGE_OVERHEAD + cost
-        message = Message(role, text, self.digester.text(canonical), tokens, source)
+        # getsizeof: a str's real size (1, 2 or 4 bytes a character, and its header).
+        size = MESSAGE_BYTES + getsizeof(text) + (getsizeof(refs) + sum(map(getsizeof, refs)) if refs else 0)
+        message = Message(role, text, self.digester.text(canonical), tokens, source, size)
         self._messages.put(item, message)
         return message
 
@@ -96,14 +90,14 @@ class Measurer:
         """``memo``: the conversation's previous call (see ``ctxguard.memo``): its leading items
         equal to this call's are not looked up again, and the payload digest resumes after them."""
         items = view.items
-        start, messages, digests, sums, hasher = 0, [], [], [0], None
+        start, messages, digests, sums, hasher, held, resumed = 0, [], [], [0], None, 0, False
         last = memo.measured if memo is not None else None
         if last is not None:
-            kept_items, kept_messages, kept_digests, kept_sums, kept_hasher = last
+            kept_items, kept_messages, kept_digests, kept_sums, kept_hasher, kept_held = last
             start = _common(items, kept_items)
             messages, digests, sums = kept_messages[:start], kept_digests[:start], kept_sums[: start + 1]
             if start == len(kept_items):
-                hasher = kept_hasher.copy()
+                hasher, held, resumed = kept_hasher.copy(), kept_held, True
         hit = self._messages._new.get  # inlined look-up: this loop runs once per new message per call
         message = self.message
         new = [hit(item) or message(item) for item in items[start:]]
@@ -118,9 +112,12 @@ class Measurer:
             tail = "\n".join(digests[start:])  # the digest of the joined digests, continued
             hasher.update((f"\n{tail}" if start else tail).encode("ascii"))
         if memo is not None:
+            # The bytes its messages keep, for the memo's bound: the kept ones' sum carried on when
+            # all of them were resumed, else added up again (after an edit or a trim).
+            held += sum(map(_size_of, new if resumed else messages))
             # Kept as they are, not copied: the view's items and the payload's lists are never
             # changed after this point (the next call slices them).
-            memo.measured = (items, messages, digests, sums, hasher)
+            memo.measured = (items, messages, digests, sums, hasher, held)
         tools_tokens = sum(self.tokens(schema) for schema in view.tools) + view.prompt_overhead
         raw = total + REPLY_PRIMING + tools_tokens
         factor = self.calibration.factor(view.model)

@@ -18,9 +18,9 @@ Numbers and booleans are never kept (``1 == 1.0 == True`` read differently), and
 readers render a dict or list they want as text as canonical JSON, so two equal values
 always read the same. The first message of any other kind (a pydantic object, a tuple)
 ends what is reused. Bounded: at most ``max_messages`` kept messages across all memos,
-each memo counting as one more (a kept plain message costs ~300 bytes besides its text,
-which the app holds anyway; a tool message a few hundred more for its containers),
-least recently used conversations dropped first.
+each memo counting as one more, and at most ``max_bytes`` (``Memo.bytes``: the texts the
+memos keep alive, which the app may long have dropped, counted for the copies and again for
+the readings, and the objects around them), least recently used conversations dropped first.
 """
 
 from __future__ import annotations
@@ -32,7 +32,14 @@ from typing import Any
 
 from .payload import Item, Message
 
-__all__ = ["Memo", "Memos"]
+__all__ = ["KEPT_BYTES", "MEMO_BYTES", "Memo", "Memos"]
+
+#: What a memo keeps beside its messages: itself, its tuples and lists, the payload digest's hasher.
+MEMO_BYTES = 1024
+#: Per kept message, beside what ``Message.size`` counts: its copy (a plain message's dict; a tool
+#: message's containers cost more, and its strings are counted as its reading's text, again) and its
+#: slots in the memo's lists.
+KEPT_BYTES = 300
 
 
 class Memo:
@@ -46,24 +53,31 @@ class Memo:
         #: for: an Item carries what its images cost on that model).
         self.read: tuple[list[dict[str, Any]], list[Item], str | None] | None = None
         #: (Items measured, their Messages, their digests, running token sums (``len + 1``),
-        #: the payload digest's hasher after all of their digests). Shared with the call's
-        #: Payload, which never changes them.
-        self.measured: tuple[list[Item], list[Message], list[str], list[int], Any] | None = None
+        #: the payload digest's hasher after all of their digests, the bytes the Messages keep
+        #: (``Message.size`` summed)). Shared with the call's Payload, which never changes them.
+        self.measured: tuple[list[Item], list[Message], list[str], list[int], Any, int] | None = None
 
     @property
-    def size(self) -> int:
-        """Kept messages, plus one for the memo itself: memos that keep nothing (a provider not
-        read through a memo, a conversation whose first message has parts) count too."""
-        return 1 + (len(self.read[1]) if self.read else 0) + (len(self.measured[0]) if self.measured else 0)
+    def size(self) -> tuple[int, int]:
+        """(kept messages, plus one for the memo itself: memos that keep nothing (a provider not
+        read through a memo, a conversation whose first message has parts) count too; the bytes
+        it keeps). A copy's strings are the app's, which its reading's text was made of: counted
+        as that text again (for a plain message the two are one string: the bound errs safe)."""
+        read, measured = self.read, self.measured
+        copies = len(read[1]) if read else 0
+        readings, held = (len(measured[0]), measured[5]) if measured else (0, 0)
+        return 1 + copies + readings, MEMO_BYTES + KEPT_BYTES * (copies + readings) + 2 * held
 
 
 class Memos:
-    """``Memo`` per key, least recently used first out, bounded by the messages they keep."""
+    """``Memo`` per key, least recently used first out, bounded by the messages and bytes they keep."""
 
-    def __init__(self, max_messages: int = 100_000) -> None:
+    def __init__(self, max_messages: int = 100_000, max_bytes: int = 12 * 1024 * 1024) -> None:
         self.max_messages = max_messages
-        self._memos: OrderedDict[Hashable, tuple[Memo, int]] = OrderedDict()
+        self.max_bytes = max_bytes
+        self._memos: OrderedDict[Hashable, tuple[Memo, int, int]] = OrderedDict()
         self._kept = 0
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, key: Hashable) -> Memo:
@@ -73,25 +87,32 @@ class Memos:
                 self._memos.move_to_end(key)
                 return found[0]
             memo = Memo()
-            self._memos[key] = (memo, 0)
+            self._memos[key] = (memo, 0, 0)
             return memo
 
     def settle(self, key: Hashable, memo: Memo) -> None:
-        """Account for what ``memo`` keeps now; drop the oldest memos while over the bound."""
-        size = memo.size
+        """Account for what ``memo`` keeps now; drop the oldest memos while over a bound."""
+        size, held = memo.size
         with self._lock:
             found = self._memos.get(key)
             if found is None or found[0] is not memo:
                 return  # dropped meanwhile: what it keeps goes with it
             self._kept += size - found[1]
-            self._memos[key] = (memo, size)
-            while self._kept > self.max_messages and self._memos:
-                _, (_, dropped) = self._memos.popitem(last=False)
+            self._bytes += held - found[2]
+            self._memos[key] = (memo, size, held)
+            while (self._kept > self.max_messages or self._bytes > self.max_bytes) and self._memos:
+                _, (_, dropped, dropped_bytes) = self._memos.popitem(last=False)
                 self._kept -= dropped
+                self._bytes -= dropped_bytes
 
     @property
     def kept(self) -> int:
         return self._kept
+
+    @property
+    def bytes(self) -> int:
+        """What the memos keep, as ``Memo.size`` counts it: at most ``max_bytes``."""
+        return self._bytes
 
     def __len__(self) -> int:
         return len(self._memos)

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["SYSTEM_ROLES", "Item", "Message", "Payload", "Reply", "RequestView"]
+__all__ = ["ROLES", "SYSTEM_ROLES", "Item", "Message", "Payload", "Reply", "RequestView"]
 
 #: Roles that carry the application's instruction.
 SYSTEM_ROLES = frozenset({"system", "developer"})
+#: Roles told apart wherever messages are counted by role (the dropped-messages metric, the
+#: conversation memory); any other role counts as ``other``.
+ROLES = ("system", "developer", "user", "assistant", "tool", "function", "other")
 
 
 #: One message as the model reads it: ``(role, text, refs, source, cost)``. A plain tuple
@@ -58,6 +61,9 @@ class Message:
     digest: str
     tokens: int  # raw count including the message framing
     source: str = "message"
+    #: Bytes of memory it keeps (its text and refs, and the objects around them): what a cache or
+    #: memo holding it counts against its byte budget.
+    size: int = 0
 
 
 @dataclass(slots=True)

@@ -11,7 +11,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from sys import getsizeof
 
+from .cache import ENTRY_BYTES, TwoGenerationCache
 from .payload import Message
 from .tokens import TokenCounter, default_counter
 
@@ -79,8 +81,10 @@ def _header_re(marker: str) -> re.Pattern[str]:
     return re.compile(r"^\[" + re.escape(marker) + r": (\d+) entr(?:y|ies)\]$", re.MULTILINE)
 
 
-@lru_cache(maxsize=1024)  # the same block is re-sent call after call
-def _parse(text: str, marker: str) -> tuple[str, int, bool, bool | None]:
+Parsed = tuple[str, int, bool, bool | None]
+
+
+def _parse(text: str, marker: str) -> Parsed:
     match = _header_re(marker).search(text)
     if match is not None:
         expected = int(match.group(1))
@@ -97,9 +101,22 @@ def _parse(text: str, marker: str) -> tuple[str, int, bool, bool | None]:
     return block_text, entries, False, None
 
 
+def _parsed_bytes(key: tuple[str, str], parsed: Parsed) -> int:
+    return ENTRY_BYTES + getsizeof(key[0]) + getsizeof(parsed[0])
+
+
+#: The same block is re-sent call after call: parsed once, by the text of the message carrying it.
+_PARSED: TwoGenerationCache[tuple[str, str], Parsed] = TwoGenerationCache(1024, 1024 * 1024, _parsed_bytes)
+
+
 def find_block(messages: list[Message], marker: str) -> PinnedBlock | None:
     """The first message carrying ``marker``, parsed; None when no message does."""
     for message in messages:
         if marker in message.text:
-            return PinnedBlock(*_parse(message.text, marker))
+            key = (message.text, marker)
+            parsed = _PARSED.get(key)
+            if parsed is None:
+                parsed = _parse(message.text, marker)
+                _PARSED.put(key, parsed)
+            return PinnedBlock(*parsed)
     return None

@@ -31,6 +31,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricF
 from prometheus_client.utils import floatToGoString
 
 from .._isolation import WHERE
+from ..payload import ROLES
 
 __all__ = ["EVICTION_KINDS", "OPERATIONS", "PROVIDERS", "ROLES", "Hist", "Metrics", "metrics_for"]
 
@@ -38,7 +39,6 @@ PROVIDERS = ("openai", "anthropic", "gcp.gen_ai", "litellm")
 OPERATIONS = ("chat",)
 OUTCOMES = ("pass", "fail", "skip")
 EVICTION_KINDS = ("system", "pinned", "fact")
-ROLES = ("system", "developer", "user", "assistant", "tool", "function", "other")
 
 _TOKEN_BUCKETS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 _RATIO_BUCKETS = (0.1, 0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0, 1.1, 1.25, 1.5, 2.0)
