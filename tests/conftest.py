@@ -120,3 +120,26 @@ def replace_body(request, body: object) -> None:  # type: ignore[no-untyped-def]
     request.stream = http.ByteStream(raw)
     request._content = raw
     request.headers["Content-Length"] = str(len(raw))
+
+
+import gc  # noqa: E402
+import tracemalloc  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+
+
+@contextmanager
+def traced() -> Iterator[Callable[[], int]]:
+    """``with traced() as retained:``; ``retained()``: the bytes allocated since the block began
+    and still alive (after a collection), as tracemalloc counts them."""
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+
+    def retained() -> int:
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - base
+
+    try:
+        yield retained
+    finally:
+        tracemalloc.stop()

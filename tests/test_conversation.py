@@ -11,6 +11,8 @@ import pytest
 import ctxguard
 from ctxguard import Pinned, Policy, render_pinned
 from ctxguard.conversation import ConversationMemory, current_conversation
+from ctxguard.payload import Message, Payload
+from tests.conftest import traced
 
 SYSTEM = {"role": "system", "content": "You are the order assistant."}
 BLOCK = {"role": "system", "content": render_pinned({"order_id": "A-1041"}, max_tokens=100)}
@@ -275,3 +277,39 @@ def test_policy_can_be_replaced_at_run_time(harness, llm, client):
     with pytest.raises(ctxguard.ContextViolation):
         client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, user(1)])
     assert len(llm.requests) == 1
+
+
+def _payload(roles_texts: list[tuple[str, str]], digest: str) -> Payload:
+    messages = [Message(role, text, f"{role}:{text[:12]}:{len(text)}", 1) for role, text in roles_texts]
+    return Payload("openai", "chat", "m", messages, [m.digest for m in messages], digest, 0, 0, "estimate", 0,
+                   None, False, None, None)
+
+
+def test_the_memory_keeps_digests_not_texts():
+    memory = ConversationMemory()
+    with traced() as retained:
+        for i in range(20):
+            memory.observe((f"c{i}", None), _payload([("user", f"{i} " + "x" * 100_000)], f"d{i}"), pinned=False)
+        kept = retained()
+    assert kept < 20 * 2048  # 20 messages of 100 KB seen; what is left is their conversations' digests
+
+
+def test_the_memory_fed_ten_times_its_budget_keeps_at_most_its_budget():
+    budget = 32 * 1024
+    memory = ConversationMemory(max_bytes=budget)
+    with traced() as retained:
+        for i in range(40):  # 40 conversations of 1,000 messages: 9 bytes each, 360 KB
+            memory.observe((f"c{i}", None), _payload([("user", f"{i}.{n}") for n in range(1_000)], f"d{i}"),
+                           pinned=False)
+        kept = retained()
+    assert memory.bytes <= budget and kept <= budget
+    assert 0 < len(memory) < 40
+
+
+def test_dropped_messages_are_counted_by_their_role_in_the_previous_payload():
+    memory = ConversationMemory()
+    scope = ("c", None)
+    memory.observe(scope, _payload([("system", "s"), ("user", "a"), ("narrator", "b"), ("user", "c")], "d1"),
+                   pinned=False)
+    diff = memory.observe(scope, _payload([("system", "s"), ("user", "c"), ("user", "e")], "d2"), pinned=False)
+    assert (diff.added, diff.dropped) == (1, {"user": 1, "other": 1})  # a role outside ROLES counts as other

@@ -23,7 +23,7 @@ from ctxguard.memo import Memo, Memos
 from ctxguard.providers import anthropic as anthropic_provider
 from ctxguard.providers import openai as openai_provider
 from ctxguard.tokens import Calibration, EstimateCounter
-from tests.conftest import KEY, race
+from tests.conftest import KEY, race, traced
 
 TEXTS = ["hello", "Ship to Lyon", "Ship to Pune", "ok", "", "a\nb", "déjà vu"]
 ROLES = ["system", "user", "assistant", "tool", "x" * 40]
@@ -301,3 +301,34 @@ def test_a_dict_that_will_not_serialise_is_still_read_as_text() -> None:
         "model": "gpt-4o", "messages": [{"role": "user", "content": content}]})
     assert view.unreadable is None
     assert view.items[0][1] == str(content)
+
+
+def test_memos_fed_ten_times_their_byte_budget_keep_at_most_it() -> None:
+    """The texts a memo keeps alive (its copies, its readings) count against ``max_bytes``: the app
+    may have dropped those messages long ago."""
+    budget = 1024 * 1024
+    memos = Memos(max_bytes=budget)
+    uncached = Measurer(Digester(KEY), EstimateCounter(), Calibration(), max_bytes=0)  # keeps nothing itself
+    with traced() as retained:
+        for conversation in range(50):  # 50 conversations of two 100 KB messages: 10 MB
+            messages = [{"role": "user", "content": f"{conversation}.{i} " + "x" * 100_000} for i in range(2)]
+            memo = memos.get(conversation)
+            kwargs = {"model": "gpt-4o", "messages": messages}
+            view = openai_provider.ADAPTER.normalise("chat.completions", kwargs, memo)
+            uncached.measure(view, memo)
+            memos.settle(conversation, memo)
+            del messages, kwargs, view
+        kept = retained()
+    assert memos.bytes <= budget and kept <= budget
+    assert memos.get(49).measured is not None  # the newest is kept
+
+
+def test_a_memo_counts_the_bytes_its_messages_keep_whatever_changed() -> None:
+    """Carried on from the previous call when it resumes all of it, added up again otherwise."""
+    m, memo = measurer(), Memo()
+    texts = ["a" * 10, "b" * 200, "c" * 3000]
+    for history in (texts, [*texts, "d" * 40], ["a" * 10, "B" * 5, "c" * 3000, "d" * 40], ["c" * 3000], []):
+        messages = [{"role": "user", "content": t} for t in history]
+        view = openai_provider.ADAPTER.normalise("chat.completions", {"model": "gpt-4o", "messages": messages}, memo)
+        payload = m.measure(view, memo)
+        assert memo.measured is not None and memo.measured[5] == sum(msg.size for msg in payload.messages)

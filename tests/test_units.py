@@ -232,6 +232,8 @@ def test_env_overrides(monkeypatch):
     ("CTXGUARD_METRICS_PORT", "70000", "metrics_port", None),
     ("CTXGUARD_MAX_CONVERSATIONS", "0", "max_conversations", 10_000),
     ("CTXGUARD_MAX_CONVERSATIONS", "lots", "max_conversations", 10_000),
+    ("CTXGUARD_CACHE_BYTES", "0", "cache_bytes", 64 * 1024 * 1024),
+    ("CTXGUARD_CACHE_BYTES", "64MiB", "cache_bytes", 64 * 1024 * 1024),
 ])
 def test_a_mistyped_variable_is_one_warning_and_the_codes_value(monkeypatch, caplog, variable, value, field, expected):
     """The environment never makes instrument() raise into the app: the operator's typo is named

@@ -1,0 +1,97 @@
+"""Every cache is bounded in bytes (docs/operations.md, "Memory"): fed ten times its budget, it
+keeps at most its budget, as it counts it and as tracemalloc measures it."""
+
+from __future__ import annotations
+
+import json
+
+import ctxguard
+from ctxguard import Pinned, Policy, render_pinned
+from ctxguard.cache import TwoGenerationCache, text_bytes
+from ctxguard.digest import Digester
+from ctxguard.measure import Measurer
+from ctxguard.payload import Reply, RequestView
+from ctxguard.providers.openai import ADAPTER as OPENAI
+from ctxguard.tokens import Calibration, EstimateCounter
+from tests.conftest import KEY, traced
+
+BUDGET = 1024 * 1024
+SIZE = 100_000  # characters a text: ten times the budget is a hundred of them
+
+
+def text(i: int) -> str:
+    return f"{i} " + "x" * SIZE
+
+
+def test_a_cache_fed_ten_times_its_budget_keeps_at_most_its_budget():
+    cache: TwoGenerationCache[str, str] = TwoGenerationCache(50_000, BUDGET, text_bytes)
+    with traced() as retained:
+        for i in range(10 * BUDGET // SIZE):
+            cache.put(f"k{i}", text(i))
+        kept = retained()
+    assert cache.bytes <= BUDGET
+    assert kept <= BUDGET
+    assert cache.get(f"k{10 * BUDGET // SIZE - 1}") is not None  # the newest is kept
+
+
+def test_an_entry_over_half_the_budget_is_not_cached():
+    cache: TwoGenerationCache[str, str] = TwoGenerationCache(50_000, 4 * SIZE, text_bytes)
+    cache.put("big", "x" * 2 * SIZE)
+    cache.put("small", "x" * SIZE)
+    assert cache.get("big") is None and cache.get("small") is not None
+
+
+def test_a_hit_in_the_old_generation_moves_the_entry_to_the_young_one():
+    cache: TwoGenerationCache[str, str] = TwoGenerationCache(2, BUDGET, text_bytes)
+    cache.put("a", "1")
+    cache.put("b", "2")
+    cache.put("c", "3")  # young full: a and b are now the old generation
+    assert cache.get("a") == "1"  # moved back into the young one
+    cache.put("d", "4")  # young full again (c, a): b is dropped with the old generation
+    assert cache.get("a") == "1" and cache.get("b") is None
+
+
+def test_the_measurer_fed_ten_times_its_budget_keeps_at_most_its_budget():
+    measurer = Measurer(Digester(KEY), EstimateCounter(), Calibration(), max_bytes=BUDGET)
+    with traced() as retained:
+        for i in range(10 * BUDGET // SIZE):
+            measurer.measure(RequestView("openai", "chat", "gpt-4o", [("user", text(i), (), "message", 0)]))
+            measurer.tokens(text(-i))  # a tool schema
+        kept = retained()
+    assert kept <= BUDGET
+
+
+def test_the_guard_fed_ten_times_its_budget_keeps_at_most_its_budget(harness, monkeypatch):
+    """Every cache and memory of a guard together, every check on (facts too, whose caches fill):
+    250 conversations of two calls, each call adding a message of 20 KB, keep at most
+    ``CTXGUARD_CACHE_BYTES``."""
+    monkeypatch.setenv("CTXGUARD_CACHE_BYTES", str(BUDGET))
+    guard = harness.start(mode="observe", policy=Policy(pinned=Pinned(max_tokens=200)))
+    assert guard.config.cache_bytes == BUDGET
+    guard.measurer.counter = EstimateCounter()  # what it keeps is the same; tiktoken is only slower
+    with ctxguard.conversation("facts"):
+        ctxguard.record_fact("shipping_city", "Pune")
+    pinned = render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
+    system = {"role": "system", "content": f"You are the order assistant.\n{pinned}"}
+
+    def call(scope: str, messages: list[dict[str, str]]) -> None:
+        kwargs = {"model": "gpt-4o", "messages": messages}
+        with ctxguard.conversation(scope):
+            made = guard.before(OPENAI, "chat.completions", kwargs)
+            assert made is not None
+            made.wire(json.dumps(kwargs).encode())
+            made.answer(Reply(model="gpt-4o", text="It ships to Pune.", input_tokens=100))
+
+    def words(n: int) -> str:  # 20 KB of words of its own: its word set is large too
+        return " ".join(f"w{n}x{i}".ljust(40, "y") for i in range(500))
+
+    call("warm-up", [system, {"role": "user", "content": "hello"}])  # tables built once, not per call
+    with traced() as retained:
+        for n in range(250):
+            first = {"role": "user", "content": words(n)}
+            call(f"c{n}", [system, first])
+            second = {"role": "user", "content": words(-n)}
+            call(f"c{n}", [system, first, {"role": "assistant", "content": "ok"}, second])
+        harness.exporter.clear()  # the test's span exporter keeps every span
+        kept = retained()
+    assert kept <= BUDGET
