@@ -43,9 +43,10 @@ class TwoGenerationCache(Generic[K, V]):
     'text'
     """
 
-    __slots__ = ("_cap", "_half", "_lock", "_new", "_new_bytes", "_old", "_old_bytes", "_weight")
+    __slots__ = ("_cap", "_half", "_lock", "_new", "_new_bytes", "_old", "_old_bytes", "_weight", "max_bytes")
 
     def __init__(self, cap: int, max_bytes: int, weight: Callable[[K, V], int]) -> None:
+        self.max_bytes = max_bytes
         self._cap = cap
         self._half = max_bytes // 2
         self._weight = weight

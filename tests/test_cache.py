@@ -5,18 +5,25 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import ctxguard
 from ctxguard import Pinned, Policy, render_pinned
+from ctxguard import pinned as pinned_mod
 from ctxguard.cache import TwoGenerationCache, text_bytes
 from ctxguard.digest import Digester
 from ctxguard.measure import Measurer
-from ctxguard.payload import Reply, RequestView
+from ctxguard.payload import Message, Reply, RequestView
+from ctxguard.pinned import find_block
+from ctxguard.providers import openai as openai_provider
 from ctxguard.providers.openai import ADAPTER as OPENAI
+from ctxguard.telemetry.ids import ExportedIds
 from ctxguard.tokens import Calibration, EstimateCounter
 from tests.conftest import KEY, traced
 
 BUDGET = 1024 * 1024
 SIZE = 100_000  # characters a text: ten times the budget is a hundred of them
+IDS = ExportedIds(Digester(KEY))
 
 
 def text(i: int) -> str:
@@ -95,3 +102,28 @@ def test_the_guard_fed_ten_times_its_budget_keeps_at_most_its_budget(harness, mo
         harness.exporter.clear()  # the test's span exporter keeps every span
         kept = retained()
     assert kept <= BUDGET
+
+
+def _pinned(i: int) -> None:
+    find_block([Message("system", f"{text(i)}\n\n[Pinned facts]\n- a: b", f"d{i}", 1)], "Pinned facts")
+
+
+def _rendered(i: int) -> None:
+    openai_provider._cached(("tool", text(i)), lambda: text(-i))
+
+
+@pytest.mark.parametrize(("cache", "feed"), [
+    (pinned_mod._PARSED, _pinned),
+    (openai_provider._RENDERED, _rendered),
+    (None, lambda i: IDS.id(text(i))),
+], ids=["pinned blocks", "rendered tools", "exported ids"])
+def test_the_fixed_caches_fed_ten_times_their_budget_keep_at_most_it(cache, feed):
+    """Caches outside ``CTXGUARD_CACHE_BYTES`` (docs/operations.md, "Memory"): 1 or 2 MiB each."""
+    cache = cache if cache is not None else IDS._cache
+    budget = cache.max_bytes
+    with traced() as retained:
+        for i in range(10 * budget // SIZE):
+            feed(i)
+        kept = retained()
+    assert cache.bytes <= budget and kept <= budget
+

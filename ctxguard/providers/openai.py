@@ -11,8 +11,10 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Mapping
+from sys import getsizeof
 from typing import Any
 
+from ..cache import TwoGenerationCache, text_bytes
 from ..memo import Memo
 from ..payload import Item, Reply, RequestView
 from ..tokens import NON_TEXT_PART
@@ -167,9 +169,14 @@ def _response_item(item: Any, model: str | None) -> Item:
 #: the prompt tokens reported: docs/budget.md). Header and footer are counted once a request.
 _TOOLS_FRAME = "# Tools\n\n## functions\n\nnamespace functions {\n\n} // namespace functions"
 _TS_DEPTH = 8
+
+
+def _rendered_bytes(key: tuple[str, Any], text: str) -> int:
+    return text_bytes(key, text) + (getsizeof(key[1]) if isinstance(key[1], str) else 0)
+
+
 #: (kind, canonical JSON of a tool or format) -> its rendering (apps send the same tools every call).
-_RENDERED: dict[tuple[str, Any], str] = {}
-_RENDERED_MAX = 1024
+_RENDERED: TwoGenerationCache[tuple[str, Any], str] = TwoGenerationCache(1024, 2 * 1024 * 1024, _rendered_bytes)
 
 
 def _typescript(schema: Any, depth: int = 0) -> str:
@@ -245,9 +252,7 @@ def _cached(key: Any, render: Callable[[], str]) -> str:
     text = _RENDERED.get(key)
     if text is None:
         text = render()
-        if len(_RENDERED) >= _RENDERED_MAX:
-            _RENDERED.clear()
-        _RENDERED[key] = text
+        _RENDERED.put(key, text)
     return text
 
 

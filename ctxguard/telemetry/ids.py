@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from sys import getsizeof
 from typing import TYPE_CHECKING, Any
 
+from ..cache import TwoGenerationCache, text_bytes
 from ..digest import Digester
 from ..violations import Violation
 from . import spans as attr
@@ -42,7 +44,9 @@ ID_ATTRIBUTES: dict[str, str] = {
     attr.SKIPPED: "texts",
 }
 
-_CACHE_MAX = 8_192
+
+def _id_bytes(raw: str, digest: str) -> int:
+    return text_bytes(raw, raw) + getsizeof(digest)
 
 
 class ExportedIds:
@@ -53,7 +57,8 @@ class ExportedIds:
 
     def __init__(self, digester: Digester | None) -> None:
         self._digester = digester
-        self._cache: dict[str, str] = {}  # the same few ids come back call after call
+        # The same few ids come back call after call; an id is the app's string, of any length.
+        self._cache: TwoGenerationCache[str, str] = TwoGenerationCache(8_192, 1024 * 1024, _id_bytes)
 
     def id(self, raw: str) -> str:
         digester = self._digester
@@ -61,9 +66,8 @@ class ExportedIds:
             return raw
         found = self._cache.get(raw)
         if found is None:
-            if len(self._cache) >= _CACHE_MAX:
-                self._cache.clear()
-            found = self._cache[raw] = digester.text(raw)
+            found = digester.text(raw)
+            self._cache.put(raw, found)
         return found
 
     def label(self, label: str) -> str:
