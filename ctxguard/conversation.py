@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Set
 from contextvars import ContextVar, Token
@@ -92,7 +91,7 @@ class ConversationState:
 
     first_system: str | None = None
     prev_hash: str | None = None
-    #: The previous payload's messages, 8 bytes each: their digests' in-process hashes (``_keys``).
+    #: The previous payload's messages, 8 bytes each: the first half of their digests (``_keys``).
     prev_keys: bytes = b""
     #: Their roles, a byte each: the role's index in ``ROLES`` (``other`` for any role not in it).
     prev_roles: bytes = b""
@@ -121,9 +120,9 @@ def _state_bytes(state: ConversationState) -> int:
 
 
 def _keys(digests: list[str]) -> bytes:
-    """Each digest as 8 bytes, its in-process hash (a str caches its own): what the diff compares.
-    Two different messages share one with odds of 2**-64, the only way the diff could miscount."""
-    return array("q", map(hash, digests)).tobytes()
+    """The first 8 bytes of each digest (32 hex characters), packed: what the diff compares. Two
+    different messages share them with odds of 2**-64, the only way the diff could miscount."""
+    return memoryview(bytes.fromhex("".join(digests))).cast("Q")[::2].tobytes()
 
 
 class _Codes(dict[str, int]):
@@ -153,7 +152,7 @@ class Diff:
 
 def _dropped(prev_keys: bytes, prev_roles: bytes, now_keys: bytes) -> tuple[int, dict[str, int]]:
     """(added, dropped-by-role) by digest, as multisets; sets when there are no repeats."""
-    prev, now = memoryview(prev_keys).cast("q").tolist(), memoryview(now_keys).cast("q").tolist()
+    prev, now = memoryview(prev_keys).cast("Q").tolist(), memoryview(now_keys).cast("Q").tolist()
     prev_set, now_set = frozenset(prev), frozenset(now)
     dropped: dict[str, int] = {}
     if len(now_set) == len(now) and len(prev_set) == len(prev):
@@ -212,25 +211,30 @@ class ConversationMemory:
 
     def observe(self, scope: Scope, payload: Payload, *, pinned: bool) -> Diff:
         """Record this payload for ``scope`` and return what changed since the last one."""
-        digests = payload.digests
-        keys = _keys(digests)
+        digests, messages = payload.digests, payload.messages
         system = payload.system
         with self._lock:
             state = self._state(scope, recent=True)
             prev_hash = state.prev_hash
             dropped: dict[str, int] = {}
             kept = len(state.prev_roles)
-            if prev_hash is None:
-                added, roles = len(digests), _roles(payload.messages)
-            elif keys.startswith(state.prev_keys):
-                # The common case, history resent and grown: one memcmp, and the new messages' roles.
+            if prev_hash is not None and payload.extends == prev_hash:
+                # The common case, history resent and grown: this payload begins with all of the
+                # previous one's messages (the memo says so), only the new ones are looked at.
                 added = len(digests) - kept
-                roles = state.prev_roles + _roles(payload.messages[kept:]) if added else state.prev_roles
+                keys, roles = state.prev_keys, state.prev_roles
+                if added:
+                    keys, roles = keys + _keys(digests[kept:]), roles + _roles(messages[kept:])
             else:
-                added, dropped = _dropped(state.prev_keys, state.prev_roles, keys)
-                roles = _roles(payload.messages)
+                keys, roles = _keys(digests), _roles(messages)
+                if prev_hash is None:
+                    added = len(digests)
+                elif keys.startswith(state.prev_keys):  # grown, but not measured with the same memo
+                    added = len(digests) - kept
+                else:
+                    added, dropped = _dropped(state.prev_keys, state.prev_roles, keys)
             evicted: list[str] = []
-            if system is not None or any(m.role in SYSTEM_ROLES for m in payload.messages):
+            if system is not None or any(m.role in SYSTEM_ROLES for m in messages):
                 state.had_system, state.system_evicted = True, False
                 if state.first_system is None and system is not None:
                     state.first_system = system.digest

@@ -90,14 +90,14 @@ class Measurer:
         """``memo``: the conversation's previous call (see ``ctxguard.memo``): its leading items
         equal to this call's are not looked up again, and the payload digest resumes after them."""
         items = view.items
-        start, messages, digests, sums, hasher, held, resumed = 0, [], [], [0], None, 0, False
+        start, messages, digests, sums, hasher, held, extends = 0, [], [], [0], None, 0, None
         last = memo.measured if memo is not None else None
         if last is not None:
-            kept_items, kept_messages, kept_digests, kept_sums, kept_hasher, kept_held = last
+            kept_items, kept_messages, kept_digests, kept_sums, kept_hasher, kept_held, kept_digest = last
             start = _common(items, kept_items)
             messages, digests, sums = kept_messages[:start], kept_digests[:start], kept_sums[: start + 1]
             if start == len(kept_items):
-                hasher, held, resumed = kept_hasher.copy(), kept_held, True
+                hasher, held, extends = kept_hasher.copy(), kept_held, kept_digest
         hit = self._messages._new.get  # inlined look-up: this loop runs once per new message per call
         message = self.message
         new = [hit(item) or message(item) for item in items[start:]]
@@ -111,13 +111,14 @@ class Measurer:
         elif new:
             tail = "\n".join(digests[start:])  # the digest of the joined digests, continued
             hasher.update((f"\n{tail}" if start else tail).encode("ascii"))
+        digest = hasher.hexdigest()
         if memo is not None:
             # The bytes its messages keep, for the memo's bound: the kept ones' sum carried on when
             # all of them were resumed, else added up again (after an edit or a trim).
-            held += sum(map(_size_of, new if resumed else messages))
+            held += sum(map(_size_of, new if extends is not None else messages))
             # Kept as they are, not copied: the view's items and the payload's lists are never
             # changed after this point (the next call slices them).
-            memo.measured = (items, messages, digests, sums, hasher, held)
+            memo.measured = (items, messages, digests, sums, hasher, held, digest)
         tools_tokens = sum(self.tokens(schema) for schema in view.tools) + view.prompt_overhead
         raw = total + REPLY_PRIMING + tools_tokens
         factor = self.calibration.factor(view.model)
@@ -127,7 +128,7 @@ class Measurer:
             model=view.model,
             messages=messages,
             digests=digests,
-            digest=hasher.hexdigest(),
+            digest=digest,
             raw_tokens=raw,
             tokens=raw if factor is None else round(raw * factor),
             tokens_source=self.counter.name if factor is None else "calibrated",
@@ -137,4 +138,5 @@ class Measurer:
             history_elsewhere=view.history_elsewhere,
             unreadable=view.unreadable,
             reply_room=view.reply_room,
+            extends=extends,
         )

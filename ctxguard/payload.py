@@ -85,6 +85,9 @@ class Payload:
     history_elsewhere: str | None
     unreadable: str | None
     reply_room: int | None = None
+    #: The digest of the payload this one continues, if known: the previous call measured with the
+    #: same memo, all of whose messages this one begins with (``measure``).
+    extends: str | None = None
     #: The first message (set from ``messages``, which is never changed after construction).
     head: Message | None = field(init=False)
     #: The instruction at the head, if the head is one.

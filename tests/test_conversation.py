@@ -11,6 +11,7 @@ import pytest
 import ctxguard
 from ctxguard import Pinned, Policy, render_pinned
 from ctxguard.conversation import ConversationMemory, current_conversation
+from ctxguard.digest import Digester
 from ctxguard.payload import Message, Payload
 from tests.conftest import traced
 
@@ -279,8 +280,11 @@ def test_policy_can_be_replaced_at_run_time(harness, llm, client):
     assert len(llm.requests) == 1
 
 
+DIGESTER = Digester(b"k")
+
+
 def _payload(roles_texts: list[tuple[str, str]], digest: str) -> Payload:
-    messages = [Message(role, text, f"{role}:{text[:12]}:{len(text)}", 1) for role, text in roles_texts]
+    messages = [Message(role, text, DIGESTER.text(f"{role}\x1f{text}"), 1) for role, text in roles_texts]
     return Payload("openai", "chat", "m", messages, [m.digest for m in messages], digest, 0, 0, "estimate", 0,
                    None, False, None, None)
 
