@@ -20,7 +20,10 @@ import json
 from functools import lru_cache
 
 from ..facts.evaluate import FactView
+from ..facts.index import WORD as _WORD
+from ..facts.ledger import Version
 from ..facts.matching import normalise
+from ..measure import TwoGenerationCache
 from ..payload import Payload
 from ..violations import Violation
 from .base import Context
@@ -85,20 +88,67 @@ def wire_intact(payload: Payload, ctx: Context, body: bytes) -> list[Violation]:
 
 
 def _facts_on_the_wire(payload: Payload, ctx: Context, view: FactView, body: bytes) -> list[Violation]:
-    """Each active fact the payload carries outside the instruction and the pinned block, by its line."""
+    """Each active fact the payload carries outside the instruction and the pinned block, by its line.
+
+    One pass per carrying message, whatever the number of facts: a message found whole in the
+    body carries all its lines; otherwise its lines are normalised once and each fact is looked
+    for only in the lines holding its longest word (a value appears as itself, as words, as in
+    the cross-conversation index: one hidden inside a longer word is not judged here)."""
     system = payload.system
     pinned = ctx.pinned.text if ctx.pinned is not None else None
-    violations = []
+    carried_by: dict[int, list[Version]] = {}
     for version in view.state.active.values():
-        if not view.sent(version):
+        at = view.carrier(version)
+        if at >= 0:
+            carried_by.setdefault(at, []).append(version)
+    violations = []
+    messages = payload.messages
+    for at, versions in carried_by.items():
+        message = messages[at]
+        if message is system or (pinned is not None and pinned in message.text):  # those are checked whole
             continue
-        for message, norm in zip(payload.messages, view.norms, strict=True):
-            if version.norm not in norm:
-                continue
-            if message is not system and (pinned is None or pinned not in message.text):  # those are checked
-                lines = [line for line in message.text.splitlines() if version.norm in normalise(line)]
-                if lines and not all(_carried(line, body) for line in lines):
-                    violations.append(Violation(
-                        "wire_intact", f"{version.label} passed is not in the body sent", version.fact_id))
-            break
+        if _whole(message.digest, message.text).found_in(body):
+            continue
+        for version, lines in _lines_holding(message.text, versions):
+            if lines and not all(_carried(line, body) for line in lines):
+                violations.append(Violation(
+                    "wire_intact", f"{version.label} passed is not in the body sent", version.fact_id))
     return violations
+
+
+#: Messages resent call after call are searched for whole at the place they were last found.
+#: Only texts up to this size are kept (a larger one is re-encoded per call: bounded memory).
+_WHOLE_CACHED_CHARS = 16_384
+_wholes: TwoGenerationCache[str, _Needle] = TwoGenerationCache(2_048)
+
+
+def _whole(digest: str, text: str) -> _Needle:
+    if len(text) > _WHOLE_CACHED_CHARS:
+        return _Needle(text)
+    needle = _wholes.get(digest)
+    if needle is None:
+        needle = _Needle(text)
+        _wholes.put(digest, needle)
+    return needle
+
+
+def _lines_holding(text: str, versions: list[Version]) -> list[tuple[Version, list[str]]]:
+    """For each version, the raw lines of ``text`` whose normalised form holds its value."""
+    raw = [line for line in text.splitlines() if line.strip()]
+    norms = [normalise(line) for line in raw]
+    keys: list[str] = []
+    for version in versions:
+        found = _WORD.findall(version.norm)
+        keys.append(max(found, key=len) if found else "")
+    wanted = {key for key in keys if key}
+    by_word: dict[str, list[int]] = {}
+    if wanted:
+        for i, norm in enumerate(norms):
+            for word in wanted.intersection(_WORD.findall(norm)):
+                by_word.setdefault(word, []).append(i)
+    every = range(len(norms))
+    out = []
+    for version, key in zip(versions, keys, strict=True):
+        value = version.norm
+        out.append((version, [raw[i] for i in (by_word.get(key, ()) if key else every) if value in norms[i]]))
+    return out
