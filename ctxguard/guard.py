@@ -44,7 +44,7 @@ from .providers.streams import http_response_of, tap_response, wrap_manager, wra
 from .summaries import LOSSY
 from .telemetry import spans as attr
 from .telemetry.ids import ExportedIds
-from .telemetry.log import log_violation
+from .telemetry.log import WarningLimiter, log_violations
 from .telemetry.metrics import Hist, Metrics, metrics_for
 from .tokens import Calibration, default_counter
 from .violations import ContextViolation, Violation
@@ -89,6 +89,8 @@ class Guard:
         #: How conversation and fact ids are exported: as they are, or keyed digests (``hash_ids``).
         self.ids = ExportedIds(self.measurer.digester if config.hash_ids else None)
         self.memos = Memos()
+        #: Warnings logged per conversation are rate-limited (metrics and spans count every call).
+        self.warnings = WarningLimiter()
         self.memory = ConversationMemory(config.max_conversations)
         self.facts = sinks if sinks is not None else facts_mod.configure(ledger, clock)  # type: ignore[arg-type]
         self._norms: TwoGenerationCache[str, str] = TwoGenerationCache(20_000)
@@ -347,8 +349,9 @@ class Call:
         ids = guard.ids
         conversation_id = ids.id(self.scope[0]) if self.scope is not None else None
         exported = ids.violations(self.violations)
-        for v in exported:
-            log_violation(v, provider=provider, conversation_id=conversation_id, payload_hash=payload.digest)
+        if exported:
+            log_violations(exported, provider=provider, conversation_id=conversation_id,
+                           payload_hash=payload.digest, limiter=guard.warnings)
 
         if self.over is not None:
             theirs = trace.get_current_span()
@@ -706,8 +709,8 @@ class Call:
             ids = self.guard.ids
             conversation_id = ids.id(self.scope[0]) if self.scope is not None else None
             exported = ids.violations(violations)
-            for v in exported:
-                log_violation(v, provider=provider, conversation_id=conversation_id, payload_hash=self.payload.digest)
+            log_violations(exported, provider=provider, conversation_id=conversation_id,
+                           payload_hash=self.payload.digest, limiter=self.guard.warnings)
             first_divergence = next((v for v in self.violations if v.stage is not None), None)
             self.violations.extend(violations)
             self.late_fails.append(check)
