@@ -14,7 +14,8 @@ the SDK's and the transport's time are not in it).
   O(facts x lines)).
 * ``shared``: one value recorded in 100,000 other conversations and carried by this one's
   payload (a leak seen by every one of them): own time per call.
-* ``huge``: one call with a 100 MB user message (one fact recorded in the process),
+* ``huge``: one call with a 100 MB user message carrying its conversation's fact at the end
+  (another conversation's value recorded too),
   instrumented and not, each in a fresh process: wall time of the call and the process's
   peak RSS. Targets: <= 2x the time, <= 1.2x the peak RSS.
 
@@ -162,12 +163,13 @@ def huge_child(mb: int, instrumented: bool) -> dict[str, Any]:
 
         client, _registry, provider = _client()
         ctxguard.record_fact("order", "A-1041-huge", conversation="hostile-huge")
+        ctxguard.record_fact("order", "B-2041-other", conversation="hostile-other")  # a value to look for as a leak
     else:
         http_client = bench.http_lib.Client(transport=bench.http_lib.MockTransport(bench.handler))
         client = openai.OpenAI(api_key="x", base_url=bench.BASE_URL, max_retries=0, http_client=http_client)
         provider = None
     line = bench.text(1)[:99] + "\n"
-    content = line * (mb * 1_000_000 // len(line))
+    content = line * (mb * 1_000_000 // len(line)) + "Deliver order A-1041-huge."  # the fact, carried, at the end
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": content}]
     client.chat.completions.create(model=bench.MODEL, messages=[{"role": "user", "content": "warm"}])
     started = time.perf_counter()

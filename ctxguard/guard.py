@@ -33,7 +33,7 @@ from .conversation import ConversationMemory, Diff, Scope, current_conversation
 from .digest import Digester
 from .facts.evaluate import FactView, build_view
 from .facts.index import words
-from .facts.matching import normalise
+from .facts.matching import Chunked, normalise, searchable
 from .measure import Measurer, TwoGenerationCache
 from .memo import Memos
 from .payload import Payload, Reply
@@ -112,16 +112,23 @@ class Guard:
                     scope = (found, None)
         return scope
 
-    def norm(self, digest: str, text: str) -> str:
-        """A message's text normalised for fact matching, cached by its digest."""
+    def norm(self, digest: str, text: str) -> str | Chunked:
+        """A message's text normalised for fact matching, cached by its digest; a text too
+        large to normalise is searched in chunks, and neither it nor its norm is kept."""
         cached = self._norms.get(digest)
         if cached is None:
-            cached = normalise(text)
+            found = searchable(text)
+            if isinstance(found, Chunked):
+                return found
+            cached = found
             self._norms.put(digest, cached)
         return cached
 
-    def words(self, digest: str, norm: str) -> frozenset[str]:
-        """A message's words (for the cross-conversation index), cached by its digest."""
+    def words(self, digest: str, norm: str | Chunked) -> frozenset[str]:
+        """A message's words (for the cross-conversation index), cached by its digest; none
+        for a text too large to normalise (it is not searched for other conversations' values)."""
+        if isinstance(norm, Chunked):
+            return frozenset()
         cached = self._words.get(digest)
         if cached is None:
             cached = words(norm)

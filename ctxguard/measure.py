@@ -22,6 +22,7 @@ from .tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, Calibration, TokenCounter
 __all__ = ["Measurer", "TwoGenerationCache"]
 
 _digest_of = attrgetter("digest")
+_LARGE = 1 << 20  # characters: a message text past this is digested in pieces
 _tokens_of = attrgetter("tokens")
 
 
@@ -78,9 +79,12 @@ class Measurer:
         if cached is not None:
             return cached
         role, text, refs, source, cost = item
-        canonical = f"{role}\x1f{text}\x1f" + "\x1e".join(refs)
+        if len(text) <= _LARGE:
+            digest = self.digester.text(f"{role}\x1f{text}\x1f" + "\x1e".join(refs))
+        else:  # the same digest, without a copy of the text
+            digest = self.digester.texts((role, "\x1f", text, "\x1f", "\x1e".join(refs)))
         tokens = self.counter.count(text) + MESSAGE_OVERHEAD + cost
-        message = Message(role, text, self.digester.text(canonical), tokens, source)
+        message = Message(role, text, digest, tokens, source)
         self._messages.put(item, message)
         return message
 

@@ -22,7 +22,7 @@ from functools import lru_cache
 from ..facts.evaluate import FactView
 from ..facts.index import WORD as _WORD
 from ..facts.ledger import Version
-from ..facts.matching import normalise
+from ..facts.matching import LARGE_TEXT, normalise
 from ..measure import TwoGenerationCache
 from ..payload import Payload
 from ..violations import Violation
@@ -65,6 +65,11 @@ def _needles(text: str) -> tuple[_Needle, ...]:
 
 
 def _carried(text: str, body: bytes) -> bool:
+    if len(text) > _WHOLE_CACHED_CHARS:  # not kept: an instruction of 100 MB is not cached 256 times over
+        if _in_one_piece(text, body):
+            return True
+        stripped = (line for line in (raw.strip() for raw in text.splitlines()) if line)
+        return all(_Needle(line).found_in(body) for line in stripped)
     whole, *lines = _needles(text)
     # The whole text in one piece carries every line: one search instead of one per line.
     return whole.found_in(body) or all(line.found_in(body) for line in lines)
@@ -101,12 +106,14 @@ def _facts_on_the_wire(payload: Payload, ctx: Context, view: FactView, body: byt
         at = view.carrier(version)
         if at >= 0:
             carried_by.setdefault(at, []).append(version)
-    violations = []
+    violations: list[Violation] = []
     messages = payload.messages
     for at, versions in carried_by.items():
         message = messages[at]
         if message is system or (pinned is not None and pinned in message.text):  # those are checked whole
             continue
+        if len(message.text) > LARGE_TEXT:
+            continue  # too large to split into lines and normalise each: its facts are not judged here
         if _whole(message.digest, message.text).found_in(body):
             continue
         for version, lines in _lines_holding(message.text, versions):
@@ -130,6 +137,26 @@ def _whole(digest: str, text: str) -> _Needle:
         needle = _Needle(text)
         _wholes.put(digest, needle)
     return needle
+
+
+def _in_one_piece(text: str, body: bytes) -> bool:
+    """Whether ``text`` is in ``body`` in one piece, JSON-escaped either way: encoded and
+    compared a chunk at a time (a copy of the text, encoded whole, would double its memory)."""
+    pieces = range(0, len(text), LARGE_TEXT)
+    for ascii_only in (True, False):
+        first = json.dumps(text[:LARGE_TEXT], ensure_ascii=ascii_only)[1:-1].encode()
+        at = body.find(first)
+        while at >= 0:
+            end = at + len(first)
+            for start in pieces[1:]:
+                piece = json.dumps(text[start : start + LARGE_TEXT], ensure_ascii=ascii_only)[1:-1].encode()
+                if not body.startswith(piece, end):
+                    break
+                end += len(piece)
+            else:
+                return True
+            at = body.find(first, at + 1)
+    return False
 
 
 def _lines_holding(text: str, versions: list[Version]) -> list[tuple[Version, list[str]]]:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from .index import ValueIndex
 from .ledger import FactState, Scope, Version
-from .matching import MIN_MATCH_CHARS
+from .matching import MIN_MATCH_CHARS, Chunked
 
 __all__ = ["FactView", "build_view"]
 
@@ -25,12 +25,12 @@ class FactView:
     """
 
     __slots__ = ("_positions", "_sent", "checkpoints", "digests", "foreign", "locations", "norms", "state",
-                 "too_short")
+                 "too_short", "unsearched")
 
     def __init__(
         self,
         state: FactState,
-        norms: list[str],
+        norms: list[str | Chunked],
         digests: list[str],
         checkpoints: dict[str, str],
         locations: dict[str, str],
@@ -42,6 +42,7 @@ class FactView:
         self.locations = locations  # fact_id@version -> digest of a message that carried it
         self.foreign: list[tuple[Scope, Version]] = []  # other conversations' values sent here
         self.too_short: list[str] = []  # fact ids that cannot be matched reliably
+        self.unsearched = 0  # messages too large to search for other conversations' values
         self._sent: dict[str, int] = {}  # fact_id@version -> index of the message carrying it, or -1
         self._positions: dict[str, int] | None = None  # message digest -> its first index
 
@@ -107,7 +108,7 @@ class FactView:
 def build_view(
     state: FactState,
     scope: Scope,
-    norms: list[str],
+    norms: list[str | Chunked],
     digests: list[str],
     checkpoints: dict[str, str],
     locations: dict[str, str],
@@ -118,6 +119,15 @@ def build_view(
     for fact_id, version in state.active.items():
         if len(version.norm) < MIN_MATCH_CHARS:
             view.too_short.append(fact_id)
+    large = [text for text in norms if isinstance(text, Chunked)]
+    if large:
+        # Every value of the conversation looked for in one pass over each large text.
+        values = [v.norm for v in state.active.values() if len(v.norm) >= MIN_MATCH_CHARS]
+        values.extend(v.norm for versions in (*state.stale.values(), *state.forgotten.values()) for v in versions
+                      if len(v.norm) >= MIN_MATCH_CHARS)
+        for text in large:
+            text.search(values)
+        view.unsearched = len(large) if len(index) else 0
     if len(index):
         mwords = message_words()
         candidates = index.foreign(scope, mwords)

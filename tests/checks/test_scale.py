@@ -9,6 +9,7 @@ import logging
 
 import openai
 import openai._base_client as _openai_base
+
 import ctxguard
 import ctxguard.checks.wire as wire
 from ctxguard.facts.index import MAX_OWNERS
@@ -85,7 +86,7 @@ def test_a_value_shared_by_many_conversations_is_one_index_entry_and_one_violati
     entry = guard.facts.index._values[shared.casefold()]
     assert len(entry.owners) == MAX_OWNERS  # the last few, to name one; not 2,000
     with ctxguard.conversation("me"):
-        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": f"it is {shared}"}])
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": shared}])
     assert harness.metric("ctxguard_violations_total", check="fact_scoped", provider="openai") == 1
     assert [e.attributes["check"] for e in harness.spans()[-1].events] == ["fact_scoped"]  # one, not 2,000
     assert list(harness.spans()[-1].attributes["ctxguard.facts.leaked"]) == ["account@foreign"]
@@ -98,7 +99,7 @@ def test_a_value_one_conversation_recorded_is_not_foreign_to_it_however_many_oth
         ctxguard.record_fact("account", shared, conversation=f"other-{n}")
     ctxguard.record_fact("account", shared, conversation="me")  # the most recent owner is the caller itself
     with ctxguard.conversation("me"):
-        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": f"it is {shared}"}])
+        client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": shared}])
     assert harness.metric("ctxguard_violations_total", check="fact_scoped", provider="openai") == 0
 
 
