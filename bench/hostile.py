@@ -37,6 +37,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import overhead as bench
 
+http_lib: Any = bench.http_lib  # type: ignore[attr-defined]  # httpx2 (openai 3.x) or httpx
 DURATION = "ctxguard_guard_duration_seconds_sum"
 COUNT = "ctxguard_guard_duration_seconds_count"
 
@@ -64,7 +65,7 @@ def _client() -> tuple[Any, Any, Any]:
     guard = ctxguard.instrument(registry=registry, tracer_provider=provider, digest_key=b"bench")
     assert guard is not None, "ctxguard disabled (CTXGUARD_DISABLED?)"
     bench.keep_bare_calls_bare()
-    http_client = bench.http_lib.Client(transport=bench.http_lib.MockTransport(bench.handler))
+    http_client = http_lib.Client(transport=http_lib.MockTransport(bench.handler))
     client = openai.OpenAI(api_key="x", base_url=bench.BASE_URL, max_retries=0, http_client=http_client)
     return client, registry, provider
 
@@ -98,14 +99,14 @@ def cell_facts(carried: bool, rounds: int) -> dict[str, Any]:
         with ctxguard.conversation(conv):
             for k, value in enumerate(values):
                 ctxguard.record_fact(f"account_{k}", value)
-            lines = counting.lines
+            logged = counting.lines
             own = _own_ms(registry, lambda: client.chat.completions.create(model=bench.MODEL, messages=msgs), rounds)
-            lines = (counting.lines - lines) / (rounds + 3)
+            per_call = (counting.lines - logged) / (rounds + 3)
         fails = registry.get_sample_value("ctxguard_violations_total", {"check": "fact_present", "provider": "openai"})
     finally:
         ctxguard.uninstrument()
         provider.shutdown()
-    return {"own_ms": own, "warnings_per_call": lines, "fact_present_fails": fails or 0.0}
+    return {"own_ms": own, "warnings_per_call": per_call, "fact_present_fails": fails or 0.0}
 
 
 def cell_wire(rounds: int) -> dict[str, Any]:
@@ -123,16 +124,25 @@ def cell_wire(rounds: int) -> dict[str, Any]:
             {"id": "call_1", "type": "function", "function": {"name": "rows", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "\n".join(lines)},
     ]
+    for k, value in enumerate(values):
+        ctxguard.record_fact(f"account_{k}", value, conversation="hostile-wire")
+    own, wire = _timed(client, registry, provider, "hostile-wire", msgs, rounds,
+                       ("ctxguard_checks_total", {"check": "wire_intact", "outcome": "pass"}))
+    return {"own_ms": own, "wire_intact_passes": wire}
+
+
+def _timed(client: Any, registry: Any, provider: Any, conversation_id: str, msgs: list[Any], rounds: int,
+           sample: tuple[str, dict[str, str]]) -> tuple[float, float]:
+    """(own ms per call, then ``sample``'s value), and ctxguard uninstrumented."""
+    import ctxguard
+
     try:
-        with ctxguard.conversation("hostile-wire"):
-            for k, value in enumerate(values):
-                ctxguard.record_fact(f"account_{k}", value)
+        with ctxguard.conversation(conversation_id):
             own = _own_ms(registry, lambda: client.chat.completions.create(model=bench.MODEL, messages=msgs), rounds)
-        wire = registry.get_sample_value("ctxguard_checks_total", {"check": "wire_intact", "outcome": "pass"})
+        return own, registry.get_sample_value(*sample) or 0.0
     finally:
         ctxguard.uninstrument()
         provider.shutdown()
-    return {"own_ms": own, "wire_intact_passes": wire or 0.0}
 
 
 def cell_shared(conversations: int, rounds: int) -> dict[str, Any]:
@@ -144,14 +154,9 @@ def cell_shared(conversations: int, rounds: int) -> dict[str, Any]:
         ctxguard.record_fact("account", value, conversation=f"other-{n}")
     msgs = [bench.system_message(""), *(bench.message(i) for i in range(1, 20))]
     msgs[5] = {**msgs[5], "content": f"{msgs[5]['content']} [{value}]"}
-    try:
-        with ctxguard.conversation("hostile-shared"):
-            own = _own_ms(registry, lambda: client.chat.completions.create(model=bench.MODEL, messages=msgs), rounds)
-        scoped = registry.get_sample_value("ctxguard_violations_total", {"check": "fact_scoped", "provider": "openai"})
-    finally:
-        ctxguard.uninstrument()
-        provider.shutdown()
-    return {"own_ms": own, "fact_scoped_fails": scoped or 0.0}
+    own, scoped = _timed(client, registry, provider, "hostile-shared", msgs, rounds,
+                         ("ctxguard_violations_total", {"check": "fact_scoped", "provider": "openai"}))
+    return {"own_ms": own, "fact_scoped_fails": scoped}
 
 
 def huge_child(mb: int, instrumented: bool) -> dict[str, Any]:
@@ -165,7 +170,7 @@ def huge_child(mb: int, instrumented: bool) -> dict[str, Any]:
         ctxguard.record_fact("order", "A-1041-huge", conversation="hostile-huge")
         ctxguard.record_fact("order", "B-2041-other", conversation="hostile-other")  # a value to look for as a leak
     else:
-        http_client = bench.http_lib.Client(transport=bench.http_lib.MockTransport(bench.handler))
+        http_client = http_lib.Client(transport=http_lib.MockTransport(bench.handler))
         client = openai.OpenAI(api_key="x", base_url=bench.BASE_URL, max_retries=0, http_client=http_client)
         provider = None
     line = bench.text(1)[:99] + "\n"
