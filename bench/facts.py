@@ -111,7 +111,7 @@ def main() -> int:
         msgs = payload(n, values(n, facts, shared), pinned)
         rounds = max(ROUNDS[n] // div, 5)
         msg_words = [words(normalise(m["content"])) for m in msgs]
-        candidates = sum(map(len, guard.facts.index.foreign((conv, None), msg_words).values()))
+        candidates = len(guard.facts.index.foreign((conv, None), msg_words))
         with ctxguard.conversation(conv):
             for _ in range(max(rounds // 10, 3)):
                 orig(chat, model=bench.MODEL, messages=msgs)

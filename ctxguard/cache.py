@@ -37,6 +37,7 @@ def words_bytes(key: object, words: frozenset[str]) -> int:
 
 class TwoGenerationCache(Generic[K, V]):
     """``weight(key, value)``: the bytes an entry keeps (called when it is stored, never on a hit).
+    Without a ``weight``, the cache is bounded in entries only: for entries small and bounded.
 
     >>> cache = TwoGenerationCache(1_000, 1 << 20, text_bytes)
     >>> cache.put("k", "text"); cache.get("k")
@@ -45,7 +46,7 @@ class TwoGenerationCache(Generic[K, V]):
 
     __slots__ = ("_cap", "_half", "_lock", "_new", "_new_bytes", "_old", "_old_bytes", "_weight", "max_bytes")
 
-    def __init__(self, cap: int, max_bytes: int, weight: Callable[[K, V], int]) -> None:
+    def __init__(self, cap: int, max_bytes: int = 0, weight: Callable[[K, V], int] | None = None) -> None:
         self.max_bytes = max_bytes
         self._cap = cap
         self._half = max_bytes // 2
@@ -65,7 +66,7 @@ class TwoGenerationCache(Generic[K, V]):
         return value
 
     def put(self, key: K, value: V) -> None:
-        size = self._weight(key, value)
+        size = self._weight(key, value) if self._weight is not None else 0
         if size > self._half:
             return
         with self._lock:

@@ -34,7 +34,7 @@ from .conversation import ConversationMemory, Diff, Scope, current_conversation
 from .digest import Digester
 from .facts.evaluate import FactView, build_view
 from .facts.index import words
-from .facts.matching import normalise
+from .facts.matching import Chunked, normalise, searchable
 from .measure import Measurer
 from .memo import Memos
 from .payload import Payload, Reply
@@ -45,7 +45,7 @@ from .providers.streams import http_response_of, tap_response, wrap_manager, wra
 from .summaries import LOSSY
 from .telemetry import spans as attr
 from .telemetry.ids import ExportedIds
-from .telemetry.log import log_violation
+from .telemetry.log import WarningLimiter, log_violations
 from .telemetry.metrics import Hist, Metrics, metrics_for
 from .tokens import Calibration, default_counter
 from .violations import ContextViolation, Violation
@@ -91,6 +91,8 @@ class Guard:
         #: How conversation and fact ids are exported: as they are, or keyed digests (``hash_ids``).
         self.ids = ExportedIds(self.measurer.digester if config.hash_ids else None)
         self.memos = Memos(max_bytes=budget * 3 // 16)
+        #: Warnings logged per conversation are rate-limited (metrics and spans count every call).
+        self.warnings = WarningLimiter()
         self.memory = ConversationMemory(config.max_conversations, max_bytes=budget * 3 // 16)
         self.facts = sinks if sinks is not None else facts_mod.configure(ledger, clock)  # type: ignore[arg-type]
         self._norms: TwoGenerationCache[str, str] = TwoGenerationCache(20_000, budget // 8, text_bytes)
@@ -112,16 +114,23 @@ class Guard:
                     scope = (found, None)
         return scope
 
-    def norm(self, digest: str, text: str) -> str:
-        """A message's text normalised for fact matching, cached by its digest."""
+    def norm(self, digest: str, text: str) -> str | Chunked:
+        """A message's text normalised for fact matching, cached by its digest; a text too
+        large to normalise is searched in chunks, and neither it nor its norm is kept."""
         cached = self._norms.get(digest)
         if cached is None:
-            cached = normalise(text)
+            found = searchable(text)
+            if isinstance(found, Chunked):
+                return found
+            cached = found
             self._norms.put(digest, cached)
         return cached
 
-    def words(self, digest: str, norm: str) -> frozenset[str]:
-        """A message's words (for the cross-conversation index), cached by its digest."""
+    def words(self, digest: str, norm: str | Chunked) -> frozenset[str]:
+        """A message's words (for the cross-conversation index), cached by its digest; none
+        for a text too large to normalise (it is not searched for other conversations' values)."""
+        if isinstance(norm, Chunked):
+            return frozenset()
         cached = self._words.get(digest)
         if cached is None:
             cached = words(norm)
@@ -349,8 +358,9 @@ class Call:
         ids = guard.ids
         conversation_id = ids.id(self.scope[0]) if self.scope is not None else None
         exported = ids.violations(self.violations)
-        for v in exported:
-            log_violation(v, provider=provider, conversation_id=conversation_id, payload_hash=payload.digest)
+        if exported:
+            log_violations(exported, provider=provider, conversation_id=conversation_id,
+                           payload_hash=payload.digest, limiter=guard.warnings)
 
         if self.over is not None:
             theirs = trace.get_current_span()
@@ -708,8 +718,8 @@ class Call:
             ids = self.guard.ids
             conversation_id = ids.id(self.scope[0]) if self.scope is not None else None
             exported = ids.violations(violations)
-            for v in exported:
-                log_violation(v, provider=provider, conversation_id=conversation_id, payload_hash=self.payload.digest)
+            log_violations(exported, provider=provider, conversation_id=conversation_id,
+                           payload_hash=self.payload.digest, limiter=self.guard.warnings)
             first_divergence = next((v for v in self.violations if v.stage is not None), None)
             self.violations.extend(violations)
             self.late_fails.append(check)

@@ -18,9 +18,10 @@ from .memo import Memo
 from .payload import Item, Message, Payload, RequestView
 from .tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, Calibration, TokenCounter
 
-__all__ = ["MESSAGE_BYTES", "Measurer"]
+__all__ = ["MESSAGE_BYTES", "Measurer", "TwoGenerationCache"]
 
 _digest_of = attrgetter("digest")
+_LARGE = 1 << 20  # characters: a message text past this is digested in pieces
 _tokens_of = attrgetter("tokens")
 _size_of = attrgetter("size")
 
@@ -70,11 +71,14 @@ class Measurer:
         if cached is not None:
             return cached
         role, text, refs, source, cost = item
-        canonical = f"{role}\x1f{text}\x1f" + "\x1e".join(refs)
+        if len(text) <= _LARGE:
+            digest = self.digester.text(f"{role}\x1f{text}\x1f" + "\x1e".join(refs))
+        else:  # the same digest, without a copy of the text
+            digest = self.digester.texts((role, "\x1f", text, "\x1f", "\x1e".join(refs)))
         tokens = self.counter.count(text) + MESSAGE_OVERHEAD + cost
         # getsizeof: a str's real size (1, 2 or 4 bytes a character, and its header).
         size = MESSAGE_BYTES + getsizeof(text) + (getsizeof(refs) + sum(map(getsizeof, refs)) if refs else 0)
-        message = Message(role, text, self.digester.text(canonical), tokens, source, size)
+        message = Message(role, text, digest, tokens, source, size)
         self._messages.put(item, message)
         return message
 

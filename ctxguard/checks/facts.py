@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..facts.evaluate import FactView
 from ..facts.ledger import Version
-from ..facts.matching import MIN_MATCH_CHARS
+from ..facts.matching import LARGE_TEXT, MIN_MATCH_CHARS
 from ..payload import Payload
 from ..violations import Violation
 from .base import Context, Skip
@@ -88,6 +88,9 @@ def fact_scoped(payload: Payload, ctx: Context) -> list[Violation] | Skip:
     view = _view(ctx)
     if isinstance(view, Skip):
         return view
+    if view.unsearched and not view.foreign:
+        return Skip(f"{view.unsearched} message(s) over {LARGE_TEXT:,} characters not searched for other "
+                    "conversations' values")
     return [
         Violation("fact_scoped", f"{version.fact_id} of another conversation is in this payload",
                   version.fact_id, "payload",

@@ -20,7 +20,10 @@ import json
 from functools import lru_cache
 
 from ..facts.evaluate import FactView
-from ..facts.matching import normalise
+from ..facts.index import WORD as _WORD
+from ..facts.ledger import Version
+from ..facts.matching import LARGE_TEXT, normalise
+from ..measure import TwoGenerationCache
 from ..payload import Payload
 from ..violations import Violation
 from .base import Context
@@ -62,6 +65,11 @@ def _needles(text: str) -> tuple[_Needle, ...]:
 
 
 def _carried(text: str, body: bytes) -> bool:
+    if len(text) > _WHOLE_CACHED_CHARS:  # not kept: an instruction of 100 MB is not cached 256 times over
+        if _in_one_piece(text, body):
+            return True
+        stripped = (line for line in (raw.strip() for raw in text.splitlines()) if line)
+        return all(_Needle(line).found_in(body) for line in stripped)
     whole, *lines = _needles(text)
     # The whole text in one piece carries every line: one search instead of one per line.
     return whole.found_in(body) or all(line.found_in(body) for line in lines)
@@ -85,20 +93,89 @@ def wire_intact(payload: Payload, ctx: Context, body: bytes) -> list[Violation]:
 
 
 def _facts_on_the_wire(payload: Payload, ctx: Context, view: FactView, body: bytes) -> list[Violation]:
-    """Each active fact the payload carries outside the instruction and the pinned block, by its line."""
+    """Each active fact the payload carries outside the instruction and the pinned block, by its line.
+
+    One pass per carrying message, whatever the number of facts: a message found whole in the
+    body carries all its lines; otherwise its lines are normalised once and each fact is looked
+    for only in the lines holding its longest word (a value appears as itself, as words, as in
+    the cross-conversation index: one hidden inside a longer word is not judged here)."""
     system = payload.system
     pinned = ctx.pinned.text if ctx.pinned is not None else None
-    violations = []
+    carried_by: dict[int, list[Version]] = {}
     for version in view.state.active.values():
-        if not view.sent(version):
+        at = view.carrier(version)
+        if at >= 0:
+            carried_by.setdefault(at, []).append(version)
+    violations: list[Violation] = []
+    messages = payload.messages
+    for at, versions in carried_by.items():
+        message = messages[at]
+        if message is system or (pinned is not None and pinned in message.text):  # those are checked whole
             continue
-        for message, norm in zip(payload.messages, view.norms, strict=True):
-            if version.norm not in norm:
-                continue
-            if message is not system and (pinned is None or pinned not in message.text):  # those are checked
-                lines = [line for line in message.text.splitlines() if version.norm in normalise(line)]
-                if lines and not all(_carried(line, body) for line in lines):
-                    violations.append(Violation(
-                        "wire_intact", f"{version.label} passed is not in the body sent", version.fact_id))
-            break
+        if len(message.text) > LARGE_TEXT:
+            continue  # too large to split into lines and normalise each: its facts are not judged here
+        if _whole(message.digest, message.text).found_in(body):
+            continue
+        for version, lines in _lines_holding(message.text, versions):
+            if lines and not all(_carried(line, body) for line in lines):
+                violations.append(Violation(
+                    "wire_intact", f"{version.label} passed is not in the body sent", version.fact_id))
     return violations
+
+
+#: Messages resent call after call are searched for whole at the place they were last found.
+#: Only texts up to this size are kept (a larger one is re-encoded per call: bounded memory).
+_WHOLE_CACHED_CHARS = 16_384
+_wholes: TwoGenerationCache[str, _Needle] = TwoGenerationCache(2_048)
+
+
+def _whole(digest: str, text: str) -> _Needle:
+    if len(text) > _WHOLE_CACHED_CHARS:
+        return _Needle(text)
+    needle = _wholes.get(digest)
+    if needle is None:
+        needle = _Needle(text)
+        _wholes.put(digest, needle)
+    return needle
+
+
+def _in_one_piece(text: str, body: bytes) -> bool:
+    """Whether ``text`` is in ``body`` in one piece, JSON-escaped either way: encoded and
+    compared a chunk at a time (a copy of the text, encoded whole, would double its memory)."""
+    pieces = range(0, len(text), LARGE_TEXT)
+    for ascii_only in (True, False):
+        first = json.dumps(text[:LARGE_TEXT], ensure_ascii=ascii_only)[1:-1].encode()
+        at = body.find(first)
+        while at >= 0:
+            end = at + len(first)
+            for start in pieces[1:]:
+                piece = json.dumps(text[start : start + LARGE_TEXT], ensure_ascii=ascii_only)[1:-1].encode()
+                if not body.startswith(piece, end):
+                    break
+                end += len(piece)
+            else:
+                return True
+            at = body.find(first, at + 1)
+    return False
+
+
+def _lines_holding(text: str, versions: list[Version]) -> list[tuple[Version, list[str]]]:
+    """For each version, the raw lines of ``text`` whose normalised form holds its value."""
+    raw = [line for line in text.splitlines() if line.strip()]
+    norms = [normalise(line) for line in raw]
+    keys: list[str] = []
+    for version in versions:
+        found = _WORD.findall(version.norm)
+        keys.append(max(found, key=len) if found else "")
+    wanted = {key for key in keys if key}
+    by_word: dict[str, list[int]] = {}
+    if wanted:
+        for i, norm in enumerate(norms):
+            for word in wanted.intersection(_WORD.findall(norm)):
+                by_word.setdefault(word, []).append(i)
+    every = range(len(norms))
+    out = []
+    for version, key in zip(versions, keys, strict=True):
+        value = version.norm
+        out.append((version, [raw[i] for i in (by_word.get(key, ()) if key else every) if value in norms[i]]))
+    return out

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from .index import ValueIndex
 from .ledger import FactState, Scope, Version
-from .matching import MIN_MATCH_CHARS
+from .matching import MIN_MATCH_CHARS, Chunked
 
 __all__ = ["FactView", "build_view"]
 
@@ -24,13 +24,13 @@ class FactView:
     stays put costs a set look-up, not a scan of the history.
     """
 
-    __slots__ = ("_digest_set", "_sent", "checkpoints", "digests", "foreign", "locations", "norms", "state",
-                 "too_short")
+    __slots__ = ("_positions", "_sent", "checkpoints", "digests", "foreign", "locations", "norms", "state",
+                 "too_short", "unsearched")
 
     def __init__(
         self,
         state: FactState,
-        norms: list[str],
+        norms: list[str | Chunked],
         digests: list[str],
         checkpoints: dict[str, str],
         locations: dict[str, str],
@@ -42,8 +42,9 @@ class FactView:
         self.locations = locations  # fact_id@version -> digest of a message that carried it
         self.foreign: list[tuple[Scope, Version]] = []  # other conversations' values sent here
         self.too_short: list[str] = []  # fact ids that cannot be matched reliably
-        self._sent: dict[str, bool] = {}
-        self._digest_set: frozenset[str] | None = None
+        self.unsearched = 0  # messages too large to search for other conversations' values
+        self._sent: dict[str, int] = {}  # fact_id@version -> index of the message carrying it, or -1
+        self._positions: dict[str, int] | None = None  # message digest -> its first index
 
     def too_short_labels(self) -> tuple[str, ...]:
         """``fact_id@version`` of the values too short to match reliably (active, superseded or
@@ -56,25 +57,32 @@ class FactView:
 
     def sent(self, version: Version) -> bool:
         """Whether the payload carries ``version``; never for values too short to match reliably."""
+        return self.carrier(version) >= 0
+
+    def carrier(self, version: Version) -> int:
+        """Index of a message carrying ``version`` (-1: none does, or the value is too short)."""
         label = version.label
         known = self._sent.get(label)
         if known is not None:
             return known
-        found = False
+        found = -1
         if len(version.norm) < MIN_MATCH_CHARS:
             self._sent[label] = found
             return found
         where = self.locations.get(label)
         if where is not None:
-            if self._digest_set is None:
-                self._digest_set = frozenset(self.digests)
-            found = where in self._digest_set
-        if not found:
+            positions = self._positions
+            if positions is None:
+                positions = self._positions = {}
+                for i, digest in enumerate(self.digests):
+                    positions.setdefault(digest, i)
+            found = positions.get(where, -1)
+        if found < 0:
             norm = version.norm
-            for text, digest in zip(self.norms, self.digests, strict=True):
+            for i, text in enumerate(self.norms):
                 if norm in text:
-                    self.locations[label] = digest
-                    found = True
+                    self.locations[label] = self.digests[i]
+                    found = i
                     break
         self._sent[label] = found
         return found
@@ -100,7 +108,7 @@ class FactView:
 def build_view(
     state: FactState,
     scope: Scope,
-    norms: list[str],
+    norms: list[str | Chunked],
     digests: list[str],
     checkpoints: dict[str, str],
     locations: dict[str, str],
@@ -111,22 +119,29 @@ def build_view(
     for fact_id, version in state.active.items():
         if len(version.norm) < MIN_MATCH_CHARS:
             view.too_short.append(fact_id)
+    large = [text for text in norms if isinstance(text, Chunked)]
+    if large:
+        # Every value of the conversation looked for in one pass over each large text.
+        values = [v.norm for v in state.active.values() if len(v.norm) >= MIN_MATCH_CHARS]
+        values.extend(v.norm for versions in (*state.stale.values(), *state.forgotten.values()) for v in versions
+                      if len(v.norm) >= MIN_MATCH_CHARS)
+        for text in large:
+            text.search(values)
+        view.unsearched = len(large) if len(index) else 0
     if len(index):
         mwords = message_words()
         candidates = index.foreign(scope, mwords)
-        if candidates:
-            carriers: dict[str, list[str]] = {}  # index word -> texts of the messages carrying it
-            hit_words = candidates.keys()
-            for text, ws in zip(norms, mwords, strict=True):
-                for word in ws & hit_words:
-                    carriers.setdefault(word, []).append(text)
-            own = state.norms
-            for word, entries in candidates.items():
-                texts = carriers[word]
-                for other, version in entries:
-                    norm = version.norm
-                    if norm not in own and _distinctive(norm) and any(norm in text for text in texts):
-                        view.foreign.append((other, version))
+        own = state.norms
+        for candidate in candidates:
+            version = candidate.version
+            norm = version.norm
+            if norm in own or not _distinctive(norm):
+                continue
+            # A message can hold the value only if it has all the value's words: a set test
+            # first, the substring search only in the few messages that pass it.
+            value_words = candidate.words
+            if any(value_words <= ws and norm in text for text, ws in zip(norms, mwords, strict=True)):
+                view.foreign.append((candidate.scope, version))
     return view
 
 

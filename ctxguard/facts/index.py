@@ -5,8 +5,10 @@ characters): the one that is rarest in the index when the value arrives, so that
 values sharing a prefix ("ACC-0007", "ACC-0008") do not pile up under "acc". The
 words of a payload's messages (cached per message) select the few candidate
 values that could be in it; each is then searched only in the messages that
-contain its word. The index is bounded (oldest entries dropped first) and lives
-in this process. A value hidden inside a longer word ("ACC-77310" around
+hold all its words. A value is one entry however many conversations recorded it
+(the last few are remembered, to name one), so a value shared by a hundred
+thousand conversations costs a call what a value of one does. The index is
+bounded (oldest values dropped first) and lives in this process. A value hidden inside a longer word ("ACC-77310" around
 "ACC-7731") is not found by this route: a leak has to appear as itself.
 """
 
@@ -15,64 +17,99 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
+from typing import NamedTuple
 
 from .ledger import Scope, Version
 
-__all__ = ["ValueIndex", "words"]
+__all__ = ["MAX_OWNERS", "WORD", "Candidate", "ValueIndex", "words"]
 
-_WORD = re.compile(r"\w{3,}")
+#: What counts as a word of a value or a message: three or more word characters.
+WORD = re.compile(r"\w{3,}")
 
-Entry = tuple[Scope, str, str]  # (scope, fact_id, normalised value)
+#: Conversations remembered per value: enough to name one that is not the caller, whatever
+#: the number sharing it (a value shared by 100,000 conversations is one entry, not 100,000).
+MAX_OWNERS = 4
+
+
+class Candidate(NamedTuple):
+    """A value recorded in another conversation whose index word is in the payload."""
+
+    word: str  # its index word
+    words: frozenset[str]  # all its words: a value that appears as itself has them all
+    scope: Scope  # the most recent other conversation that recorded it
+    version: Version
 
 
 def words(norm_text: str) -> frozenset[str]:
-    return frozenset(_WORD.findall(norm_text))
+    return frozenset(WORD.findall(norm_text))
+
+
+class _Value:
+    __slots__ = ("owners", "word", "words")
+
+    def __init__(self, word: str, value_words: frozenset[str]) -> None:
+        self.word = word
+        self.words = value_words
+        self.owners: OrderedDict[Scope, Version] = OrderedDict()  # most recent last
 
 
 class ValueIndex:
-    """``(scope, fact version)`` entries, each under its rarest word."""
+    """Recorded values (normalised), each under its rarest word, with the last few conversations
+    that recorded it. Bounded: ``max_entries`` values, ``MAX_OWNERS`` conversations each."""
 
     def __init__(self, max_entries: int = 100_000) -> None:
         self.max_entries = max_entries
-        self._entries: OrderedDict[Entry, tuple[Version, str]] = OrderedDict()
-        self._by_word: dict[str, set[Entry]] = {}
+        self._values: OrderedDict[str, _Value] = OrderedDict()  # normalised value -> entry, oldest first
+        self._by_word: dict[str, set[str]] = {}
         self._words: set[str] = set()  # the keys of _by_word, as a set for fast intersections
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._values)
 
     def add(self, scope: Scope, version: Version) -> None:
-        candidates = _WORD.findall(version.norm)
+        norm = version.norm
+        candidates = WORD.findall(norm)
         if not candidates:
             return
-        entry = (scope, version.fact_id, version.norm)
         with self._lock:
-            if entry in self._entries:
-                self._entries.move_to_end(entry)
-                return
-            word = min(candidates, key=lambda w: (len(self._by_word.get(w, ())), -len(w)))
-            self._entries[entry] = (version, word)
-            self._by_word.setdefault(word, set()).add(entry)
-            self._words.add(word)
-            while len(self._entries) > self.max_entries:
-                old, (_, old_word) = self._entries.popitem(last=False)
-                bucket = self._by_word[old_word]
-                bucket.discard(old)
-                if not bucket:
-                    del self._by_word[old_word]
-                    self._words.discard(old_word)
+            entry = self._values.get(norm)
+            if entry is None:
+                word = min(candidates, key=lambda w: (len(self._by_word.get(w, ())), -len(w)))
+                entry = self._values[norm] = _Value(word, frozenset(candidates))
+                self._by_word.setdefault(word, set()).add(norm)
+                self._words.add(word)
+                while len(self._values) > self.max_entries:
+                    old, gone = self._values.popitem(last=False)
+                    bucket = self._by_word[gone.word]
+                    bucket.discard(old)
+                    if not bucket:
+                        del self._by_word[gone.word]
+                        self._words.discard(gone.word)
+            else:
+                self._values.move_to_end(norm)
+            owners = entry.owners
+            owners[scope] = version
+            owners.move_to_end(scope)
+            if len(owners) > MAX_OWNERS:
+                owners.popitem(last=False)
 
-    def foreign(self, scope: Scope, message_words: list[frozenset[str]]) -> dict[str, list[tuple[Scope, Version]]]:
-        """Other conversations' values whose index word is in one of the messages, by that word."""
+    def foreign(self, scope: Scope, message_words: list[frozenset[str]]) -> list[Candidate]:
+        """Values recorded in another conversation whose index word is in one of the messages:
+        one candidate per value, however many conversations recorded it. The work under the
+        lock is bounded by the payload's words and the values under them, never by how many
+        conversations share a value."""
         with self._lock:
             indexed = self._words
             hits: set[str] = set()
             for ws in message_words:
                 hits |= ws & indexed
-            out: dict[str, list[tuple[Scope, Version]]] = {}
+            out: list[Candidate] = []
             for word in hits:
-                found = [(e[0], self._entries[e][0]) for e in self._by_word[word] if e[0] != scope]
-                if found:
-                    out[word] = found
+                for norm in self._by_word[word]:
+                    entry = self._values[norm]
+                    for other, version in reversed(entry.owners.items()):
+                        if other != scope:
+                            out.append(Candidate(word, entry.words, other, version))
+                            break
             return out

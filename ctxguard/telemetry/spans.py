@@ -107,14 +107,27 @@ def set_attributes(span: Span, attributes: dict[str, Any]) -> None:
         span.set_attributes(attributes)
 
 
+#: Violation events per check on one span, at most: past it, one event counts the rest.
+MAX_EVENTS_PER_CHECK = 16
+
+
 def violation_events(span: Span, violations: Iterable[Violation]) -> None:
+    listed: dict[str, int] = {}
     for v in violations:
+        n = listed[v.check] = listed.get(v.check, 0) + 1
+        if n > MAX_EVENTS_PER_CHECK:
+            continue
         attrs: dict[str, Any] = {"check": v.check, "detail": v.detail}
         if v.fact_id is not None:
             attrs["fact_id"] = v.fact_id
         if v.stage is not None:
             attrs["stage"] = v.stage
         span.add_event(VIOLATION_EVENT, attrs)
+    for check, n in listed.items():
+        if n > MAX_EVENTS_PER_CHECK:
+            more = n - MAX_EVENTS_PER_CHECK
+            span.add_event(VIOLATION_EVENT, {"check": check, "detail": f"{more} more {check} violations not listed",
+                                             "omitted": more})
 
 
 def content_json(messages: list[dict[str, str]]) -> str:
