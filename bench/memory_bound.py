@@ -17,14 +17,16 @@ would only make a million calls slower, and keeps nothing per call).
    (the messages of a conversation differ from every other's), so every cache fills and
    keeps being refilled. Retained is printed ten times along the way beside the budget
    (``CTXGUARD_CACHE_BYTES``, default 64 MiB): once the caches are full it stays flat,
-   under the budget. Exit status 1 if it ever goes over.
+   under the budget. Exit status 1 if it ever goes over. ``--no-facts`` records no fact:
+   the two fact caches stay empty, and a call costs a third.
 2. Small payloads: ``--small`` conversations of one call each, of ``--small-messages``
    short messages (the system instruction shared, the rest new), with every conversation
-   remembered (the memory's caps on conversations and bytes lifted, the other caches at
-   their budgets, which fill within the first thousand conversations): the retained bytes
-   per conversation are the slope between half of them and all of them, against
-   2 KB + 16 B a message of the last payload, and against what the memory counts for
-   them (``ConversationMemory.bytes``; the bound it enforces is only as good as that).
+   remembered (the memory's caps on conversations and bytes lifted). What the memory keeps
+   per conversation is measured with the caches emptied (fresh ones put in the guard, at
+   half of the conversations and at the end): the retained bytes per conversation between
+   those two points, against 2 KB + 16 B a message of the last payload, and against what
+   the memory counts for them (``ConversationMemory.bytes``: the bound it enforces is only
+   as good as that count).
 """
 
 from __future__ import annotations
@@ -57,12 +59,13 @@ MiB = 1024 * 1024
 WORDS = "order parcel courier refund warehouse invoice customer address delivery tracking status".split()  # noqa: SIM905
 
 
-def guard() -> Guard:
+def guard(facts: bool = True) -> Guard:
     built = Guard(Config.resolve(digest_key=b"bench"), registry=CollectorRegistry(), tracer_provider=TracerProvider(),
                   policy=ctxguard.Policy(pinned=ctxguard.Pinned(max_tokens=800)))
     built.measurer.counter = EstimateCounter()
-    with ctxguard.conversation("facts"):
-        ctxguard.record_fact("shipping_city", "Pune")  # fact checks on for every call: the fact caches fill
+    if facts:
+        with ctxguard.conversation("facts"):
+            ctxguard.record_fact("shipping_city", "Pune")  # fact checks on for every call: the fact caches fill
     return built
 
 
@@ -80,14 +83,14 @@ def retained(base: int) -> int:
     return tracemalloc.get_traced_memory()[0] - base
 
 
-def large(conversations: int, size: int) -> bool:
-    g = guard()
+def large(conversations: int, size: int, facts: bool) -> bool:
+    g = guard(facts)
     budget = g.config.cache_bytes
     text = " ".join(random.Random(0).choice(WORDS) for _ in range(size // 6))[:size]
     pinned = ctxguard.render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
     system = {"role": "system", "content": f"You are the order assistant.\n{pinned}"}
-    print(f"large: {conversations:,} conversations of two calls, messages of {size:,} characters; "
-          f"budget {budget / MiB:.0f} MiB (CTXGUARD_CACHE_BYTES)")
+    print(f"large: {conversations:,} conversations of two calls, messages of {size:,} characters, "
+          f"{'a fact recorded' if facts else 'no fact recorded'}; budget {budget / MiB:.0f} MiB (CTXGUARD_CACHE_BYTES)")
     print("| conversations | retained MiB | peak MiB | calls/s |\n|---:|---:|---:|---:|")
     gc.collect()
     tracemalloc.start()
@@ -157,12 +160,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conversations", type=int, default=1_000_000, help="large: conversations (default 1M)")
     parser.add_argument("--message-bytes", type=int, default=20_000, help="large: characters a message")
+    parser.add_argument("--no-facts", action="store_true",
+                        help="large: record no fact (the fact caches stay empty; a call costs a third)")
     parser.add_argument("--small", type=int, default=100_000, help="small: conversations (default 100k)")
     parser.add_argument("--small-messages", default="4,40", help="small: messages a payload (default 4,40)")
     args = parser.parse_args()
     ok = True
     if args.conversations:
-        ok = large(args.conversations, args.message_bytes)
+        ok = large(args.conversations, args.message_bytes, not args.no_facts)
     if args.small:
         print("small: every conversation remembered; bytes retained per conversation (tracemalloc), counted by "
               "the memory, and allowed (2 KB + 16 B a message)\n")
