@@ -189,14 +189,12 @@ class ConversationMemory:
         """What the states keep, as ``_state_bytes`` counts it."""
         return self._bytes
 
-    def _state(self, scope: Scope, *, recent: bool = False) -> ConversationState:
-        """``scope``'s state, made if new (under the lock); ``recent``: now the most recently used."""
+    def _state(self, scope: Scope) -> ConversationState:
+        """``scope``'s state, made if new (under the lock)."""
         state = self._states.get(scope)
         if state is None:
             state = self._states[scope] = ConversationState()
             self._resize(state)
-        elif recent:
-            self._states.move_to_end(scope)
         return state
 
     def _resize(self, state: ConversationState) -> None:
@@ -214,7 +212,11 @@ class ConversationMemory:
         digests, messages = payload.digests, payload.messages
         system = payload.system
         with self._lock:
-            state = self._state(scope, recent=True)
+            state = self._states.get(scope)
+            if state is None:
+                state = self._state(scope)
+            else:
+                self._states.move_to_end(scope)
             prev_hash = state.prev_hash
             dropped: dict[str, int] = {}
             kept = len(state.prev_roles)
@@ -247,8 +249,9 @@ class ConversationMemory:
                 state.pinned_evicted = True
                 evicted.append("pinned")
             state.prev_hash = payload.digest
-            state.prev_keys, state.prev_roles = keys, roles
-            self._resize(state)
+            if keys is not state.prev_keys:  # else the same payload again: nothing more is kept
+                state.prev_keys, state.prev_roles = keys, roles
+                self._resize(state)
             return Diff(prev_hash, added, dropped, tuple(evicted), state.first_system)
 
     def fact_locations(self, scope: Scope) -> dict[str, str]:

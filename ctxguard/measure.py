@@ -119,7 +119,10 @@ class Measurer:
         if memo is not None:
             # The bytes its messages keep, for the memo's bound: the kept ones' sum carried on when
             # all of them were resumed, else added up again (after an edit or a trim).
-            held += sum(map(_size_of, new if extends is not None else messages))
+            if extends is None:
+                held = sum(map(_size_of, messages))
+            elif new:
+                held += sum(map(_size_of, new))
             # Kept as they are, not copied: the view's items and the payload's lists are never
             # changed after this point (the next call slices them).
             memo.measured = (items, messages, digests, sums, hasher, held, digest)
