@@ -22,7 +22,14 @@ from typing import Any, TypeVar
 
 from .payload import ROLES, SYSTEM_ROLES, Message, Payload
 
-__all__ = ["ConversationMemory", "ConversationState", "Diff", "conversation", "current_conversation"]
+__all__ = [
+    "CONVERSATION_BYTES",
+    "ConversationMemory",
+    "ConversationState",
+    "Diff",
+    "conversation",
+    "current_conversation",
+]
 
 Scope = tuple[str, "str | None"]
 _current: ContextVar[Scope | None] = ContextVar("ctxguard_conversation", default=None)
@@ -110,6 +117,9 @@ class ConversationState:
 STATE_BYTES = 800
 #: Per fact version the state remembers (where it was seen, whether it was sent or evicted).
 FACT_BYTES = 250
+#: A conversation of 25 messages, as ``_state_bytes`` counts it: what each of the conversations a
+#: guard is told to remember (``CTXGUARD_MAX_CONVERSATIONS``) is given at least.
+CONVERSATION_BYTES = 1024
 
 
 def _state_bytes(state: ConversationState) -> int:

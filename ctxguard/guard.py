@@ -30,7 +30,7 @@ from .checks import CHECK_NAMES, Context, Outcome, run_checks
 from .checks.facts import answer_consistent
 from .checks.wire import wire_intact
 from .config import Config
-from .conversation import ConversationMemory, Diff, Scope, current_conversation
+from .conversation import CONVERSATION_BYTES, ConversationMemory, Diff, Scope, current_conversation
 from .digest import Digester
 from .facts.evaluate import FactView, build_view
 from .facts.index import words
@@ -93,7 +93,9 @@ class Guard:
         self.memos = Memos(max_bytes=budget * 3 // 16)
         #: Warnings logged per conversation are rate-limited (metrics and spans count every call).
         self.warnings = WarningLimiter()
-        self.memory = ConversationMemory(config.max_conversations, max_bytes=budget * 3 // 16)
+        # CTXGUARD_MAX_CONVERSATIONS raised past its share is honoured for conversations of ~25 messages.
+        remembered = max(budget * 3 // 16, config.max_conversations * CONVERSATION_BYTES)
+        self.memory = ConversationMemory(config.max_conversations, max_bytes=remembered)
         self.facts = sinks if sinks is not None else facts_mod.configure(ledger, clock)  # type: ignore[arg-type]
         self._norms: TwoGenerationCache[str, str] = TwoGenerationCache(20_000, budget // 8, text_bytes)
         self._words: TwoGenerationCache[str, frozenset[str]] = TwoGenerationCache(4_096, budget // 16, words_bytes)

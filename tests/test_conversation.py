@@ -317,3 +317,15 @@ def test_dropped_messages_are_counted_by_their_role_in_the_previous_payload():
                    pinned=False)
     diff = memory.observe(scope, _payload([("system", "s"), ("user", "c"), ("user", "e")], "d2"), pinned=False)
     assert (diff.added, diff.dropped) == (1, {"user": 1, "other": 1})  # a role outside ROLES counts as other
+
+
+def test_a_raised_max_conversations_is_honoured_whatever_the_byte_budget(harness, monkeypatch):
+    """CTXGUARD_MAX_CONVERSATIONS asks for that many conversations: each of up to ~25 messages is
+    given room, even past the memory's share of CTXGUARD_CACHE_BYTES."""
+    monkeypatch.setenv("CTXGUARD_MAX_CONVERSATIONS", "2000")
+    monkeypatch.setenv("CTXGUARD_CACHE_BYTES", str(1024 * 1024))  # its share holds ~240 of them
+    guard = harness.start(mode="observe")
+    for i in range(2000):
+        guard.memory.observe((f"c{i}", None), _payload([("user", f"question {i}")] * 20, f"d{i}"), pinned=False)
+    assert len(guard.memory) == 2000
+    assert guard.memory.observe(("c0", None), _payload([], "x"), pinned=False).prev_hash == "d0"
