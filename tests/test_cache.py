@@ -127,3 +127,19 @@ def test_the_fixed_caches_fed_ten_times_their_budget_keep_at_most_it(cache, feed
         kept = retained()
     assert cache.bytes <= budget and kept <= budget
 
+
+
+def test_the_wire_needle_caches_fed_ten_times_their_budget_keep_at_most_it():
+    """``wire_intact``'s needles (instructions, blocks, fact lines as JSON may encode them) and
+    wholes (fact-carrying messages): 4 MiB each, however many texts just under the size past
+    which they keep nothing."""
+    from ctxguard.checks import wire
+
+    texts = [f"{i} " + "é" * (wire._WHOLE_CACHED_CHARS - 10) for i in range(10 * 4 * BUDGET // 30_000)]
+    with traced() as retained:
+        for t in texts:
+            assert wire._carried(t, t.encode())
+            wire._whole(f"d{t[:8]}", t)
+        kept = retained()
+    assert wire._needle_cache.bytes <= 4 * BUDGET and wire._wholes.bytes <= 4 * BUDGET
+    assert kept <= 8 * BUDGET + BUDGET // 4, kept

@@ -17,13 +17,13 @@ spans a line break has no such line and is not judged (no false alarm).
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from sys import getsizeof
 
+from ..cache import ENTRY_BYTES, TwoGenerationCache
 from ..facts.evaluate import FactView
 from ..facts.index import WORD as _WORD
 from ..facts.ledger import Version
 from ..facts.matching import LARGE_TEXT, normalise
-from ..measure import TwoGenerationCache
 from ..payload import Payload
 from ..violations import Violation
 from .base import Context
@@ -57,11 +57,24 @@ class _Needle:
         return False
 
 
-@lru_cache(maxsize=256)  # the same instruction and block are sent call after call
+def _needle_bytes(needle: _Needle) -> int:
+    return ENTRY_BYTES + sum(map(getsizeof, needle.variants))
+
+
+#: The same instruction and block are sent call after call: their needles are kept, keyed by
+#: the text, within a budget in bytes (the text counted with its encodings).
+_needle_cache: TwoGenerationCache[str, tuple[_Needle, ...]] = TwoGenerationCache(
+    256, 4 << 20, lambda text, needles: getsizeof(text) + sum(map(_needle_bytes, needles)))
+
+
 def _needles(text: str) -> tuple[_Needle, ...]:
     """(the whole text; then each non-empty line of it)."""
-    lines = (line for line in (raw.strip() for raw in text.splitlines()) if line)
-    return (_Needle(text), *(_Needle(line) for line in lines))
+    found = _needle_cache.get(text)
+    if found is None:
+        lines = (line for line in (raw.strip() for raw in text.splitlines()) if line)
+        found = (_Needle(text), *(_Needle(line) for line in lines))
+        _needle_cache.put(text, found)
+    return found
 
 
 def _carried(text: str, body: bytes) -> bool:
@@ -126,7 +139,8 @@ def _facts_on_the_wire(payload: Payload, ctx: Context, view: FactView, body: byt
 #: Messages resent call after call are searched for whole at the place they were last found.
 #: Only texts up to this size are kept (a larger one is re-encoded per call: bounded memory).
 _WHOLE_CACHED_CHARS = 16_384
-_wholes: TwoGenerationCache[str, _Needle] = TwoGenerationCache(2_048)
+_wholes: TwoGenerationCache[str, _Needle] = TwoGenerationCache(
+    2_048, 4 << 20, lambda digest, needle: _needle_bytes(needle))
 
 
 def _whole(digest: str, text: str) -> _Needle:
