@@ -13,13 +13,13 @@ from typing import Any
 from opentelemetry.trace import TracerProvider
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from . import facts
-from . import providers as _providers
+from . import facts, intercept
 from ._isolation import report_internal_error, set_error_counter
 from .capture import CaptureWriter, Redact
 from .config import Config
 from .guard import Guard
 from .policy import Policy
+from .providers import BY_DISTRIBUTION
 from .telemetry import otlp as _otlp
 
 __all__ = ["active_guard", "instrument", "uninstrument"]
@@ -165,9 +165,9 @@ def instrument(
     if Config.disabled():
         logger.info("ctxguard: disabled by CTXGUARD_DISABLED")
         return None
-    unknown = set(providers or ()) - set(_providers.INTEGRATIONS)
+    unknown = set(providers or ()) - set(BY_DISTRIBUTION)
     if unknown:  # before anything starts: a server or capture file started here would outlive the error
-        raise ValueError(f"unknown providers {sorted(unknown)}; supported: {sorted(_providers.INTEGRATIONS)}")
+        raise ValueError(f"unknown providers {sorted(unknown)}; supported: {sorted(BY_DISTRIBUTION)}")
     with _lock:
         if _guard is not None:
             logger.debug("ctxguard: instrument() called again; keeping the active guard")
@@ -205,7 +205,7 @@ def instrument(
                 guard.start_capture(CaptureWriter(config.capture_path, redact=capture_redact))
             except OSError as exc:  # the environment's doing (a missing directory, no permission)
                 logger.warning("ctxguard: capture file %s not opened: %s", config.capture_path, exc)
-        _providers.install(guard, only=providers)
+        intercept.install(guard, only=providers)
         _guard = guard
         return guard
 
@@ -224,7 +224,7 @@ def uninstrument() -> None:
     """
     global _guard, _server, _tracing
     with _lock:
-        _providers.uninstall()
+        intercept.uninstall()
         if _guard is not None:
             _guard.stop_capture()
         set_error_counter(None)

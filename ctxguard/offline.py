@@ -1,8 +1,8 @@
 """Checking captured request bodies offline: the engine behind ``ctxguard check`` and ``report``.
 
-Each captured body goes through the same pipeline as a live call (the provider
-module's normalise, measure, the checks), in a private ``Guard`` that touches
-nothing of the process: its own fact sinks, registry and a non-recording tracer.
+Each captured body goes through the same inspection as a live call (the provider
+module's normalise, measure, the checks: ``inspection.Inspector``), in a private
+inspector that touches nothing of the process: its own fact sinks, no telemetry.
 Fact lines of the capture feed its ledger, so the fact checks judge each turn
 against the facts recorded before it. Checks judged only after sending
 (``wire_intact``: the capture *is* the wire body; ``answer_consistent``: no
@@ -11,7 +11,6 @@ answer is captured) are not part of offline results.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
@@ -19,25 +18,19 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry.trace import NoOpTracerProvider
-from prometheus_client import CollectorRegistry
-
 from . import facts as facts_mod
 from ._isolation import add_error_hook, remove_error_hook
 from .budget import Budget
 from .capture import CaptureError, FactLine, RequestLine, printable
 from .checks import CHECKS
 from .config import Config
-from .conversation import conversation
 from .facts.evaluate import FactView
 from .facts.matching import MIN_MATCH_CHARS
-from .guard import Call, Guard
+from .guard import inspector_for
+from .inspection import Verdict
 from .policy import Pinned, Policy
-from .providers import anthropic as anthropic_provider
-from .providers import google_genai as google_provider
-from .providers import openai as openai_provider
-from .providers.base import Adapter
-from .telemetry.metrics import PROVIDERS as metric_providers
+from .providers import BY_LABEL, LABELS
+from .providers.base import Provider
 from .violations import Violation
 
 if sys.version_info >= (3, 11):
@@ -58,16 +51,12 @@ __all__ = [
     "as_call",
 ]
 
-#: Providers whose captured bodies are judged offline.
-PROVIDERS: dict[str, Adapter] = {
-    "openai": openai_provider.ADAPTER,
-    "anthropic": anthropic_provider.ADAPTER,
-    "gcp.gen_ai": google_provider.ADAPTER,
-}
+#: Providers whose captured bodies are judged offline, by their label.
+PROVIDERS: dict[str, Provider] = {label: p for label, p in BY_LABEL.items() if p.offline is not None}
 
 #: Every provider label a capture may carry; lines of the others are refused as unknown.
 #: (``litellm`` labels routes whose body format is LiteLLM's business: read, not judged.)
-CAPTURED_PROVIDERS = frozenset(metric_providers)
+CAPTURED_PROVIDERS = frozenset(LABELS)
 
 #: How a request without a conversation id is listed.
 NO_CONVERSATION = "(no conversation id)"
@@ -107,27 +96,16 @@ class TurnResult:
 
 
 def as_call(provider: str, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
-    """``(api, kwargs)``: a captured body as the provider module's call site would have seen it.
-
-    OpenAI and Anthropic bodies read like the SDK arguments. A Gemini REST body carries
-    the model in the URL (the capture line's ``model``) and the settings in camelCase.
-    """
-    if provider == "anthropic":
-        return "messages", body
-    if provider == "gcp.gen_ai":
-        generation = body.get("generationConfig")
-        config = dict(generation) if isinstance(generation, Mapping) else {}
-        for key in ("systemInstruction", "tools", "cachedContent"):
-            if key in body:
-                config[key] = body[key]
-        return "generate_content", {"model": model or body.get("model"), "contents": body.get("contents"),
-                                    "config": config}
-    responses = "messages" not in body and ("input" in body or "instructions" in body)
-    return ("responses" if responses else "chat.completions"), body
+    """``(api, kwargs)``: a captured body as the provider module's call site would have seen it
+    (each provider record's ``offline``)."""
+    read = PROVIDERS[provider].offline
+    if read is None:  # pragma: no cover - PROVIDERS holds only providers that read captures
+        raise KeyError(provider)
+    return read(body, model)
 
 
 class Checker:
-    """Feeds capture lines, in file order, through a private guard.
+    """Feeds capture lines, in file order, through a private inspector.
 
     >>> checker = Checker(Policy())                      # doctest: +SKIP
     >>> result = checker.request(line)                   # doctest: +SKIP
@@ -135,30 +113,25 @@ class Checker:
 
     def __init__(self, policy: Policy | None = None, *, digest_key: bytes | None = None) -> None:
         self.sinks = facts_mod.Sinks()
-        self.guard = Guard(
-            Config(digest_key=digest_key or os.urandom(16)),
-            policy=policy,
-            registry=CollectorRegistry(),
-            tracer_provider=NoOpTracerProvider(),
-            sinks=self.sinks,
-        )
+        self.policy = policy if policy is not None else Policy()
+        self.inspector = inspector_for(Config(digest_key=digest_key or os.urandom(16)), lambda: self.policy, self.sinks)
 
     def fact(self, line: FactLine) -> None:
         self.sinks.record(line.event)
 
     def request(self, line: RequestLine) -> TurnResult | None:
         """Judge one captured body; None for a provider not judged offline."""
-        adapter = PROVIDERS.get(line.provider)
-        if adapter is None:
+        provider = PROVIDERS.get(line.provider)
+        if provider is None:
             return None
         api, kwargs = as_call(line.provider, line.body, line.model)
         cid = line.conversation_id
-        with conversation(cid, tenant=line.tenant) if cid is not None else contextlib.nullcontext():
-            call = self.guard.before(adapter, api, kwargs)
-        if call is None or call.ctx is None:
+        scope = (cid, line.tenant) if cid is not None else None
+        payload = self.inspector.measure(provider, api, kwargs, scope)
+        verdict = self.inspector.inspect(payload, scope) if payload is not None else None
+        if verdict is None or verdict.ctx is None:
             raise RuntimeError("the request was not inspected")
-        call.answer(None)  # closes the (non-recording) span and detaches its context
-        return _result(line, call)
+        return _result(line, verdict)
 
     def judge(self, lines: Iterable[RequestLine | FactLine]) -> Iterator[tuple[RequestLine, TurnResult | None]]:
         """Feed every line in order; yield each request line with its result.
@@ -202,8 +175,8 @@ def first_violation(name: str, result: TurnResult) -> str:
     return f"{name}: first violation at turn {result.turn}: {', '.join(result.failed)}"
 
 
-def _result(line: RequestLine, call: Call) -> TurnResult:
-    payload, ctx = call.payload, call.ctx
+def _result(line: RequestLine, verdict: Verdict) -> TurnResult:
+    payload, ctx = verdict.payload, verdict.ctx
     assert ctx is not None
     budget = ctx.budget
     window = input_limit = None
@@ -222,8 +195,8 @@ def _result(line: RequestLine, call: Call) -> TurnResult:
         tokens=payload.tokens,
         input_limit=input_limit,
         window=window,
-        outcomes={o.check: o.outcome for o in call.outcomes},
-        violations=list(call.violations),
+        outcomes={o.check: o.outcome for o in verdict.outcomes},
+        violations=list(verdict.violations),
         facts=_fact_statuses(ctx.facts) if isinstance(ctx.facts, FactView) else {},
     )
 

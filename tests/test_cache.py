@@ -16,7 +16,7 @@ from ctxguard.measure import Measurer
 from ctxguard.payload import Message, Reply, RequestView
 from ctxguard.pinned import find_block
 from ctxguard.providers import openai as openai_provider
-from ctxguard.providers.openai import ADAPTER as OPENAI
+from ctxguard.providers.openai import PROVIDER as OPENAI
 from ctxguard.telemetry.ids import ExportedIds
 from ctxguard.tokens import Calibration, EstimateCounter
 from tests.conftest import KEY, traced

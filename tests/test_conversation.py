@@ -325,7 +325,8 @@ def test_a_raised_max_conversations_is_honoured_whatever_the_byte_budget(harness
     monkeypatch.setenv("CTXGUARD_MAX_CONVERSATIONS", "2000")
     monkeypatch.setenv("CTXGUARD_CACHE_BYTES", str(1024 * 1024))  # its share holds ~240 of them
     guard = harness.start(mode="observe")
+    memory = guard.inspector.memory
     for i in range(2000):
-        guard.memory.observe((f"c{i}", None), _payload([("user", f"question {i}")] * 20, f"d{i}"), pinned=False)
-    assert len(guard.memory) == 2000
-    assert guard.memory.observe(("c0", None), _payload([], "x"), pinned=False).prev_hash == "d0"
+        memory.observe((f"c{i}", None), _payload([("user", f"question {i}")] * 20, f"d{i}"), pinned=False)
+    assert len(memory) == 2000
+    assert memory.observe(("c0", None), _payload([], "x"), pinned=False).prev_hash == "d0"

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from ctxguard._isolation import WHERE
 from ctxguard.checks import CHECK_NAMES
 from ctxguard.cli import _parser
+from ctxguard.providers import LABELS
 from ctxguard.telemetry import spans
 from ctxguard.telemetry.metrics import Metrics
 
@@ -62,7 +63,7 @@ def test_every_where_label_is_explained_in_the_guard_errors_runbook(where: str):
 
 def metric_families() -> list[str]:
     registry = CollectorRegistry()
-    Metrics(registry, CHECK_NAMES)
+    Metrics(registry, CHECK_NAMES, LABELS)
     return [family.name + ("_total" if family.type == "counter" else "") for family in registry.collect()]
 
 

@@ -34,20 +34,20 @@ def answer(client, **kwargs):
 
 
 def judging_the_answer(mp):  # a check that runs after sending: the checks before it still enforce
-    mp.setattr("ctxguard.guard.Call._judge_answer", boom)
+    mp.setattr("ctxguard.inspection.Inspector.answer", boom)
 
 
 FAULTS = [
     ("normalise", lambda mp: mp.setattr(openai_provider.OpenAIAdapter, "normalise", boom)),
     ("digest", lambda mp: mp.setattr(Measurer, "measure", boom)),
-    ("checks", lambda mp: mp.setattr("ctxguard.guard.run_checks", boom)),
+    ("checks", lambda mp: mp.setattr("ctxguard.inspection.run_checks", boom)),
     ("conversation", lambda mp: mp.setattr(ConversationMemory, "observe", boom)),
     ("telemetry", lambda mp: mp.setattr("ctxguard.telemetry.spans.violation_events", boom)),
     ("response", lambda mp: mp.setattr(openai_provider.OpenAIAdapter, "read_response", boom)),
     ("response", lambda mp: mp.setattr(WireDigests, "digest", boom)),  # judging the body on the wire
     ("tokens", lambda mp: mp.setattr(Calibration, "observe", boom)),
     ("checks", judging_the_answer),
-    ("telemetry", lambda mp: mp.setattr("ctxguard.guard._reply_attributes", boom)),  # ending the span
+    ("telemetry", lambda mp: mp.setattr("ctxguard.record._reply_attributes", boom)),  # ending the span
 ]
 
 
@@ -109,7 +109,7 @@ def test_sdk_exception_is_the_same_object(harness, llm, client):
 def test_failing_post_import_hook_does_not_break_import_openai():
     with FakeLLM() as llm:
         script = textwrap.dedent(f"""
-            import ctxguard, ctxguard.providers as p
+            import ctxguard, ctxguard.intercept as p
             from prometheus_client import CollectorRegistry
             registry = CollectorRegistry()
             def boom(*a, **k):

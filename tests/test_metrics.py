@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import ctxguard
 from ctxguard.checks import CHECK_NAMES
+from ctxguard.providers import LABELS
 from ctxguard.providers import openai as openai_provider
 from ctxguard.telemetry.metrics import _PINNED_BUCKETS, _RATIO_BUCKETS, Metrics
 from ctxguard.wiredigest import WireDigests
@@ -36,7 +37,7 @@ def samples(registry: CollectorRegistry, family: str) -> dict[tuple[str, tuple[t
 
 def test_histograms_match_prometheus_client_on_and_between_bounds() -> None:
     ours, theirs = CollectorRegistry(), CollectorRegistry()
-    m = Metrics(ours, CHECK_NAMES)
+    m = Metrics(ours, CHECK_NAMES, LABELS)
     pinned = prometheus_client.Histogram(
         "ctxguard_pinned_tokens", "Tokens of the pinned facts block.", buckets=_PINNED_BUCKETS, registry=theirs
     )
@@ -59,7 +60,7 @@ def test_histograms_match_prometheus_client_on_and_between_bounds() -> None:
 
 def test_counters_are_exact_under_concurrent_calls() -> None:
     registry = CollectorRegistry()
-    m = Metrics(registry, CHECK_NAMES)
+    m = Metrics(registry, CHECK_NAMES, LABELS)
     cell = m.checks_at[("system_at_head", "fail")]
     calls = m.calls_at[("openai", "chat")]
 

@@ -68,7 +68,7 @@ def test_a_growing_conversation_resumes_instead_of_rehashing(harness, llm: FakeL
             history.append({"role": "assistant", "content": f"answer {turn}"})
     spans = [s.attributes["ctxguard.wire.hash"] for s in harness.spans()]
     assert spans == [DIGESTER.bytes(r.body) for r in llm.requests]
-    body, resumed_at, _ = harness.guard.wire_digests._kept[("grow", None)]
+    body, resumed_at, _ = harness.guard._stages.wire_digests._kept[("grow", None)]
     assert body == llm.requests[-1].body
     assert resumed_at > len(body) * 0.9  # the last body shared all but its new message with the one before
 

@@ -188,7 +188,7 @@ def _load(path: str, provider: str | None, measurer: Measurer) -> Payload | str:
         return f"{shown}: 'model' must be a string or null"
     try:
         api, kwargs = as_call(name, body, model)
-        view = PROVIDERS[name].normalise(api, kwargs)
+        view = PROVIDERS[name].adapter.normalise(api, kwargs)
         if view.unreadable is not None:
             return f"{shown}: {view.unreadable}"
         return measurer.measure(view)

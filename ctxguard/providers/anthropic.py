@@ -23,29 +23,28 @@ from ._read import as_str as _str
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
+from .base import CallSite, Provider
 
-__all__ = ["ADAPTER", "HTTP_RESULTS", "SUPPORTED", "TARGETS"]
-
-#: Supported ``anthropic`` releases, as (lowest major, highest major) inclusive.
-SUPPORTED = (0, 2)
+__all__ = ["ADAPTER", "PROVIDER"]
 
 _MESSAGES = "anthropic.resources.messages.messages"
 _BETA = "anthropic.resources.beta.messages.messages"
 
-#: (module, "Class.method", api)
-TARGETS = (
-    (_MESSAGES, "Messages.create", "messages"),
-    (_MESSAGES, "AsyncMessages.create", "messages"),
-    (_MESSAGES, "Messages.stream", "messages.stream"),
-    (_MESSAGES, "AsyncMessages.stream", "messages.stream"),
-    (_MESSAGES, "Messages.parse", "messages"),  # structured outputs; posts itself, not through create
-    (_MESSAGES, "AsyncMessages.parse", "messages"),
-    (_BETA, "Messages.create", "messages"),
-    (_BETA, "AsyncMessages.create", "messages"),
-    (_BETA, "Messages.parse", "messages"),
-    (_BETA, "AsyncMessages.parse", "messages"),
-    (_BETA, "Messages.stream", "messages.stream"),
-    (_BETA, "AsyncMessages.stream", "messages.stream"),
+# ``parse`` (structured outputs) posts itself, not through ``create``; ``stream`` returns a
+# stream manager at once, on the async client too.
+SITES = (
+    CallSite(_MESSAGES, "Messages.create", "messages"),
+    CallSite(_MESSAGES, "AsyncMessages.create", "messages", "async"),
+    CallSite(_MESSAGES, "Messages.stream", "messages.stream", "manager"),
+    CallSite(_MESSAGES, "AsyncMessages.stream", "messages.stream", "manager"),
+    CallSite(_MESSAGES, "Messages.parse", "messages"),
+    CallSite(_MESSAGES, "AsyncMessages.parse", "messages", "async"),
+    CallSite(_BETA, "Messages.create", "messages"),
+    CallSite(_BETA, "AsyncMessages.create", "messages", "async"),
+    CallSite(_BETA, "Messages.parse", "messages"),
+    CallSite(_BETA, "AsyncMessages.parse", "messages", "async"),
+    CallSite(_BETA, "Messages.stream", "messages.stream", "manager"),
+    CallSite(_BETA, "AsyncMessages.stream", "messages.stream", "manager"),
 )
 
 #: SDK results that hold the HTTP response instead of a parsed answer (streams,
@@ -285,3 +284,17 @@ class _EventStream:
 
 
 ADAPTER = AnthropicAdapter()
+
+
+PROVIDER = Provider(
+    distribution="anthropic",
+    module="anthropic",
+    supported=(0, 2),
+    label="anthropic",
+    adapter=ADAPTER,
+    sites=SITES,
+    http_results=HTTP_RESULTS,
+    wire_apis=(("/messages", "messages"),),
+    final_reply=ADAPTER.final_reply,
+    offline=lambda body, model: ("messages", body),
+)

@@ -1,14 +1,29 @@
-"""What a provider module gives the guard: translation only, no decisions."""
+"""What a provider module declares: one ``Provider`` record, translation only, no decisions.
+
+A provider module knows an SDK's call sites and how to turn its requests and answers
+into the neutral ``RequestView`` / ``Reply``. It imports nothing of the guard, the
+call lifecycle or telemetry (the import contracts in ``pyproject.toml`` hold it to that);
+patching, metrics' label set, offline checking and docs/supported.md all read the
+records in ``ctxguard.providers.PROVIDERS``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from ..memo import Memo
 from ..payload import Reply, RequestView
 
-__all__ = ["Adapter", "StreamReader"]
+__all__ = ["Adapter", "CallSite", "Kind", "Provider", "StreamReader"]
+
+#: How a call site answers, declared (never guessed from a class name):
+#: ``sync``: returns the answer, a stream or an HTTP-holding result;
+#: ``async``: returns a coroutine of one of those;
+#: ``manager``: returns at once a stream helper (a context manager, sync or async), whose
+#: final answer the provider's ``final_reply`` reads.
+Kind = Literal["sync", "async", "manager"]
 
 
 class StreamReader(Protocol):
@@ -20,12 +35,72 @@ class StreamReader(Protocol):
 
 
 class Adapter(Protocol):
-    provider: str
+    """Request and answer translation for one SDK."""
 
-    def normalise(self, operation: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
+    def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
         """``memo``: the conversation's previous call, to skip what is unchanged (see ``ctxguard.memo``)."""
         ...
 
-    def read_response(self, operation: str, result: Any) -> Reply | None: ...
+    def read_response(self, api: str, result: Any) -> Reply | None: ...
 
-    def stream_reader(self, operation: str) -> StreamReader: ...
+    def stream_reader(self, api: str) -> StreamReader: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    """One SDK function ctxguard wraps: ``module``'s ``attribute`` (``"Class.method"``, or a
+    module function), whose keyword arguments the adapter reads as ``api``."""
+
+    module: str
+    attribute: str
+    api: str
+    kind: Kind = "sync"
+
+
+#: Reads a provider's answer off the HTTP response another SDK got for it: ``(read a whole
+#: body, a stream reader)``, or None when that provider's wire format is not read here.
+WireReaders = Callable[[str], "tuple[Callable[[Any], Reply | None], StreamReader] | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """One supported SDK, declared.
+
+    >>> PROVIDER = Provider(distribution="mistralai", module="mistralai", supported=(1, 1),
+    ...                     label="mistral_ai", adapter=ADAPTER, sites=SITES)  # doctest: +SKIP
+    """
+
+    #: The distribution name (``pip install``; ``instrument(providers=[...])``).
+    distribution: str
+    #: The import name whose import triggers patching.
+    module: str
+    #: Supported majors, inclusive: ``(lowest, highest)``.
+    supported: tuple[int, int]
+    #: ``gen_ai.provider.name`` and the Prometheus ``provider`` label of its calls.
+    label: str
+    adapter: Adapter
+    sites: tuple[CallSite, ...]
+    #: Every other label its calls may carry (a router's routes), each a fixed value.
+    routes: tuple[str, ...] = ()
+    #: SDK results that hold the HTTP response instead of a parsed answer (streams, raw
+    #: responses): ``(module, class, attribute holding it)``; their bodies are read as they pass.
+    http_results: tuple[tuple[str, str, str], ...] = ()
+    #: Model endpoints ``(path suffix, api)`` of its requests, to guard one from the wire when it
+    #: bypassed its call site; only for SDKs whose requests say who sent them (``x-stainless-lang``).
+    wire_apis: tuple[tuple[str, str], ...] = ()
+    #: Argument names of a call site that may be called positionally, in order.
+    positional: tuple[str, ...] = ()
+    #: Runs other SDKs underneath: their call sites, reached during one of its calls, are part of it.
+    delegates: bool = False
+    #: ``manager`` sites: the final answer of a finished stream helper.
+    final_reply: Callable[[Any], Reply | None] | None = None
+    #: A delegating provider: how the routed provider's own answer is read off the wire.
+    wire_readers: WireReaders | None = None
+    #: A captured request body (with the capture line's model) as its call site would have seen
+    #: it: ``(api, kwargs)``; None: its captures are not judged offline.
+    offline: Callable[[Mapping[str, Any], str | None], tuple[str, Mapping[str, Any]]] | None = None
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Every ``provider`` label its calls may carry."""
+        return (self.label, *(r for r in self.routes if r != self.label))

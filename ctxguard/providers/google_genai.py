@@ -22,20 +22,17 @@ from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import get as _get
 from ._read import role as _role
+from .base import CallSite, Provider
 
-__all__ = ["ADAPTER", "SUPPORTED", "TARGETS"]
-
-#: Supported ``google-genai`` releases, as (lowest major, highest major) inclusive.
-SUPPORTED = (1, 3)
+__all__ = ["ADAPTER", "PROVIDER"]
 
 _MODELS = "google.genai.models"
 
-#: (module, "Class.method", api)
-TARGETS = (
-    (_MODELS, "Models.generate_content", "generate_content"),
-    (_MODELS, "Models.generate_content_stream", "generate_content_stream"),
-    (_MODELS, "AsyncModels.generate_content", "generate_content"),
-    (_MODELS, "AsyncModels.generate_content_stream", "generate_content_stream"),
+SITES = (
+    CallSite(_MODELS, "Models.generate_content", "generate_content"),
+    CallSite(_MODELS, "Models.generate_content_stream", "generate_content_stream"),
+    CallSite(_MODELS, "AsyncModels.generate_content", "generate_content", "async"),
+    CallSite(_MODELS, "AsyncModels.generate_content_stream", "generate_content_stream", "async"),
 )
 
 
@@ -247,3 +244,26 @@ class _Responses:
 
 
 ADAPTER = GoogleGenAIAdapter()
+
+
+def as_call(body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
+    """A captured REST body as the SDK's arguments: the model is in the URL (the capture line's
+    ``model``), the settings are in camelCase."""
+    generation = body.get("generationConfig")
+    config = dict(generation) if isinstance(generation, Mapping) else {}
+    for key in ("systemInstruction", "tools", "cachedContent"):
+        if key in body:
+            config[key] = body[key]
+    return "generate_content", {"model": model or body.get("model"), "contents": body.get("contents"),
+                                "config": config}
+
+
+PROVIDER = Provider(
+    distribution="google-genai",
+    module="google.genai",
+    supported=(1, 3),
+    label="gcp.gen_ai",
+    adapter=ADAPTER,
+    sites=SITES,
+    offline=as_call,
+)

@@ -19,18 +19,15 @@ from . import anthropic as anthropic_provider
 from . import openai as openai_provider
 from ._read import as_str as _str
 from ._read import get as _get
-from .base import StreamReader
+from .base import CallSite, Provider, StreamReader
 
-__all__ = ["ADAPTER", "SUPPORTED", "TARGETS"]
+__all__ = ["ADAPTER", "PROVIDER"]
 
-#: Supported ``litellm`` releases, as (lowest major, highest major) inclusive.
-SUPPORTED = (1, 1)
-
-#: (module, "function", api): module-level functions, patched on the ``litellm`` package,
-#: which is where ``litellm.completion(...)`` looks them up.
-TARGETS = (
-    ("litellm", "completion", "chat.completions"),
-    ("litellm", "acompletion", "chat.completions"),
+#: Module-level functions, patched on the ``litellm`` package, which is where
+#: ``litellm.completion(...)`` looks them up.
+SITES = (
+    CallSite("litellm", "completion", "chat.completions"),
+    CallSite("litellm", "acompletion", "chat.completions", "async"),
 )
 
 #: LiteLLM's provider names -> ctxguard's provider label (a bounded set); others are "litellm".
@@ -62,10 +59,6 @@ def _routed(kwargs: Mapping[str, Any]) -> str:
 
 class LiteLLMAdapter:
     provider = "litellm"
-    #: Runs other SDKs underneath: their call sites, reached during this call, are part of it.
-    delegates = True
-    #: ``completion(model, messages, ...)`` may be called positionally.
-    positional = ("model", "messages")
 
     def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
         view = openai_provider.ADAPTER.normalise(api, kwargs, memo)
@@ -97,3 +90,17 @@ _WIRE: dict[str, tuple[Any, str]] = {
 
 
 ADAPTER = LiteLLMAdapter()
+
+
+PROVIDER = Provider(
+    distribution="litellm",
+    module="litellm",
+    supported=(1, 1),
+    label="litellm",
+    routes=tuple(dict.fromkeys(_LABELS.values())),
+    adapter=ADAPTER,
+    sites=SITES,
+    positional=("model", "messages"),  # ``completion(model, messages, ...)``
+    delegates=True,
+    wire_readers=ADAPTER.wire_readers,
+)

@@ -25,28 +25,25 @@ from ._read import canonical, elements, items, jsonable, structured_parts
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
+from .base import CallSite, Provider
 
-__all__ = ["ADAPTER", "HTTP_RESULTS", "SUPPORTED", "TARGETS"]
-
-#: Supported ``openai`` releases, as (lowest major, highest major) inclusive.
-SUPPORTED = (1, 3)
+__all__ = ["ADAPTER", "PROVIDER"]
 
 _CHAT = "openai.resources.chat.completions.completions"
 _RESPONSES = "openai.resources.responses.responses"
 _BETA_RESPONSES = "openai.resources.beta.responses.responses"  # openai 3.x: the beta Responses API
 
-#: (module, "Class.method", api)
-TARGETS = (
-    (_CHAT, "Completions.create", "chat.completions"),
-    (_CHAT, "Completions.parse", "chat.completions"),
-    (_CHAT, "AsyncCompletions.create", "chat.completions"),
-    (_CHAT, "AsyncCompletions.parse", "chat.completions"),
-    (_RESPONSES, "Responses.create", "responses"),
-    (_RESPONSES, "Responses.parse", "responses"),
-    (_RESPONSES, "AsyncResponses.create", "responses"),
-    (_RESPONSES, "AsyncResponses.parse", "responses"),
-    (_BETA_RESPONSES, "Responses.create", "responses"),
-    (_BETA_RESPONSES, "AsyncResponses.create", "responses"),
+SITES = (
+    CallSite(_CHAT, "Completions.create", "chat.completions"),
+    CallSite(_CHAT, "Completions.parse", "chat.completions"),
+    CallSite(_CHAT, "AsyncCompletions.create", "chat.completions", "async"),
+    CallSite(_CHAT, "AsyncCompletions.parse", "chat.completions", "async"),
+    CallSite(_RESPONSES, "Responses.create", "responses"),
+    CallSite(_RESPONSES, "Responses.parse", "responses"),
+    CallSite(_RESPONSES, "AsyncResponses.create", "responses", "async"),
+    CallSite(_RESPONSES, "AsyncResponses.parse", "responses", "async"),
+    CallSite(_BETA_RESPONSES, "Responses.create", "responses"),
+    CallSite(_BETA_RESPONSES, "AsyncResponses.create", "responses", "async"),
 )
 
 #: SDK results that hold the HTTP response instead of a parsed answer (streams,
@@ -463,3 +460,22 @@ class _ResponsesStream:
 
 
 ADAPTER = OpenAIAdapter()
+
+
+def as_call(body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
+    """A captured body is the call's keyword arguments; a Responses body has no ``messages``."""
+    responses = "messages" not in body and ("input" in body or "instructions" in body)
+    return ("responses" if responses else "chat.completions"), body
+
+
+PROVIDER = Provider(
+    distribution="openai",
+    module="openai",
+    supported=(1, 3),
+    label="openai",
+    adapter=ADAPTER,
+    sites=SITES,
+    http_results=HTTP_RESULTS,
+    wire_apis=(("/chat/completions", "chat.completions"), ("/responses", "responses")),
+    offline=as_call,
+)

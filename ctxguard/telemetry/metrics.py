@@ -33,9 +33,8 @@ from prometheus_client.utils import floatToGoString
 from .._isolation import WHERE
 from ..payload import ROLES
 
-__all__ = ["EVICTION_KINDS", "OPERATIONS", "PROVIDERS", "ROLES", "Hist", "Metrics", "metrics_for"]
+__all__ = ["EVICTION_KINDS", "OPERATIONS", "ROLES", "Hist", "Metrics", "metrics_for"]
 
-PROVIDERS = ("openai", "anthropic", "gcp.gen_ai", "litellm")
 OPERATIONS = ("chat",)
 OUTCOMES = ("pass", "fail", "skip")
 EVICTION_KINDS = ("system", "pinned", "fact")
@@ -73,8 +72,10 @@ class Metrics:
     """All ctxguard series on one registry. The hot path adds to cells by index:
     ``m.add([m.calls_at[...], m.checks_at[...]], [(m.tokens_h[p], n)])``."""
 
-    def __init__(self, registry: CollectorRegistry, check_names: tuple[str, ...]) -> None:
+    def __init__(self, registry: CollectorRegistry, check_names: tuple[str, ...], providers: tuple[str, ...]) -> None:
+        """``check_names`` and ``providers``: every check and ``provider`` label, each a fixed set."""
         self.check_names = check_names
+        self.providers = providers
         self._families: list[_Family] = []
         self._cells: list[float] = []
         self._shared: list[Any] | None = [] if _multiprocess() else None  # mmap values, multiprocess mode
@@ -82,11 +83,11 @@ class Metrics:
         self._created = time.time()
 
         calls = self._family("ctxguard_calls_total", "LLM calls inspected by ctxguard.", ("provider", "operation"))
-        self.calls_at = {(p, o): self._series(calls, (p, o)) for p in PROVIDERS for o in OPERATIONS}
+        self.calls_at = {(p, o): self._series(calls, (p, o)) for p in providers for o in OPERATIONS}
         checks = self._family("ctxguard_checks_total", "Check evaluations by outcome.", ("check", "outcome"))
         self.checks_at = {(c, o): self._series(checks, (c, o)) for c in check_names for o in OUTCOMES}
         violations = self._family("ctxguard_violations_total", "Failed checks.", ("check", "provider"))
-        self.violations_at = {(c, p): self._series(violations, (c, p)) for c in check_names for p in PROVIDERS}
+        self.violations_at = {(c, p): self._series(violations, (c, p)) for c in check_names for p in providers}
         evictions = self._family(
             "ctxguard_evictions_total",
             "Protected items (system, pinned, fact) that vanished from a conversation's payload.",
@@ -101,12 +102,12 @@ class Metrics:
             "ctxguard_payload_tokens", "Input tokens per request, counted before sending.", ("provider",),
             _TOKEN_BUCKETS,
         )
-        self.tokens_h = {p: self._hist(tokens, (p,)) for p in PROVIDERS}
+        self.tokens_h = {p: self._hist(tokens, (p,)) for p in providers}
         utilization = self._family(
             "ctxguard_budget_utilization_ratio", "(input + reserved output) / context window.", ("provider",),
             _RATIO_BUCKETS,
         )
-        self.utilization_h = {p: self._hist(utilization, (p,)) for p in PROVIDERS}
+        self.utilization_h = {p: self._hist(utilization, (p,)) for p in providers}
         pinned = self._family("ctxguard_pinned_tokens", "Tokens of the pinned facts block.", (), _PINNED_BUCKETS)
         self.pinned_h = self._hist(pinned, ())
         dropped = self._family(
@@ -247,7 +248,9 @@ def _multiprocess() -> bool:
     return bool(getattr(values.ValueClass, "_multiprocess", False))
 
 
-def metrics_for(registry: CollectorRegistry | None, check_names: tuple[str, ...]) -> Metrics:
+def metrics_for(
+    registry: CollectorRegistry | None, check_names: tuple[str, ...], providers: tuple[str, ...]
+) -> Metrics:
     """The series on ``registry`` (default: the global one), created on first use.
 
     In multiprocess mode a series' value lives in one mmap entry per process, keyed
@@ -262,11 +265,11 @@ def metrics_for(registry: CollectorRegistry | None, check_names: tuple[str, ...]
         metrics = _by_registry.get(registry)
         if metrics is None:
             shared = _process_metrics if _multiprocess() else None
-            if shared is not None and shared.check_names == check_names:
+            if shared is not None and (shared.check_names, shared.providers) == (check_names, providers):
                 shared.register(registry)
                 metrics = shared
             else:
-                metrics = Metrics(registry, check_names)
+                metrics = Metrics(registry, check_names, providers)
                 if _multiprocess():
                     _process_metrics = metrics
             _by_registry[registry] = metrics

@@ -6,18 +6,17 @@ from typing import Any
 
 from ctxguard.checks import Outcome
 from ctxguard.conversation import current_conversation
-from ctxguard.guard import Call, Guard
-from ctxguard.providers.anthropic import ADAPTER as ANTHROPIC
-from ctxguard.providers.openai import ADAPTER as OPENAI
+from ctxguard.guard import Guard
+from ctxguard.providers.anthropic import PROVIDER as ANTHROPIC
+from ctxguard.providers.openai import PROVIDER as OPENAI
 
 
 def judge(guard: Guard, kwargs: dict[str, Any], provider: str = "openai") -> dict[str, Outcome]:
     """Every check's outcome for this request, through normalise -> measure -> checks (nothing sent)."""
-    adapter, api = (OPENAI, "chat.completions") if provider == "openai" else (ANTHROPIC, "messages")
-    payload = guard.measurer.measure(adapter.normalise(api, kwargs))
-    call = Call(guard, adapter, api, payload, current_conversation(), 0.0)
-    call.evaluate()
-    return {o.check: o for o in call.outcomes}
+    record, api = (OPENAI, "chat.completions") if provider == "openai" else (ANTHROPIC, "messages")
+    payload = guard.measurer.measure(record.adapter.normalise(api, kwargs))
+    verdict = guard.inspector.inspect(payload, current_conversation())
+    return {o.check: o for o in verdict.outcomes}
 
 
 def openai_orphans(messages: list[dict[str, Any]]) -> list[str]:

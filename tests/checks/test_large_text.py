@@ -85,7 +85,8 @@ def test_a_large_message_costs_ctxguard_a_fraction_of_its_size_in_memory(harness
     body sent): a few chunks (a slice, its lower-cased copy, its encoding), not a size that
     grows with the text. It used to be several copies of it: normalised, case-folded, split
     into words, encoded for the digest."""
-    from ctxguard.guard import Call, Guard
+    from ctxguard.call import Call
+    from ctxguard.guard import Guard
 
     peaks: list[int] = []
 

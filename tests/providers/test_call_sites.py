@@ -93,7 +93,7 @@ def _resolve(site: str):
 def _ours(value) -> bool:
     """Whether ctxguard's wrapper is anywhere in ``value``'s chain of wrappers."""
     for _ in range(32):
-        if isinstance(value, wrapt.FunctionWrapper) and value._self_wrapper.__module__ == "ctxguard.providers":
+        if isinstance(value, wrapt.FunctionWrapper) and value._self_wrapper.__module__ == "ctxguard.intercept":
             return True
         if not hasattr(value, "__wrapped__"):
             return False
@@ -135,11 +135,11 @@ def test_every_call_site_is_guarded_or_left_out_with_a_reason(harness, sdk):
 
 
 def test_a_call_site_ctxguard_wraps_is_documented_as_guarded(harness):
-    from ctxguard import providers
+    from ctxguard.intercept import patching
 
     harness.start(mode="observe")
     rows = _documented()
-    for site in providers._patched:
+    for site in patching.PATCHED:
         owner, name = site.owner, site.name
         if owner is warnings or (inspect.isclass(owner) and owner.__module__.split(".")[0] in ("httpx", "httpx2")):
             continue  # warnings.warn and the transport hook are not call sites

@@ -265,9 +265,9 @@ def test_instrument_before_importing_google_genai():
 
 
 def test_unsupported_version_logs_one_warning_and_is_left_untouched(harness, monkeypatch, caplog):
-    from ctxguard import providers
+    from ctxguard import intercept
 
-    monkeypatch.setattr(providers, "_major", lambda distribution: 9 if distribution == "google-genai" else 1)
+    monkeypatch.setattr(intercept, "_major", lambda distribution: 9 if distribution == "google-genai" else 1)
     originals = {(cls, name): cls.__dict__[name] for cls, name in CALL_SITES}
     with caplog.at_level("WARNING", logger="ctxguard"):
         harness.start(mode="observe", providers=["google-genai"])

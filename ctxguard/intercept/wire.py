@@ -10,19 +10,15 @@ simply does not run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._isolation import report_internal_error
+from .answers import answered, overheard
 from .frames import transparent
+from .inflight import IN_FLIGHT
+from .protocol import Observed
 
-if TYPE_CHECKING:
-    from ..guard import Call
-
-__all__ = ["IN_FLIGHT", "MODEL_PATHS", "TARGETS", "async_send", "on_unguarded", "sync_send"]
-
-#: The guarded call whose request is being sent, if any.
-IN_FLIGHT: ContextVar[Call | None] = ContextVar("ctxguard_in_flight", default=None)
+__all__ = ["MODEL_PATHS", "TARGETS", "async_send", "on_unguarded", "sync_send"]
 
 #: distribution -> (module, "Class.method", is_async)
 TARGETS: dict[str, tuple[tuple[str, str, bool], ...]] = {
@@ -40,12 +36,12 @@ TARGETS: dict[str, tuple[tuple[str, str, bool], ...]] = {
 MODEL_PATHS = ("/chat/completions", "/responses", "/messages", ":generateContent", ":streamGenerateContent")
 #: Told of each such unguarded model request (``providers`` sets it while a guard is active); returns
 #: the call it guards from the wire, if it does.
-on_unguarded: Callable[[Any], Call | None] | None = None
+on_unguarded: Callable[[Any], tuple[Observed, str] | None] | None = None
 
 
-def _observe(args: Any, kwargs: Any) -> Call | None:
+def _observe(args: Any, kwargs: Any) -> tuple[Observed, str] | None:
     """Hand the body to the call in flight; or, for a model request with none, to ``on_unguarded``,
-    whose call (guarded from the wire) is returned."""
+    whose call (guarded from the wire) is returned with the api its adapter reads."""
     call = IN_FLIGHT.get()
     if call is None and on_unguarded is None:
         return None
@@ -60,16 +56,16 @@ def _observe(args: Any, kwargs: Any) -> Call | None:
     return None
 
 
-def _answered(response: Any, ours: Call | None) -> None:
+def _answered(response: Any, ours: tuple[Observed, str] | None) -> None:
     """The transport answered: the call guarded from the wire reads its answer from it; a call in
-    flight may read the provider's own answer off it (``Call.overheard``)."""
+    flight may read the provider's own answer off it (``answers.overheard``)."""
     try:
         if ours is not None:
-            ours.answered(response)
+            answered(*ours, response)
             return
         call = IN_FLIGHT.get()
         if call is not None:
-            call.overheard(response)
+            overheard(call, response)
     except Exception as exc:
         report_internal_error("response", exc)
 
@@ -81,7 +77,7 @@ def sync_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         response = wrapped(*args, **kwargs)
     except BaseException as exc:
         if ours is not None:
-            ours.failed(exc)
+            ours[0].failed(exc)
         raise
     _answered(response, ours)
     return response
@@ -94,7 +90,7 @@ async def async_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
         response = await wrapped(*args, **kwargs)
     except BaseException as exc:
         if ours is not None:
-            ours.failed(exc)
+            ours[0].failed(exc)
         raise
     _answered(response, ours)
     return response

@@ -21,18 +21,16 @@ import json
 import sys
 from collections.abc import Callable
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import wrapt
 
 from .._isolation import guarded, report_internal_error
 from ..payload import Reply
-from .base import StreamReader
+from ..providers.base import StreamReader
 from .frames import transparent
-from .wire import IN_FLIGHT
-
-if TYPE_CHECKING:
-    from ..guard import Call
+from .inflight import IN_FLIGHT
+from .protocol import Observed
 
 __all__ = [
     "BODY_LIMIT",
@@ -162,7 +160,9 @@ Settle = Callable[..., None]
 class _Tap:
     """What both byte-stream taps share: feeding the body, and settling it once."""
 
-    def _self_setup(self, inner: Any, call: Call, body: _Events | _Document, streamed: bool, settle: Settle) -> None:
+    def _self_setup(
+        self, inner: Any, call: Observed, body: _Events | _Document, streamed: bool, settle: Settle
+    ) -> None:
         self.__dict__.update(_inner=inner, _call=call, _body=body, _streamed=streamed, _settle=settle, _ended=False)
 
     def __getattr__(self, name: str) -> Any:  # ``elapsed`` and whatever else the client reads off its stream
@@ -267,7 +267,7 @@ def _tap_class(response: Any) -> type | None:
 
 def tap_response(
     response: Any,
-    call: Call,
+    call: Observed,
     reader: StreamReader,
     read: Callable[[Any], Reply | None],
     settle: Settle | None = None,
@@ -275,7 +275,7 @@ def tap_response(
     """Read ``response``'s body for ``call`` as it passes (``reader`` for events, ``read`` for a
     JSON document); a body already read is read now. ``settle`` (by default the call's own: the
     call ends with the body) is told the answer once the body ended."""
-    settle = call.settle if settle is None else settle
+    settle = _ending(call) if settle is None else settle
     streamed = response.headers.get("content-type", "").startswith("text/event-stream")
     body: _Events | _Document = _Events(reader) if streamed else _Document(read)
     if response.is_stream_consumed:
@@ -296,8 +296,29 @@ def tap_response(
     response.stream = tap
 
 
+def _ending(call: Observed) -> Settle:
+    """How a body that ended ends ``call``: in a transport error, before its end, or complete."""
+
+    def settle(reply: Reply | None, exc: BaseException | None, *, early: bool, streamed: bool) -> None:
+        if exc is not None:
+            call.failed(exc, reply)
+        elif early:
+            call.ended_early(reply, streamed=streamed)
+        else:
+            call.answer(reply)
+
+    return settle
+
+
+def _feed(call: Observed, reader: StreamReader, chunk: Any) -> None:
+    started = perf_counter()
+    with guarded("stream"):
+        reader.feed(chunk)
+    call.elapsed += perf_counter() - started
+
+
 class _Observed(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
-    def __init__(self, wrapped: Any, call: Call, reader: StreamReader) -> None:
+    def __init__(self, wrapped: Any, call: Observed, reader: StreamReader) -> None:
         super().__init__(wrapped)
         self._self_call = call
         self._self_reader = reader
@@ -357,7 +378,7 @@ class _SyncStream(_Observed):
         finally:
             if token is not None:
                 IN_FLIGHT.reset(token)
-        call.stream_chunk(self._self_reader, chunk)
+        _feed(call, self._self_reader, chunk)
         return chunk
 
     @transparent
@@ -399,7 +420,7 @@ class _AsyncStream(_Observed):
         finally:
             if token is not None:
                 IN_FLIGHT.reset(token)
-        call.stream_chunk(self._self_reader, chunk)
+        _feed(call, self._self_reader, chunk)
         return chunk
 
     @transparent
@@ -427,7 +448,7 @@ class _Manager(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
     enter (with the call in flight, so its body is judged); the answer is read from the
     helper's own accumulated snapshot on exit."""
 
-    def __init__(self, wrapped: Any, call: Call, final: Callable[[Any], Reply | None]) -> None:
+    def __init__(self, wrapped: Any, call: Observed, final: Callable[[Any], Reply | None]) -> None:
         super().__init__(wrapped)
         self._self_call = call
         self._self_final = final
@@ -486,11 +507,11 @@ class _Manager(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
             self._self_finish(exc[1] if len(exc) > 1 and isinstance(exc[1], BaseException) else None)
 
 
-def wrap_manager(manager: Any, call: Call, final: Callable[[Any], Reply | None]) -> Any:
+def wrap_manager(manager: Any, call: Observed, final: Callable[[Any], Reply | None]) -> Any:
     return _Manager(manager, call, final)
 
 
-def wrap_stream(stream: Any, call: Call, reader: StreamReader, *, asynchronous: bool) -> Any:
+def wrap_stream(stream: Any, call: Observed, reader: StreamReader, *, asynchronous: bool) -> Any:
     # Some streams iterate both ways (LiteLLM's CustomStreamWrapper): the call site decides.
     cls = type(stream)
     if hasattr(cls, "__anext__") and (asynchronous or not hasattr(cls, "__next__")):

@@ -1,0 +1,173 @@
+"""The call lifecycle: before send -> on the wire -> answer or stream -> end, with a failure
+possible at any point. It neither inspects nor records; it says when (``Inspector`` judges,
+``Recorder`` records).
+
+States: *inspected* (``Guard.before`` made it; enforce mode may ``block`` it here) ->
+*sent* (the SDK returned or is streaming; the wire body, seen at most once, is judged
+whenever the transport sends it) -> *ended* (``answer``, ``failed``, ``ended_early``,
+``refused``, ``block``: whichever comes first; the others are then no-ops). Every check has
+exactly one outcome when the call has ended. It implements ``intercept.protocol.Observed``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from opentelemetry import trace
+
+from ._isolation import guarded, report_internal_error
+from .capture import capture_body
+from .inspection import Inspector, Verdict
+from .payload import Reply
+from .providers.base import Provider
+from .record import Recorder, Trace
+from .telemetry import spans as attr
+from .telemetry.neighbours import inference_span
+from .tokens import Calibration
+from .violations import ContextViolation
+from .wiredigest import WireDigests
+
+__all__ = ["Call", "Stages"]
+
+_perf = time.perf_counter
+
+
+@dataclass(frozen=True, slots=True)
+class Stages:
+    """What a call hands its events to: one set per guard."""
+
+    inspector: Inspector
+    recorder: Recorder
+    wire_digests: WireDigests
+    calibration: Calibration
+
+
+class Call:
+    """One guarded LLM call, from inspection to the end of its answer."""
+
+    __slots__ = ("_heard", "_stages", "done", "elapsed", "provider", "trace", "verdict", "wire_hash")
+
+    def __init__(self, stages: Stages, provider: Provider, verdict: Verdict, t: Trace) -> None:
+        self._stages = stages
+        self.provider = provider
+        self.verdict = verdict
+        self.trace = t
+        self.elapsed = 0.0
+        self.done = False
+        self.wire_hash: str | None = None
+        self._heard: Reply | None = None  # the provider's own answer, read off the transport
+
+    @property
+    def label(self) -> str:
+        return self.verdict.payload.provider
+
+    @property
+    def streamed(self) -> bool:
+        return self.verdict.payload.stream
+
+    def block(self) -> None:
+        """Enforce mode: count, close the span, and refuse to send."""
+        with guarded("telemetry"):
+            self._stages.recorder.blocked(self.verdict)
+        self._conclude(None, _perf(), error_type=ContextViolation.__name__, unanswered="not sent (enforce mode)")
+        raise ContextViolation(self.verdict.violations)
+
+    def sent(self) -> None:
+        self.trace.detach()
+
+    def wire(self, body: object) -> None:
+        """The transport is sending ``body`` for this call: judge ``wire_intact`` (once)."""
+        if self.wire_hash is not None or self.verdict.ctx is None:
+            return
+        if not isinstance(body, (bytes, bytearray)) or not body:
+            return
+        started = _perf()
+        stages, verdict, t = self._stages, self.verdict, self.trace
+        sent = bytes(body)
+        self.wire_hash = stages.wire_digests.digest(verdict.scope, sent)
+        t.sees_usage_beneath()
+        if t.request is not None:
+            t.request = None
+            with guarded("capture"):
+                stages.recorder.request(verdict.scope, verdict.payload.provider, json.loads(sent),
+                                        verdict.payload.model)
+        outcome = stages.inspector.wire(verdict, sent)
+        if outcome is not None:
+            # Counted with the call's end when the end follows the response at once; a stream's
+            # end may never come (an app can abandon it), so its verdict is counted now.
+            stages.recorder.late(t, verdict, outcome, {attr.WIRE_HASH: self.wire_hash}, at_end=not self.streamed)
+        self.elapsed += _perf() - started  # ctxguard's own time includes judging the wire
+
+    def from_wire(self, body: bytes, beneath: trace.Span) -> None:
+        """This call is guarded from the wire (``intercept._unguarded``): ``body`` is what it judged,
+        so it is what was sent; ``beneath`` was current when it started (another GenAI span of the
+        same call, such as the SDK's own, records the usage)."""
+        self.trace.attrs[attr.GUARDED_AT] = "wire"
+        self.trace.usage_elsewhere = inference_span(beneath, self.verdict.payload.model)
+        self.wire(body)
+
+    def heard(self, reply: Reply) -> None:
+        self._heard = reply
+
+    def answer(self, reply: Reply | None, started: float | None = None) -> None:
+        """The whole answer is known (after the response, or at the end of a stream)."""
+        self._conclude(reply, _perf() if started is None else started)
+
+    def failed(self, exc: BaseException, reply: Reply | None = None) -> None:
+        """The SDK raised (after answering ``reply`` so far, if a stream); the caller re-raises ``exc``."""
+        self._conclude(reply, _perf(), error_type=type(exc).__qualname__, unanswered="the call failed")
+
+    def refused(self, status: int) -> None:
+        """The server answered with an HTTP error (seen on the wire, not as the SDK's exception)."""
+        self._conclude(None, _perf(), error_type=str(status), unanswered="the call failed")
+
+    def ended_early(self, reply: Reply | None, *, streamed: bool) -> None:
+        """The app closed or dropped the answer before its end: a stream with what it said so
+        far (``ctxguard.stream.abandoned``), a response body unread. An answer that reported an
+        error ended there (the SDK raised it to the app, which then closed the stream)."""
+        if reply is not None and reply.error is not None:
+            self._conclude(reply, _perf(), unanswered="the call failed")
+            return
+        if streamed:
+            self.trace.attrs[attr.STREAM_ABANDONED] = True
+        self._conclude(reply, _perf(), unanswered="the stream was abandoned" if streamed else "the answer was not read")
+
+    def _conclude(
+        self, reply: Reply | None, started: float, *, error_type: str | None = None, unanswered: str = "no answer"
+    ) -> None:
+        """End the call, once: every check not judged yet gets its outcome (``unanswered`` says
+        why the answer could not be judged), then the span ends."""
+        if self.done:
+            return
+        self.done = True
+        stages, verdict, t = self._stages, self.verdict, self.trace
+        payload = verdict.payload
+        reply = self._heard or reply  # what the provider said, not its translation
+        if error_type is None and reply is not None and reply.error is not None:
+            error_type = reply.error
+        if reply is not None and reply.input_tokens:
+            with guarded("tokens"):
+                stages.calibration.observe(payload.model, payload.raw_tokens, reply.input_tokens)
+        try:
+            judged = [stages.inspector.answer(verdict, reply, unanswered)]
+            if self.wire_hash is None and verdict.ctx is not None:
+                # The transport was not observed (not sent, a helper that sends later, another
+                # HTTP stack): counted as a skip, so every call still yields one outcome per check.
+                why = unanswered if error_type is not None else "the body sent was not observed"
+                judged.append(verdict.judged("wire_intact", None, why))
+            for outcome in judged:
+                if outcome is not None:
+                    stages.recorder.late(t, verdict, outcome, at_end=True)
+        except Exception as exc:
+            report_internal_error("checks", exc)
+        if t.request is not None and self.wire_hash is None and error_type is None:
+            with guarded("capture"):
+                stages.recorder.request(verdict.scope, payload.provider, capture_body(t.request), payload.model)
+        t.request = None
+        try:
+            self.elapsed += _perf() - started
+            stages.recorder.end(t, verdict, self.elapsed, reply, error_type)
+        except Exception as exc:
+            report_internal_error("telemetry", exc)

@@ -1,0 +1,243 @@
+"""Inspection: a request in, a ``Verdict`` out. Nothing here records or sends.
+
+``Inspector.inspect`` runs the flow's first half (normalise -> measure -> derive the
+context -> the before-send checks) and ``wire`` / ``answer`` judge the checks of the
+later phases. The live guard and ``ctxguard check`` (offline) use it identically; what
+it keeps between calls is its state (the conversation memory, the fact sinks, caches
+of normalised texts), never telemetry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import budget as budget_mod
+from . import facts as facts_mod
+from ._isolation import guarded, report_internal_error
+from .cache import TwoGenerationCache, text_bytes, words_bytes
+from .checks import Context, Outcome, run_checks
+from .checks.facts import answer_consistent
+from .checks.wire import wire_intact
+from .conversation import ConversationMemory, Diff, Scope
+from .facts.evaluate import FactView, build_view
+from .facts.index import words
+from .facts.matching import Chunked, normalise, searchable
+from .measure import Measurer
+from .memo import Memos
+from .payload import Payload, Reply
+from .pinned import PinnedBlock, find_block
+from .policy import Policy
+from .providers.base import Provider
+from .violations import Violation
+
+__all__ = ["NO_FACTS", "Inspector", "Verdict"]
+
+_DEFAULT_BUDGET = budget_mod.Budget()
+NO_FACTS = "no facts recorded for this conversation"
+
+
+@dataclass(slots=True)
+class Verdict:
+    """What inspection found in one call: its payload, the context the checks read, and
+    one outcome per check judged so far (``late``: judged after sending)."""
+
+    payload: Payload
+    scope: Scope | None
+    ctx: Context | None = None
+    diff: Diff | None = None
+    outcomes: list[Outcome] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    #: Facts of the conversation that were sent before and are missing now.
+    fact_evictions: int = 0
+    late: list[Outcome] = field(default_factory=list)
+
+    @property
+    def facts(self) -> FactView | None:
+        facts = self.ctx.facts if self.ctx is not None else None
+        return facts if isinstance(facts, FactView) else None
+
+    def judged(self, check: str, violations: list[Violation] | None, reason: str | None = None) -> Outcome:
+        """Add a check judged after sending (``None``: skipped, for ``reason``)."""
+        outcome = Outcome(check, "skip" if violations is None else "fail" if violations else "pass",
+                          violations or (), reason)
+        self.late.append(outcome)
+        if violations:
+            self.violations.extend(violations)
+        return outcome
+
+
+class Inspector:
+    """The state inspection keeps between calls, and the three phases' judgements."""
+
+    def __init__(
+        self,
+        policy: Callable[[], Policy],
+        measurer: Measurer,
+        memory: ConversationMemory,
+        memos: Memos,
+        facts: facts_mod.Sinks,
+        cache_bytes: int,
+    ) -> None:
+        """``policy``: the policy in force now (an app may swap it while running)."""
+        self._policy = policy
+        self.measurer = measurer
+        self.memory = memory
+        self.memos = memos
+        self.facts = facts
+        self._norms: TwoGenerationCache[str, str] = TwoGenerationCache(20_000, cache_bytes // 8, text_bytes)
+        self._words: TwoGenerationCache[str, frozenset[str]] = TwoGenerationCache(
+            4_096, cache_bytes // 16, words_bytes
+        )
+
+    # -- before sending -------------------------------------------------
+
+    def measure(self, provider: Provider, api: str, kwargs: Mapping[str, Any], scope: Scope | None) -> Payload | None:
+        """Normalise and measure a request; None (counted) if either failed."""
+        try:
+            key = (scope, provider.label, api)
+            memo = self.memos.get(key) if scope is not None else None
+            view = provider.adapter.normalise(api, kwargs, memo)
+        except Exception as exc:
+            report_internal_error("normalise", exc)
+            return None
+        try:
+            payload = self.measurer.measure(view, memo)
+            if memo is not None:
+                self.memos.settle(key, memo)
+        except Exception as exc:
+            report_internal_error("digest", exc)
+            return None
+        return payload
+
+    def inspect(self, payload: Payload, scope: Scope | None) -> Verdict:
+        """The before-send checks' verdict on ``payload`` (the conversation memory learns it)."""
+        verdict = Verdict(payload, scope)
+        try:
+            self._evaluate(verdict)
+        except Exception as exc:
+            report_internal_error("checks", exc)
+        return verdict
+
+    def _evaluate(self, verdict: Verdict) -> None:
+        payload, scope = verdict.payload, verdict.scope
+        policy = self._policy()
+        pinned: PinnedBlock | None = None
+        pinned_tokens = 0
+        if policy.pinned is not None and payload.unreadable is None:
+            pinned = find_block(payload.messages, policy.pinned.marker)
+            if pinned is not None:
+                pinned_tokens = self.measurer.tokens(pinned.text)
+        system = payload.system
+        budget = budget_mod.evaluate(
+            policy.budget or _DEFAULT_BUDGET,
+            model=payload.model,
+            input_tokens=payload.tokens,
+            system_tokens=(system.tokens if system is not None else 0) + pinned_tokens,
+            tools_tokens=payload.tools_tokens,
+            max_output_tokens=payload.max_output_tokens,
+        )
+        if scope is not None and payload.history_elsewhere is None and payload.unreadable is None:
+            try:
+                verdict.diff = self.memory.observe(scope, payload, pinned=pinned is not None)
+            except Exception as exc:
+                report_internal_error("conversation", exc)
+        diff = verdict.diff
+        facts = self.fact_view(scope, payload) if payload.unreadable is None else payload.unreadable
+        if isinstance(facts, FactView) and scope is not None:
+            with guarded("conversation"):
+                present = {v.label for v in facts.state.active.values() if facts.sent(v)}
+                active = {v.label for v in facts.state.active.values()}
+                verdict.fact_evictions = self.memory.fact_evictions(scope, present, active)
+        verdict.ctx = Context(
+            policy=policy,
+            pinned=pinned,
+            pinned_tokens=pinned_tokens,
+            budget=budget,
+            first_system=diff.first_system if diff is not None else None,
+            in_conversation=diff is not None,
+            facts=facts,
+        )
+        verdict.outcomes = run_checks(payload, verdict.ctx)
+        verdict.violations = [v for o in verdict.outcomes for v in o.violations]
+
+    def norm(self, digest: str, text: str) -> str | Chunked:
+        """A message's text normalised for fact matching, cached by its digest; a text too
+        large to normalise is searched in chunks, and neither it nor its norm is kept."""
+        cached = self._norms.get(digest)
+        if cached is None:
+            found = searchable(text)
+            if isinstance(found, Chunked):
+                return found
+            cached = found
+            self._norms.put(digest, cached)
+        return cached
+
+    def words(self, digest: str, norm: str | Chunked) -> frozenset[str]:
+        """A message's words (for the cross-conversation index), cached by its digest; none
+        for a text too large to normalise (it is not searched for other conversations' values)."""
+        if isinstance(norm, Chunked):
+            return frozenset()
+        cached = self._words.get(digest)
+        if cached is None:
+            cached = words(norm)
+            self._words.put(digest, cached)
+        return cached
+
+    def fact_view(self, scope: Scope | None, payload: Payload) -> FactView | str:
+        """What the fact checks read: the conversation's facts against this payload, or why not."""
+        if scope is None:
+            return "no conversation id (use ctxguard.conversation())"
+        if payload.history_elsewhere is not None:
+            return payload.history_elsewhere
+        sinks = self.facts
+        if sinks.idle():
+            return NO_FACTS
+        checkpoints = sinks.stages.take(scope)
+        if scope in sinks.lost:
+            return "fact writes of this conversation were lost while the ledger was unavailable"
+        if not sinks.usable():
+            return "fact ledger unavailable (circuit open)"
+        with guarded("ledger"):
+            try:
+                state = sinks.ledger.state(scope, sinks.clock())
+            except Exception:
+                sinks.failed()
+                raise
+            if not (state.active or state.forgotten or len(sinks.index)):
+                return NO_FACTS
+            norms = [self.norm(m.digest, m.text) for m in payload.messages]
+            return build_view(
+                state,
+                scope,
+                norms,
+                payload.digests,
+                checkpoints,
+                self.memory.fact_locations(scope),
+                sinks.index,
+                lambda: [self.words(m.digest, n) for m, n in zip(payload.messages, norms, strict=True)],
+            )
+        return "fact ledger unavailable"
+
+    # -- on the wire, on the answer --------------------------------------
+
+    @staticmethod
+    def wire(verdict: Verdict, body: bytes) -> Outcome | None:
+        """``wire_intact`` on the body the transport sent (None: nothing was judged before sending)."""
+        if verdict.ctx is None:
+            return None
+        return verdict.judged("wire_intact", wire_intact(verdict.payload, verdict.ctx, body))
+
+    @staticmethod
+    def answer(verdict: Verdict, reply: Reply | None, unanswered: str) -> Outcome | None:
+        """``answer_consistent``: a model-level miss, judged once the answer is known
+        (``unanswered``: why there is none, if there is none)."""
+        if verdict.ctx is None:
+            return None
+        facts = verdict.facts
+        if facts is not None and reply is not None and reply.text:
+            return verdict.judged("answer_consistent", answer_consistent(facts, normalise(reply.text)))
+        if facts is None:
+            return verdict.judged("answer_consistent", None)  # its reason is the fact checks' (on the span)
+        return verdict.judged("answer_consistent", None, unanswered if reply is None else "no answer text")

@@ -1,0 +1,282 @@
+"""Finding and patching SDK call sites, whenever the SDK is imported.
+
+One post-import hook per SDK (wrapt): patching happens when the SDK is
+imported, or at once if it already is, so import order never matters. A hook
+that fails is isolated (a broken hook would otherwise break the app's
+``import openai``).
+
+The call sites are the ones each provider record declares (``ctxguard.providers``),
+wrapped as their ``kind`` says. Beside other instrumentations see ``patching``:
+``uninstall()`` puts back only what is still as ctxguard left it; a wrapper of ctxguard's
+that someone wrapped over stays, inert (it passes every call straight through while no
+guard is active), and is found again by the next ``install()``.
+
+This package never inspects or records: it tells the call what happened
+(``protocol.Observed``) and asks the active guard to start one (``protocol.CallStarter``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Mapping
+from importlib import metadata
+from typing import Any
+
+import wrapt
+from opentelemetry import trace
+
+from .._isolation import guarded
+from ..providers import BY_DISTRIBUTION, PROVIDERS
+from ..providers.base import CallSite, Provider
+from . import streams, wire
+from .answers import returned
+from .frames import transparent, warn_through
+from .inflight import IN_FLIGHT
+from .patching import PATCHED, Site, unwrap, wrap
+from .protocol import CallStarter, Observed
+
+__all__ = ["install", "uninstall"]
+
+logger = logging.getLogger("ctxguard")
+
+_lock = threading.RLock()
+_active: CallStarter | None = None
+_hooked: set[str] = set()
+#: The SDKs the active guard patches (``install(only=...)``), and the ones warned about.
+_chosen: set[str] = set()
+_warned: set[str] = set()
+#: When an unguarded model request last made ``_repair`` look (monotonic seconds), and what it said
+#: (once each, per ``install()``).
+_repaired_at = float("-inf")
+_said: set[str] = set()
+
+
+def _guard_for() -> CallStarter | None:
+    """The active guard, unless this call runs inside a delegating call already in flight
+    (LiteLLM running the openai SDK): then it is part of that call, not a second one."""
+    outer = IN_FLIGHT.get()
+    if outer is not None and outer.provider.delegates:
+        return None
+    return _active
+
+
+def _request(provider: Provider, args: Any, kwargs: Any) -> Mapping[str, Any]:
+    """The call's arguments by name (SDK methods are keyword-only; some functions are not)."""
+    if not args:
+        return kwargs  # type: ignore[no-any-return]
+    return {**dict(zip(provider.positional, args, strict=False)), **kwargs}
+
+
+def _sync_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
+    api = site.api
+
+    @transparent
+    def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        guard = _guard_for()
+        if guard is None:
+            return wrapped(*args, **kwargs)
+        call = guard.before(provider, api, _request(provider, args, kwargs), patched.wrapped_over())
+        if call is None:
+            return wrapped(*args, **kwargs)
+        token = IN_FLIGHT.set(call)
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            call.failed(exc)
+            raise
+        finally:
+            IN_FLIGHT.reset(token)
+        return returned(call, site, result)
+
+    return wrapper
+
+
+def _async_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
+    api = site.api
+
+    @transparent
+    async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        guard = _guard_for()
+        if guard is None:
+            return await wrapped(*args, **kwargs)
+        call = guard.before(provider, api, _request(provider, args, kwargs), patched.wrapped_over())
+        if call is None:
+            return await wrapped(*args, **kwargs)
+        token = IN_FLIGHT.set(call)
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            call.failed(exc)
+            raise
+        finally:
+            IN_FLIGHT.reset(token)
+        return returned(call, site, result, asynchronous=True)
+
+    return wrapper
+
+
+def _major(distribution: str) -> int | None:
+    try:
+        return int(metadata.version(distribution).split(".")[0])
+    except Exception:
+        return None
+
+
+def _patch(distribution: str) -> int:
+    """Wrap ``distribution``'s call sites ctxguard does not hold yet; how many it wrapped."""
+    provider = BY_DISTRIBUTION[distribution]
+    low, high = provider.supported
+    major = _major(distribution)
+    if major is None or not low <= major <= high:
+        if distribution in _warned:
+            return 0
+        _warned.add(distribution)
+        logger.warning(
+            "ctxguard: %s %s is not supported (majors %d-%d); its calls are not guarded",
+            distribution,
+            metadata.version(distribution) if major is not None else "(unknown version)",
+            low,
+            high,
+        )
+        return 0
+    for module_name, class_name, attribute in provider.http_results:
+        try:
+            streams.HTTP_RESULTS[getattr(importlib.import_module(module_name), class_name)] = attribute
+        except (ImportError, AttributeError):
+            logger.debug("ctxguard: %s.%s not found; its results are read as answers", module_name, class_name)
+    wrapped = 0
+    for site in provider.sites:
+        class_name, _, method = site.attribute.rpartition(".")
+        try:
+            module = importlib.import_module(site.module)
+            owner = getattr(module, class_name) if class_name else module
+        except (ImportError, AttributeError):
+            logger.debug("ctxguard: %s.%s not found; skipped", site.module, site.attribute)
+            continue
+        make = _async_wrapper if site.kind == "async" else _sync_wrapper
+        wrapped += wrap(owner, method, lambda original, patched, site=site, make=make: make(provider, site, patched)) \
+            is not None
+    return wrapped
+
+
+def _patch_wire(distribution: str) -> None:
+    for module_name, attribute, is_async in wire.TARGETS[distribution]:
+        class_name, method = attribute.split(".")
+        try:
+            owner = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError):
+            continue
+        wrap(owner, method, lambda original, site, is_async=is_async: wire.async_send if is_async else wire.sync_send)
+
+
+#: Model endpoints of the SDKs whose requests say who sent them: (path suffix, provider, api).
+_WIRE_APIS = tuple((suffix, p, api) for p in PROVIDERS for suffix, api in p.wire_apis)
+
+
+def _unguarded(request: Any) -> tuple[Observed, str] | None:
+    """A model request is leaving with no guarded call in flight (a call site ctxguard does not hold:
+    another library's uninstrument removed ctxguard's wrapper, or the app calls an SDK method it
+    looked up before ``instrument()``). Wrap again what was removed, and guard this request from
+    the wire: its body is the request, its response the answer. It cannot be refused (the
+    request is already leaving): enforce mode only observes it."""
+    _repair(request)
+    guard = _active
+    if guard is None or "x-stainless-lang" not in request.headers:
+        return None  # not an SDK's request: an app's own HTTP call to a path that looks alike
+    path = request.url.path
+    found = next(((p, api) for suffix, p, api in _WIRE_APIS if path.endswith(suffix)), None)
+    if found is None or found[0].distribution not in _chosen:
+        return None
+    try:
+        body = json.loads(request.content)
+    except ValueError:
+        return None  # not a JSON body (the SDK's GET listing stored completions): not a model call
+    if not isinstance(body, dict):
+        return None
+    beneath = trace.get_current_span()
+    provider, api = found
+    call = guard.before(provider, api, body, may_block=False)
+    if call is None:
+        return None
+    call.from_wire(request.content, beneath)
+    return call, api
+
+
+def _repair(request: Any) -> None:
+    """A model request went out with no guarded call in flight: put back any wrapper of ctxguard's
+    that was removed (another instrumentation's uninstrument restoring what it saved), so the
+    next calls are guarded at their call site. Looked at most once a second; said once each way."""
+    global _repaired_at
+    now = time.monotonic()
+    if now - _repaired_at < 1.0:
+        return
+    _repaired_at = now
+    with _lock:
+        if _active is None:
+            return
+        restored = sum(_patch(d) for d in _chosen if sys.modules.get(BY_DISTRIBUTION[d].module) is not None)
+    kind = "restored" if restored else "captured"
+    if kind in _said:
+        return
+    _said.add(kind)
+    if restored:
+        logger.warning("ctxguard: a model request to %s went out unguarded: another library removed ctxguard's "
+                       "wrappers (%d call sites); they are back, later calls are guarded", request.url.path, restored)
+    else:
+        logger.warning("ctxguard: a model request to %s bypassed its call site: the app called an SDK method it "
+                       "had looked up before ctxguard.instrument() (a framework client set up earlier, a cached "
+                       "with_raw_response); such requests are guarded from the wire, without enforce mode; "
+                       "call instrument() before creating clients", request.url.path)
+
+
+def _on_import(distribution: str) -> Any:
+    patch = _patch_wire if distribution in wire.TARGETS else _patch
+
+    def hook(module: Any) -> None:
+        with guarded("hook"), _lock:
+            if _active is not None:
+                patch(distribution)
+
+    return hook
+
+
+def install(guard: CallStarter, *, only: list[str] | None = None) -> None:
+    """Activate ``guard`` and patch the supported SDKs (``only`` these), now or when imported."""
+    global _active, _repaired_at
+    unknown = set(only or ()) - set(BY_DISTRIBUTION)
+    if unknown:
+        raise ValueError(f"unknown providers {sorted(unknown)}; supported: {sorted(BY_DISTRIBUTION)}")
+    with _lock:
+        _active = guard
+        _repaired_at = float("-inf")
+        _said.clear()
+        _chosen.clear()
+        _chosen.update(d for d in BY_DISTRIBUTION if only is None or d in only)
+        wire.on_unguarded = _unguarded
+        wrap(warnings, "warn", lambda original, site: warn_through)
+        hooks = [(p.distribution, p.module) for p in PROVIDERS if p.distribution in _chosen]
+        for distribution, name in (*hooks, *((d, d) for d in wire.TARGETS)):
+            if distribution in _hooked:
+                module = sys.modules.get(name)
+                if module is not None:
+                    _on_import(distribution)(module)
+                continue
+            _hooked.add(distribution)
+            wrapt.register_post_import_hook(_on_import(distribution), name)
+
+
+def uninstall() -> None:
+    """Restore every original function and deactivate the guard."""
+    global _active
+    with _lock:
+        _active = None
+        wire.on_unguarded = None
+        streams.forget_http_results()
+        while PATCHED:
+            unwrap(PATCHED.pop())

@@ -1,0 +1,78 @@
+"""What the interception machinery and the call lifecycle say to each other.
+
+``ctxguard.intercept`` finds calls (call sites, the transport, answers as they are read)
+and tells the call what happened through ``Observed``; it never inspects or records.
+The lifecycle (``ctxguard.call.Call``) implements ``Observed``; the guard, which starts
+calls, implements ``CallStarter``. Neither side imports the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from ..payload import Reply
+from ..providers.base import Provider
+
+__all__ = ["CallStarter", "Observed"]
+
+
+class Observed(Protocol):
+    """One guarded call, as the interception machinery sees it."""
+
+    #: Seconds of ctxguard's own work on this call (the machinery adds its share).
+    elapsed: float
+
+    @property
+    def done(self) -> bool:
+        """The call has ended (its span too)."""
+
+    @property
+    def provider(self) -> Provider:
+        """The provider whose call site started it."""
+
+    @property
+    def label(self) -> str:
+        """The ``provider`` label of the call (a router's route)."""
+
+    @property
+    def streamed(self) -> bool:
+        """The request asked for a streamed answer."""
+
+    @property
+    def wire_hash(self) -> str | None:
+        """The keyed digest of the body the transport sent, once it has (None until then)."""
+
+    def sent(self) -> None:
+        """The SDK call returned: ctxguard's span stops being current."""
+
+    def wire(self, body: object) -> None:
+        """The transport is sending ``body`` for this call."""
+
+    def from_wire(self, body: bytes, beneath: Any) -> None:
+        """This call is guarded from the wire: ``body`` is its request; ``beneath`` the span current then."""
+
+    def heard(self, reply: Reply) -> None:
+        """The provider's own answer, read off the transport under a delegating call."""
+
+    def answer(self, reply: Reply | None, started: float | None = None) -> None:
+        """The whole answer is known."""
+
+    def failed(self, exc: BaseException, reply: Reply | None = None) -> None:
+        """The SDK raised ``exc`` (after answering ``reply`` so far, if a stream)."""
+
+    def ended_early(self, reply: Reply | None, *, streamed: bool) -> None:
+        """The app closed or dropped the answer before its end."""
+
+    def refused(self, status: int) -> None:
+        """The server answered with an HTTP error (seen on the wire)."""
+
+
+class CallStarter(Protocol):
+    """Starts calls: the active guard."""
+
+    def before(
+        self, provider: Provider, api: str, kwargs: Mapping[str, Any], over: Any = None, *, may_block: bool = True
+    ) -> Observed | None:
+        """Inspect a request about to be sent; None if ctxguard could not (the call goes through)."""
+        ...

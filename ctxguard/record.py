@@ -1,0 +1,334 @@
+"""Recording: a ``Verdict`` turned into telemetry (metrics, the span, its events, the log,
+the capture). Nothing here inspects.
+
+A call is recorded at three moments, each one function: ``start`` (before sending: every
+before-send outcome counted, the span started with the verdict on it), ``late`` (a check
+judged after sending: counted now if the call's end may never come, as a stream's, else with
+the end) and ``end`` (the answer's attributes, the duration, the span ended).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
+
+from .capture import CaptureWriter
+from .checks import Outcome
+from .config import Config
+from .conversation import Scope
+from .facts.evaluate import FactView
+from .inspection import Verdict
+from .payload import Reply
+from .summaries import LOSSY
+from .telemetry import spans as attr
+from .telemetry.ids import ExportedIds
+from .telemetry.log import WarningLimiter, log_violations
+from .telemetry.metrics import Hist, Metrics
+from .telemetry.neighbours import claimed_beneath, inference_span, ours_to_add, records_usage, their_call_span
+from .violations import Violation
+
+__all__ = ["Recorder", "Trace"]
+
+
+class Trace:
+    """The telemetry of one call in flight: its span (ctxguard's, or another instrumentation's
+    it adopted), what goes on the span when it ends, and what is counted then."""
+
+    __slots__ = ("adopted", "attrs", "cells", "request", "span", "token", "usage_elsewhere")
+
+    def __init__(self) -> None:
+        self.span: trace.Span | None = None
+        self.token: object | None = None
+        #: The span is another instrumentation's span of this call: ctxguard adds to it, never ends it.
+        self.adopted = False
+        #: Another span of this call records gen_ai.usage: ctxguard's own leaves it out.
+        self.usage_elsewhere = False
+        self.attrs: dict[str, Any] = {}  # set on the span when it ends (one call, not one per check)
+        self.cells: list[int] = []  # counted with the call's duration, when it ends
+        #: The request's arguments, to capture if the wire body is not seen (capture on only).
+        self.request: Mapping[str, Any] | None = None
+
+    def detach(self) -> None:
+        """ctxguard's span stops being the current one."""
+        if self.token is not None:
+            token, self.token = self.token, None
+            otel_context.detach(token)  # type: ignore[arg-type]
+
+    def sees_usage_beneath(self) -> None:
+        """The transport is sending this call's body: something beneath ctxguard (Logfire, the
+        anthropic SDK's own tracing) with a GenAI span of this call open records usage."""
+        current = trace.get_current_span()
+        if current is not self.span and (inference_span(current, None) or claimed_beneath(current, self.span)):
+            self.usage_elsewhere = True
+
+
+class Recorder:
+    """Turns verdicts into telemetry, through the sinks it was given."""
+
+    def __init__(
+        self, config: Config, metrics: Metrics, tracer: Tracer, ids: ExportedIds, warnings: WarningLimiter
+    ) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.tracer = tracer
+        self.ids = ids
+        self.warnings = warnings
+        #: Where request bodies and fact events are being captured, if anywhere (opt-in).
+        self.capture: CaptureWriter | None = None
+
+    # -- before sending -------------------------------------------------
+
+    def start(self, verdict: Verdict, over: Any, pinned_hash: str | None) -> Trace:
+        """Count the before-send outcomes, log the violations and start the span (or adopt the
+        span of ``over``, another library's wrapper of this call site, if it is this call's)."""
+        t = Trace()
+        self._count(verdict)
+        exported = self.ids.violations(verdict.violations)
+        if exported:
+            self._log(verdict, exported)
+        payload = verdict.payload
+        if over is not None:
+            theirs = trace.get_current_span()
+            if self.config.span == "auto" and their_call_span(theirs, payload.operation, payload.model):
+                # Another instrumentation wraps this call site and its span of the call is current:
+                # ctxguard's attributes and events go on it, so a trace shows one span per call.
+                t.span, t.adopted = theirs, True
+                a = self._attributes(verdict, pinned_hash)
+                attr.set_attributes(theirs, {k: v for k, v in a.items() if ours_to_add(k, theirs)})
+                attr.violation_events(theirs, exported)
+                return t
+            t.usage_elsewhere = records_usage(over) or inference_span(theirs, payload.model)
+        # Attributes go on right after creation, through the non-validating fast path;
+        # handing them to start_span would have the SDK re-validate each one.
+        span = self.tracer.start_span(f"{payload.operation} {payload.model or 'unknown'}", kind=SpanKind.CLIENT)
+        t.span = span
+        t.token = otel_context.attach(trace.set_span_in_context(span))
+        if span.is_recording():
+            attr.set_attributes(span, self._attributes(verdict, pinned_hash))
+            attr.violation_events(span, exported)
+            if self.config.capture_content:
+                span.set_attribute(
+                    attr.INPUT_MESSAGES,
+                    attr.content_json([{"role": msg.role, "content": msg.text} for msg in payload.messages]),
+                )
+        return t
+
+    def _count(self, verdict: Verdict) -> None:
+        m, payload, ctx, diff = self.metrics, verdict.payload, verdict.ctx, verdict.diff
+        provider = payload.provider
+        cells = [m.calls_at[(provider, payload.operation)]]
+        checks_at, violations_at = m.checks_at, m.violations_at
+        for o in verdict.outcomes:
+            cells.append(checks_at[(o.check, o.outcome)])
+            if o.outcome == "fail":
+                cells.append(violations_at[(o.check, provider)])
+        if diff is not None:
+            cells.extend(m.evictions_at[kind] for kind in diff.evicted)
+            for role, count in diff.dropped.items():
+                m.dropped_role(role, count)
+        if verdict.fact_evictions:
+            m.add_amount(m.evictions_at["fact"], verdict.fact_evictions)
+        observed: list[tuple[Hist, float]] = [(m.tokens_h[provider], payload.tokens)]
+        if ctx is not None:
+            if not isinstance(ctx.budget, str):
+                observed.append((m.utilization_h[provider], ctx.budget.utilization))
+            if ctx.pinned is not None:
+                observed.append((m.pinned_h, ctx.pinned_tokens))
+        m.add(cells, observed)
+
+    def _log(self, verdict: Verdict, exported: list[Violation]) -> None:
+        scope = verdict.scope
+        log_violations(exported, provider=verdict.payload.provider,
+                       conversation_id=self.ids.id(scope[0]) if scope is not None else None,
+                       payload_hash=verdict.payload.digest, limiter=self.warnings)
+
+    def _attributes(self, verdict: Verdict, pinned_hash: str | None) -> dict[str, Any]:
+        payload, ctx, diff, scope = verdict.payload, verdict.ctx, verdict.diff, verdict.scope
+        messages = payload.messages
+        shown = messages[: attr.MESSAGE_ATTR_CAP]
+        a: dict[str, Any] = {
+            attr.OPERATION: payload.operation,
+            attr.PROVIDER: payload.provider,
+            attr.MODE: self.config.mode,
+            attr.PAYLOAD_HASH: payload.digest,
+            attr.PAYLOAD_MESSAGES: len(messages),
+            attr.PAYLOAD_TOKENS: payload.tokens,
+            attr.TOKENS_SOURCE: payload.tokens_source,
+            attr.MESSAGE_ROLES: tuple([msg.role for msg in shown]),
+            attr.MESSAGE_HASHES: tuple(payload.digests[: attr.MESSAGE_ATTR_CAP]),
+            attr.VIOLATIONS: tuple([o.check for o in verdict.outcomes if o.outcome == "fail"]),
+        }
+        if len(messages) > attr.MESSAGE_ATTR_CAP:
+            a[attr.MESSAGE_TRUNCATED] = True
+        if payload.model:
+            a[attr.REQUEST_MODEL] = payload.model
+        if payload.max_output_tokens is not None:
+            a[attr.REQUEST_MAX_TOKENS] = payload.max_output_tokens
+        if scope is not None:
+            a[attr.CONVERSATION_ID] = scope[0]
+            lossy = LOSSY.take(scope)
+            if lossy:
+                a[attr.SUMMARY_LOSSY] = lossy
+        head = payload.head
+        if head is not None:
+            a[attr.HEAD_ROLE] = head.role
+            a[attr.HEAD_HASH] = head.digest
+        skipped = _skips(verdict.outcomes)
+        if skipped:
+            a[attr.SKIPPED] = skipped
+        if payload.history_elsewhere is not None:
+            a[attr.HISTORY_ELSEWHERE] = payload.history_elsewhere
+        diverged = next((v for v in verdict.violations if v.stage is not None), None)
+        if diverged is not None:
+            a[attr.DIVERGENCE_STAGE] = diverged.stage
+            a[attr.DIVERGENCE_FACT] = diverged.fact_id or ""
+        if diff is not None:
+            if diff.prev_hash is not None:
+                a[attr.PREV_HASH] = diff.prev_hash
+            a[attr.MESSAGES_ADDED] = diff.added
+            a[attr.MESSAGES_DROPPED] = sum(diff.dropped.values())
+            a[attr.EVICTED] = (*diff.evicted, "fact") if verdict.fact_evictions else diff.evicted
+        if ctx is not None:
+            if not isinstance(ctx.budget, str):
+                ev = ctx.budget
+                a[attr.BUDGET_WINDOW] = ev.breakdown.window
+                a[attr.BUDGET_RESERVED_OUTPUT] = ev.breakdown.reserved_output
+                a[attr.BUDGET_RESERVED_REASONING] = ev.breakdown.reserved_reasoning
+                a[attr.BUDGET_TOOLS] = ev.breakdown.tools
+                a[attr.BUDGET_HISTORY_AVAILABLE] = ev.breakdown.history_available
+                a[attr.BUDGET_HEADROOM] = ev.headroom
+                a[attr.BUDGET_UTILIZATION] = round(ev.utilization, 4)
+            if isinstance(ctx.facts, FactView):
+                a.update(_fact_attributes(ctx.facts))
+            if ctx.policy.pinned is not None:
+                a[attr.PINNED_PRESENT] = ctx.pinned is not None
+                if ctx.pinned is not None:
+                    a[attr.PINNED_TOKENS] = ctx.pinned_tokens
+                    a[attr.PINNED_ENTRIES] = ctx.pinned.entries
+                    a[attr.PINNED_HASH] = pinned_hash
+        if payload.reply_room is not None:
+            # Thinking is drawn from max_tokens: say when it leaves the reply under a quarter.
+            a[attr.BUDGET_REPLY_ROOM] = payload.reply_room
+            if payload.max_output_tokens:
+                a[attr.BUDGET_REPLY_ROOM_LOW] = payload.reply_room * 4 < payload.max_output_tokens
+        return self.ids.attributes(a, verdict.facts)
+
+    def blocked(self, verdict: Verdict) -> None:
+        """Enforce mode refused to send: one count per check that blocked it."""
+        m = self.metrics
+        m.add(m.blocked_at[check] for check in dict.fromkeys(v.check for v in verdict.violations))
+
+    # -- after sending --------------------------------------------------
+
+    def late(self, t: Trace, verdict: Verdict, outcome: Outcome, extra: dict[str, Any] | None = None,
+             *, at_end: bool = False) -> None:
+        """Record a check judged after the request left. It never blocks: the request is already
+        sent; it is counted, logged and put on the span like the others. Its attributes go on the
+        span when the span ends; ``at_end``: the call is ending now, so it is counted together
+        with the call's duration."""
+        m, provider = self.metrics, verdict.payload.provider
+        cells = [m.checks_at[(outcome.check, outcome.outcome)]]
+        update = t.attrs
+        if extra:
+            update.update(extra)
+        violations = outcome.violations
+        if violations:
+            cells.append(m.violations_at[(outcome.check, provider)])
+            exported = self.ids.violations(list(violations))
+            self._log(verdict, exported)
+            failed = [o.check for o in (*verdict.outcomes, *verdict.late) if o.outcome == "fail"]
+            update[attr.VIOLATIONS] = tuple(failed)
+            earlier = verdict.violations[: len(verdict.violations) - len(violations)]
+            if violations[0].stage is not None and not any(v.stage is not None for v in earlier):
+                update[attr.DIVERGENCE_STAGE] = violations[0].stage
+                update[attr.DIVERGENCE_FACT] = violations[0].fact_id or ""
+            span = t.span
+            if span is not None and span.is_recording():
+                attr.violation_events(span, exported)
+        if at_end:
+            t.cells.extend(cells)
+        else:
+            m.add(cells)
+
+    def request(self, scope: Scope | None, provider: str, body: Any, model: str | None) -> None:
+        """Capture a request body (capture on only)."""
+        writer = self.capture
+        if writer is not None:
+            writer.request(scope, provider, body, model)
+
+    def end(self, t: Trace, verdict: Verdict, elapsed: float, reply: Reply | None, error_type: str | None) -> None:
+        """The call ended: the answer on the span, the span ended (unless adopted), the
+        duration and the checks judged at the end counted."""
+        t.detach()
+        span = t.span
+        if span is not None:
+            t.span = None
+            if span.is_recording():
+                self._finish_span(t, span, verdict, reply, error_type)
+            if not t.adopted:
+                if error_type is not None:
+                    span.set_status(Status(StatusCode.ERROR))
+                span.end()
+        m = self.metrics
+        cells, t.cells = t.cells, []
+        m.add(cells, ((m.duration_h, elapsed),))
+
+    def _finish_span(
+        self, t: Trace, span: trace.Span, verdict: Verdict, reply: Reply | None, error_type: str | None
+    ) -> None:
+        update = t.attrs
+        if reply is not None:  # on an adopted span, only what its owner did not record
+            replied = _reply_attributes(reply, usage=not t.usage_elsewhere)
+            if t.adopted:
+                replied = {k: v for k, v in replied.items() if ours_to_add(k, span)}
+            update.update(replied)
+            if self.config.capture_content and reply.text:
+                update[attr.OUTPUT_MESSAGES] = attr.content_json([{"role": "assistant", "content": reply.text}])
+        if error_type is not None and not t.adopted:
+            update[attr.ERROR_TYPE] = error_type
+        late_skips = [o for o in verdict.late if o.outcome == "skip" and o.reason is not None]
+        if late_skips:
+            update[attr.SKIPPED] = (*_skips(verdict.outcomes), *_skips(late_skips))
+        if update:
+            attr.set_attributes(span, self.ids.attributes(update, verdict.facts))
+
+
+def _skips(outcomes: list[Outcome]) -> tuple[str, ...]:
+    return tuple([f"{o.check}: {o.reason}" for o in outcomes if o.outcome == "skip"])
+
+
+def _fact_attributes(view: FactView) -> dict[str, Any]:
+    """fact_id@version lists only: never a value."""
+    state = view.state
+    present = tuple(v.label for v in state.active.values() if view.sent(v))
+    missing = tuple(v.label for fid, v in state.active.items() if fid not in view.too_short and not view.sent(v))
+    stale = tuple(v.label for vs in state.stale.values() for v in vs if view.sent(v))
+    leaked = [v.label for vs in state.forgotten.values() for v in vs if view.sent(v)]
+    leaked.extend(f"{v.fact_id}@foreign" for _, v in view.foreign)
+    short = view.too_short_labels()
+    return {
+        attr.FACTS_PRESENT: present,
+        attr.FACTS_MISSING: missing,
+        attr.FACTS_STALE: stale,
+        attr.FACTS_LEAKED: tuple(leaked),
+        **({attr.FACTS_TOO_SHORT: short} if short else {}),
+    }
+
+
+def _reply_attributes(reply: Reply, *, usage: bool = True) -> dict[str, Any]:
+    a: dict[str, Any] = {}
+    if reply.model:
+        a[attr.RESPONSE_MODEL] = reply.model
+    if reply.id:
+        a[attr.RESPONSE_ID] = reply.id
+    if reply.finish_reasons:
+        a[attr.FINISH_REASONS] = tuple(reply.finish_reasons)
+    if usage and reply.input_tokens is not None:
+        a[attr.INPUT_TOKENS] = reply.input_tokens
+    if usage and reply.output_tokens is not None:
+        a[attr.OUTPUT_TOKENS] = reply.output_tokens
+    return a
