@@ -17,7 +17,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Set
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from typing import Any, TypeVar
 
 from .payload import ROLES, SYSTEM_ROLES, Message, Payload
@@ -109,7 +110,7 @@ class ConversationState:
     facts_carried: Set[str] = _NO_FACTS  # fact_id@version sent before, still active
     facts_evicted: Set[str] = _NO_FACTS
     fact_locations: dict[str, str] | None = None  # fact_id@version -> message digest, once asked for
-    size: int = 0  # the bytes counted for it (``_state_bytes``)
+    size: int = 0  # the bytes counted for it (``ConversationMemory._resize``)
 
 
 #: What a conversation's state keeps beside its keys and roles: itself, its slot in the memory,
@@ -117,36 +118,27 @@ class ConversationState:
 STATE_BYTES = 800
 #: Per fact version the state remembers (where it was seen, whether it was sent or evicted).
 FACT_BYTES = 250
-#: A conversation of 25 messages, as ``_state_bytes`` counts it: what each of the conversations a
+#: A conversation of 25 messages, as ``_resize`` counts it: what each of the conversations a
 #: guard is told to remember (``CTXGUARD_MAX_CONVERSATIONS``) is given at least.
 CONVERSATION_BYTES = 1024
 
 
-def _state_bytes(state: ConversationState) -> int:
-    facts = len(state.facts_carried) + len(state.facts_evicted)
-    if state.fact_locations is not None:
-        facts += len(state.fact_locations)
-    return STATE_BYTES + len(state.prev_keys) + len(state.prev_roles) + FACT_BYTES * facts
+_half = itemgetter(slice(16))
 
 
 def _keys(digests: list[str]) -> bytes:
     """The first 8 bytes of each digest (32 hex characters), packed: what the diff compares. Two
     different messages share them with odds of 2**-64, the only way the diff could miscount."""
-    return memoryview(bytes.fromhex("".join(digests))).cast("Q")[::2].tobytes()
+    return bytes.fromhex("".join(map(_half, digests)))
 
 
-class _Codes(dict[str, int]):
-    def __missing__(self, role: str) -> int:
-        return _OTHER
-
-
-_OTHER = ROLES.index("other")
-_CODES = _Codes({role: code for code, role in enumerate(ROLES)})
+_CODES = {role: code for code, role in enumerate(ROLES)}
 _role_of = attrgetter("role")
 
 
 def _roles(messages: list[Message]) -> bytes:
-    return bytes(map(_CODES.__getitem__, map(_role_of, messages)))
+    """Each message's role as a byte, its index in ``ROLES`` (``other`` for any role not in it)."""
+    return bytes(map(_CODES.get, map(_role_of, messages), repeat(_CODES["other"])))
 
 
 @dataclass(slots=True)
@@ -182,7 +174,7 @@ def _dropped(prev_keys: bytes, prev_roles: bytes, now_keys: bytes) -> tuple[int,
 
 class ConversationMemory:
     """LRU of conversation states, at most ``max_conversations`` of them and ``max_bytes`` as
-    ``_state_bytes`` counts them (the most recent one is kept even if it alone weighs more)."""
+    ``_resize`` counts them (the most recent one is kept even if it alone weighs more)."""
 
     def __init__(self, max_conversations: int = 10_000, max_bytes: int = 12 * 1024 * 1024) -> None:
         self.max_conversations = max_conversations
@@ -196,7 +188,7 @@ class ConversationMemory:
 
     @property
     def bytes(self) -> int:
-        """What the states keep, as ``_state_bytes`` counts it."""
+        """What the states keep, as ``_resize`` counts it."""
         return self._bytes
 
     def _state(self, scope: Scope) -> ConversationState:
@@ -209,7 +201,10 @@ class ConversationMemory:
 
     def _resize(self, state: ConversationState) -> None:
         """Count what ``state`` keeps now; forget the least recently used while over a bound."""
-        size = _state_bytes(state)
+        facts = len(state.facts_carried) + len(state.facts_evicted)
+        if state.fact_locations is not None:
+            facts += len(state.fact_locations)
+        size = STATE_BYTES + len(state.prev_keys) + len(state.prev_roles) + FACT_BYTES * facts
         self._bytes += size - state.size
         state.size = size
         states = self._states

@@ -12,7 +12,7 @@ from itertools import accumulate
 from operator import attrgetter
 from sys import getsizeof
 
-from .cache import ENTRY_BYTES, TwoGenerationCache, text_bytes
+from .cache import ENTRY_BYTES, TwoGenerationCache, str_bytes, text_bytes
 from .digest import Digester
 from .memo import Memo
 from .payload import Item, Message, Payload, RequestView
@@ -76,8 +76,7 @@ class Measurer:
         else:  # the same digest, without a copy of the text
             digest = self.digester.texts((role, "\x1f", text, "\x1f", "\x1e".join(refs)))
         tokens = self.counter.count(text) + MESSAGE_OVERHEAD + cost
-        # getsizeof: a str's real size (1, 2 or 4 bytes a character, and its header).
-        size = MESSAGE_BYTES + getsizeof(text) + (getsizeof(refs) + sum(map(getsizeof, refs)) if refs else 0)
+        size = MESSAGE_BYTES + str_bytes(text) + (getsizeof(refs) + sum(map(str_bytes, refs)) if refs else 0)
         message = Message(role, text, digest, tokens, source, size)
         self._messages.put(item, message)
         return message
