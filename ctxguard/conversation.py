@@ -17,8 +17,6 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Set
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from itertools import repeat
-from operator import attrgetter, itemgetter
 from typing import Any, TypeVar
 
 from .payload import ROLES, SYSTEM_ROLES, Message, Payload
@@ -99,7 +97,7 @@ class ConversationState:
 
     first_system: str | None = None
     prev_hash: str | None = None
-    #: The previous payload's messages, 8 bytes each: the first half of their digests (``_keys``).
+    #: The previous payload's messages, 8 bytes each: half of the bytes of their digests (``_keys``).
     prev_keys: bytes = b""
     #: Their roles, a byte each: the role's index in ``ROLES`` (``other`` for any role not in it).
     prev_roles: bytes = b""
@@ -123,22 +121,20 @@ FACT_BYTES = 250
 CONVERSATION_BYTES = 1024
 
 
-_half = itemgetter(slice(16))
-
-
 def _keys(digests: list[str]) -> bytes:
-    """The first 8 bytes of each digest (32 hex characters), packed: what the diff compares. Two
-    different messages share them with odds of 2**-64, the only way the diff could miscount."""
-    return bytes.fromhex("".join(map(_half, digests)))
+    """8 bytes of each digest (32 hex characters: 16 bytes, of which every other one), packed: what
+    the diff compares. Two different messages share them with odds of 2**-64, the only way the
+    diff could miscount."""
+    return bytes.fromhex("".join(digests))[::2]
 
 
 _CODES = {role: code for code, role in enumerate(ROLES)}
-_role_of = attrgetter("role")
+_OTHER = _CODES["other"]
 
 
 def _roles(messages: list[Message]) -> bytes:
     """Each message's role as a byte, its index in ``ROLES`` (``other`` for any role not in it)."""
-    return bytes(map(_CODES.get, map(_role_of, messages), repeat(_CODES["other"])))
+    return bytes([_CODES.get(m.role, _OTHER) for m in messages])
 
 
 @dataclass(slots=True)
@@ -207,6 +203,10 @@ class ConversationMemory:
         size = STATE_BYTES + len(state.prev_keys) + len(state.prev_roles) + FACT_BYTES * facts
         self._bytes += size - state.size
         state.size = size
+        self._forget()
+
+    def _forget(self) -> None:
+        """Forget the least recently used conversations while over a bound (never the most recent)."""
         states = self._states
         while len(states) > 1 and (len(states) > self.max_conversations or self._bytes > self.max_bytes):
             _, dropped = states.popitem(last=False)
@@ -229,17 +229,23 @@ class ConversationMemory:
                 # The common case, history resent and grown: this payload begins with all of the
                 # previous one's messages (the memo says so), only the new ones are looked at.
                 added = len(digests) - kept
-                keys, roles = state.prev_keys, state.prev_roles
                 if added:
-                    keys, roles = keys + _keys(digests[kept:]), roles + _roles(messages[kept:])
+                    state.prev_keys += _keys(digests[kept:])
+                    state.prev_roles += _roles(messages[kept:])
+                    state.size += 9 * added  # 8 bytes of key and 1 of role each (what _resize counts)
+                    self._bytes += 9 * added
+                    if self._bytes > self.max_bytes:
+                        self._forget()
             else:
-                keys, roles = _keys(digests), _roles(messages)
+                keys = _keys(digests)
                 if prev_hash is None:
                     added = len(digests)
                 elif keys.startswith(state.prev_keys):  # grown, but not measured with the same memo
                     added = len(digests) - kept
                 else:
                     added, dropped = _dropped(state.prev_keys, state.prev_roles, keys)
+                state.prev_keys, state.prev_roles = keys, _roles(messages)
+                self._resize(state)
             evicted: list[str] = []
             if system is not None or any(m.role in SYSTEM_ROLES for m in messages):
                 state.had_system, state.system_evicted = True, False
@@ -254,9 +260,6 @@ class ConversationMemory:
                 state.pinned_evicted = True
                 evicted.append("pinned")
             state.prev_hash = payload.digest
-            if keys is not state.prev_keys:  # else the same payload again: nothing more is kept
-                state.prev_keys, state.prev_roles = keys, roles
-                self._resize(state)
             return Diff(prev_hash, added, dropped, tuple(evicted), state.first_system)
 
     def fact_locations(self, scope: Scope) -> dict[str, str]:
