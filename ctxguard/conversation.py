@@ -3,7 +3,7 @@
 ``conversation("order-41")`` scopes calls through ``contextvars``, so it follows
 asyncio tasks and is isolated between threads. The memory remembers, per
 conversation, only digests of the previous payload (9 bytes a message: 8 of its
-digest, 1 for its role) and which protected items (system instruction, pinned block)
+digest, 1 for its role: ``Message.key``) and which protected items (system instruction, pinned block)
 it carried, never a text; least recently used conversations are forgotten past the
 cap on conversations or on bytes.
 """
@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Set
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, TypeVar
 
-from .payload import ROLES, SYSTEM_ROLES, Message, Payload
+from .payload import KEY_BYTES, ROLES, SYSTEM_ROLES, Message, Payload, message_key
 
 __all__ = [
     "CONVERSATION_BYTES",
@@ -97,10 +99,9 @@ class ConversationState:
 
     first_system: str | None = None
     prev_hash: str | None = None
-    #: The previous payload's messages, 8 bytes each: half of the bytes of their digests (``_keys``).
+    #: The previous payload's messages, 9 bytes each: their ``Message.key`` (8 bytes of the
+    #: digest, 1 for the role), joined.
     prev_keys: bytes = b""
-    #: Their roles, a byte each: the role's index in ``ROLES`` (``other`` for any role not in it).
-    prev_roles: bytes = b""
     had_system: bool = False
     had_pinned: bool = False
     system_evicted: bool = False
@@ -111,8 +112,8 @@ class ConversationState:
     size: int = 0  # the bytes counted for it (``ConversationMemory._resize``)
 
 
-#: What a conversation's state keeps beside its keys and roles: itself, its slot in the memory,
-#: the scope and its conversation id, the digests of the previous payload and first instruction.
+#: What a conversation's state keeps beside its keys: itself, its slot in the memory, the scope
+#: and its conversation id, the digests of the previous payload and first instruction.
 STATE_BYTES = 800
 #: Per fact version the state remembers (where it was seen, whether it was sent or evicted).
 FACT_BYTES = 250
@@ -120,21 +121,17 @@ FACT_BYTES = 250
 #: guard is told to remember (``CTXGUARD_MAX_CONVERSATIONS``) is given at least.
 CONVERSATION_BYTES = 1024
 
-
-def _keys(digests: list[str]) -> bytes:
-    """8 bytes of each digest (32 hex characters: 16 bytes, of which every other one), packed: what
-    the diff compares. Two different messages share them with odds of 2**-64, the only way the
-    diff could miscount."""
-    return bytes.fromhex("".join(digests))[::2]
+_key_of = attrgetter("key")
+_KEY = re.compile(b".{%d}" % KEY_BYTES, re.DOTALL)
 
 
-_CODES = {role: code for code, role in enumerate(ROLES)}
-_OTHER = _CODES["other"]
-
-
-def _roles(messages: list[Message]) -> bytes:
-    """Each message's role as a byte, its index in ``ROLES`` (``other`` for any role not in it)."""
-    return bytes([_CODES.get(m.role, _OTHER) for m in messages])
+def _keys(messages: list[Message]) -> bytes:
+    """The messages' keys, joined (a C loop): what the memory keeps of a payload. A Message made
+    by hand, not by the measurer, has none: its key is made here."""
+    keys = b"".join(map(_key_of, messages))
+    if len(keys) != KEY_BYTES * len(messages):
+        keys = b"".join([m.key or message_key(m.role, m.digest) for m in messages])
+    return keys
 
 
 @dataclass(slots=True)
@@ -148,23 +145,24 @@ class Diff:
     first_system: str | None  # the system digest first seen in the conversation
 
 
-def _dropped(prev_keys: bytes, prev_roles: bytes, now_keys: bytes) -> tuple[int, dict[str, int]]:
-    """(added, dropped-by-role) by digest, as multisets; sets when there are no repeats."""
-    prev, now = memoryview(prev_keys).cast("Q").tolist(), memoryview(now_keys).cast("Q").tolist()
+def _dropped(prev_keys: bytes, now: list[bytes]) -> tuple[int, dict[str, int]]:
+    """(added, dropped-by-role) by key, as multisets; sets when there are no repeats. A key's last
+    byte is its role (``message_key``)."""
+    prev = _KEY.findall(prev_keys)
     prev_set, now_set = frozenset(prev), frozenset(now)
     dropped: dict[str, int] = {}
     if len(now_set) == len(now) and len(prev_set) == len(prev):
         if prev_set - now_set:
-            for key, code in zip(prev, prev_roles, strict=True):
+            for key in prev:
                 if key not in now_set:
-                    dropped[ROLES[code]] = dropped.get(ROLES[code], 0) + 1
+                    dropped[ROLES[key[-1]]] = dropped.get(ROLES[key[-1]], 0) + 1
         return len(now_set - prev_set), dropped
     remaining = Counter(now)
-    for key, code in zip(prev, prev_roles, strict=True):
+    for key in prev:
         if remaining[key] > 0:
             remaining[key] -= 1
         else:
-            dropped[ROLES[code]] = dropped.get(ROLES[code], 0) + 1
+            dropped[ROLES[key[-1]]] = dropped.get(ROLES[key[-1]], 0) + 1
     return sum(remaining.values()), dropped
 
 
@@ -200,7 +198,7 @@ class ConversationMemory:
         facts = len(state.facts_carried) + len(state.facts_evicted)
         if state.fact_locations is not None:
             facts += len(state.fact_locations)
-        size = STATE_BYTES + len(state.prev_keys) + len(state.prev_roles) + FACT_BYTES * facts
+        size = STATE_BYTES + len(state.prev_keys) + FACT_BYTES * facts
         self._bytes += size - state.size
         state.size = size
         self._forget()
@@ -224,27 +222,26 @@ class ConversationMemory:
                 self._states.move_to_end(scope)
             prev_hash = state.prev_hash
             dropped: dict[str, int] = {}
-            kept = len(state.prev_roles)
+            kept = len(state.prev_keys) // KEY_BYTES
             if prev_hash is not None and payload.extends == prev_hash:
                 # The common case, history resent and grown: this payload begins with all of the
                 # previous one's messages (the memo says so), only the new ones are looked at.
                 added = len(digests) - kept
                 if added:
-                    state.prev_keys += _keys(digests[kept:])
-                    state.prev_roles += _roles(messages[kept:])
-                    state.size += 9 * added  # 8 bytes of key and 1 of role each (what _resize counts)
-                    self._bytes += 9 * added
+                    state.prev_keys += _keys(messages[kept:])
+                    state.size += KEY_BYTES * added  # what _resize counts
+                    self._bytes += KEY_BYTES * added
                     if self._bytes > self.max_bytes:
                         self._forget()
             else:
-                keys = _keys(digests)
+                keys = _keys(messages)
                 if prev_hash is None:
                     added = len(digests)
                 elif keys.startswith(state.prev_keys):  # grown, but not measured with the same memo
                     added = len(digests) - kept
                 else:
-                    added, dropped = _dropped(state.prev_keys, state.prev_roles, keys)
-                state.prev_keys, state.prev_roles = keys, _roles(messages)
+                    added, dropped = _dropped(state.prev_keys, _KEY.findall(keys))
+                state.prev_keys = keys
                 self._resize(state)
             evicted: list[str] = []
             if system is not None or any(m.role in SYSTEM_ROLES for m in messages):
