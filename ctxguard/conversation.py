@@ -2,7 +2,7 @@
 
 ``conversation("order-41")`` scopes calls through ``contextvars``, so it follows
 asyncio tasks and is isolated between threads. The memory remembers, per
-conversation, only digests of the previous payload (9 bytes a message: 8 of its
+conversation, only digests of the previous payload (8 bytes a message: 7 of its
 digest, 1 for its role: ``Message.key``) and which protected items (system instruction, pinned block)
 it carried, never a text; least recently used conversations are forgotten past the
 cap on conversations or on bytes.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-import re
+import sys
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Set
@@ -99,7 +99,7 @@ class ConversationState:
 
     first_system: str | None = None
     prev_hash: str | None = None
-    #: The previous payload's messages, 9 bytes each: their ``Message.key`` (8 bytes of the
+    #: The previous payload's messages, 8 bytes each: their ``Message.key`` (7 bytes of the
     #: digest, 1 for the role), joined.
     prev_keys: bytes = b""
     had_system: bool = False
@@ -122,7 +122,8 @@ FACT_BYTES = 250
 CONVERSATION_BYTES = 1024
 
 _key_of = attrgetter("key")
-_KEY = re.compile(b".{%d}" % KEY_BYTES, re.DOTALL)
+#: Where a key's last byte, its role, is in the word it unpacks to.
+_ROLE_AT = 8 * (KEY_BYTES - 1) if sys.byteorder == "little" else 0
 
 
 def _keys(messages: list[Message]) -> bytes:
@@ -145,24 +146,25 @@ class Diff:
     first_system: str | None  # the system digest first seen in the conversation
 
 
-def _dropped(prev_keys: bytes, now: list[bytes]) -> tuple[int, dict[str, int]]:
-    """(added, dropped-by-role) by key, as multisets; sets when there are no repeats. A key's last
-    byte is its role (``message_key``)."""
-    prev = _KEY.findall(prev_keys)
+def _dropped(prev_keys: bytes, now_keys: bytes) -> tuple[int, dict[str, int]]:
+    """(added, dropped-by-role) by key, as multisets; sets when there are no repeats."""
+    prev, now = memoryview(prev_keys).cast("Q").tolist(), memoryview(now_keys).cast("Q").tolist()
     prev_set, now_set = frozenset(prev), frozenset(now)
     dropped: dict[str, int] = {}
     if len(now_set) == len(now) and len(prev_set) == len(prev):
         if prev_set - now_set:
             for key in prev:
                 if key not in now_set:
-                    dropped[ROLES[key[-1]]] = dropped.get(ROLES[key[-1]], 0) + 1
+                    role = ROLES[key >> _ROLE_AT & 0xFF]
+                    dropped[role] = dropped.get(role, 0) + 1
         return len(now_set - prev_set), dropped
     remaining = Counter(now)
     for key in prev:
         if remaining[key] > 0:
             remaining[key] -= 1
         else:
-            dropped[ROLES[key[-1]]] = dropped.get(ROLES[key[-1]], 0) + 1
+            role = ROLES[key >> _ROLE_AT & 0xFF]
+            dropped[role] = dropped.get(role, 0) + 1
     return sum(remaining.values()), dropped
 
 
@@ -240,7 +242,7 @@ class ConversationMemory:
                 elif keys.startswith(state.prev_keys):  # grown, but not measured with the same memo
                     added = len(digests) - kept
                 else:
-                    added, dropped = _dropped(state.prev_keys, _KEY.findall(keys))
+                    added, dropped = _dropped(state.prev_keys, keys)
                 state.prev_keys = keys
                 self._resize(state)
             evicted: list[str] = []
