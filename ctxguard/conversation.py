@@ -22,6 +22,7 @@ from operator import attrgetter
 from typing import Any, TypeVar
 
 from .payload import KEY_BYTES, ROLES, SYSTEM_ROLES, Message, Payload, message_key
+from .wiredigest import common_prefix
 
 __all__ = [
     "CONVERSATION_BYTES",
@@ -146,6 +147,33 @@ class Diff:
     first_system: str | None  # the system digest first seen in the conversation
 
 
+def _shared(a: bytes, b: bytes) -> int:
+    """The bytes of the whole keys ``a`` and ``b`` begin with: one key, then two more, four more...
+    while they agree, then halving (each step one memcmp): a short shared head, the instruction,
+    costs two or three."""
+    lo, step, end = 0, KEY_BYTES, min(len(a), len(b))
+    view = memoryview(a)
+    while lo + step <= end and b.startswith(view[lo : lo + step], lo):
+        lo, step = lo + step, step * 2
+    return common_prefix(a[: min(lo + step, end)], b, lo) // KEY_BYTES * KEY_BYTES
+
+
+def _changes(prev: bytes, now: bytes) -> tuple[int, dict[str, int]]:
+    """(added, dropped-by-role) of ``now`` against ``prev`` (keys joined), as multisets. What both
+    begin with, and a run they share after it, cancel out: a history trimmed at its front (a
+    sliding window, the previous messages from some point on, then new ones) is found with a
+    memcmp and a memmem, and only what it lost and what it gained are compared."""
+    start = _shared(prev, now)
+    prev, now = prev[start:], now[start:]
+    head = now[:KEY_BYTES]
+    at = prev.find(head) if head else -1
+    while at > 0 and at % KEY_BYTES:  # a match across two keys: look further
+        at = prev.find(head, at + 1)
+    if at >= 0 and now.startswith(prev[at:]):  # prev = lost + shared, now = shared + gained
+        return _dropped(prev[:at], now[len(prev) - at :])
+    return _dropped(prev, now)
+
+
 def _dropped(prev_keys: bytes, now_keys: bytes) -> tuple[int, dict[str, int]]:
     """(added, dropped-by-role) by key, as multisets; sets when there are no repeats."""
     prev, now = memoryview(prev_keys).cast("Q").tolist(), memoryview(now_keys).cast("Q").tolist()
@@ -242,7 +270,7 @@ class ConversationMemory:
                 elif keys.startswith(state.prev_keys):  # grown, but not measured with the same memo
                     added = len(digests) - kept
                 else:
-                    added, dropped = _dropped(state.prev_keys, keys)
+                    added, dropped = _changes(state.prev_keys, keys)
                 state.prev_keys = keys
                 self._resize(state)
             evicted: list[str] = []
