@@ -304,7 +304,7 @@ def test_the_memory_fed_ten_times_its_budget_keeps_at_most_its_budget():
     budget = 32 * 1024
     memory = ConversationMemory(max_bytes=budget)
     with traced() as retained:
-        for i in range(40):  # 40 conversations of 1,000 messages: 9 bytes each, 360 KB
+        for i in range(40):  # 40 conversations of 1,000 messages: 8 bytes each, 320 KB
             memory.observe((f"c{i}", None), _payload([("user", f"{i}.{n}") for n in range(1_000)], f"d{i}"),
                            pinned=False)
         kept = retained()
