@@ -16,13 +16,12 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from sys import getsizeof
 from typing import Any, NamedTuple
 
 from . import _instrument, facts
 from ._isolation import guarded
 from .budget import Budget, BudgetEval, evaluate, window_for
-from .cache import TwoGenerationCache, words_bytes
+from .cache import TwoGenerationCache, str_bytes, words_bytes
 from .conversation import current_conversation
 from .digest import Digester
 from .facts.index import words
@@ -405,7 +404,7 @@ _CACHE_BYTES = 4 * 1024 * 1024
 
 def _keyed_words(text: str, words: frozenset[str]) -> int:
     """A words entry keyed by its text: the text is kept too."""
-    return getsizeof(text) + words_bytes(text, words)
+    return str_bytes(text) + words_bytes(text, words)
 
 
 def _within(budget: Budget, payload: Payload, measurer: Measurer, pinned: Pinned | None) -> bool:

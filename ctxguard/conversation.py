@@ -2,8 +2,8 @@
 
 ``conversation("order-41")`` scopes calls through ``contextvars``, so it follows
 asyncio tasks and is isolated between threads. The memory remembers, per
-conversation, only digests of the previous payload (9 bytes a message: 8 of its
-digest, 1 for its role) and which protected items (system instruction, pinned block)
+conversation, only digests of the previous payload (8 bytes a message: 7 of its
+digest, 1 for its role: ``Message.key``) and which protected items (system instruction, pinned block)
 it carried, never a text; least recently used conversations are forgotten past the
 cap on conversations or on bytes.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Set
@@ -20,7 +21,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, TypeVar
 
-from .payload import ROLES, SYSTEM_ROLES, Message, Payload
+from .payload import KEY_BYTES, ROLES, SYSTEM_ROLES, Message, Payload, message_key
+from .wiredigest import common_prefix
 
 __all__ = [
     "CONVERSATION_BYTES",
@@ -98,10 +100,9 @@ class ConversationState:
 
     first_system: str | None = None
     prev_hash: str | None = None
-    #: The previous payload's messages, 8 bytes each: the first half of their digests (``_keys``).
+    #: The previous payload's messages, 8 bytes each: their ``Message.key`` (7 bytes of the
+    #: digest, 1 for the role), joined.
     prev_keys: bytes = b""
-    #: Their roles, a byte each: the role's index in ``ROLES`` (``other`` for any role not in it).
-    prev_roles: bytes = b""
     had_system: bool = False
     had_pinned: bool = False
     system_evicted: bool = False
@@ -109,44 +110,30 @@ class ConversationState:
     facts_carried: Set[str] = _NO_FACTS  # fact_id@version sent before, still active
     facts_evicted: Set[str] = _NO_FACTS
     fact_locations: dict[str, str] | None = None  # fact_id@version -> message digest, once asked for
-    size: int = 0  # the bytes counted for it (``_state_bytes``)
+    size: int = 0  # the bytes counted for it (``ConversationMemory._resize``)
 
 
-#: What a conversation's state keeps beside its keys and roles: itself, its slot in the memory,
-#: the scope and its conversation id, the digests of the previous payload and first instruction.
+#: What a conversation's state keeps beside its keys: itself, its slot in the memory, the scope
+#: and its conversation id, the digests of the previous payload and first instruction.
 STATE_BYTES = 800
 #: Per fact version the state remembers (where it was seen, whether it was sent or evicted).
 FACT_BYTES = 250
-#: A conversation of 25 messages, as ``_state_bytes`` counts it: what each of the conversations a
+#: A conversation of 25 messages, as ``_resize`` counts it: what each of the conversations a
 #: guard is told to remember (``CTXGUARD_MAX_CONVERSATIONS``) is given at least.
 CONVERSATION_BYTES = 1024
 
-
-def _state_bytes(state: ConversationState) -> int:
-    facts = len(state.facts_carried) + len(state.facts_evicted)
-    if state.fact_locations is not None:
-        facts += len(state.fact_locations)
-    return STATE_BYTES + len(state.prev_keys) + len(state.prev_roles) + FACT_BYTES * facts
+_key_of = attrgetter("key")
+#: Where a key's last byte, its role, is in the word it unpacks to.
+_ROLE_AT = 8 * (KEY_BYTES - 1) if sys.byteorder == "little" else 0
 
 
-def _keys(digests: list[str]) -> bytes:
-    """The first 8 bytes of each digest (32 hex characters), packed: what the diff compares. Two
-    different messages share them with odds of 2**-64, the only way the diff could miscount."""
-    return memoryview(bytes.fromhex("".join(digests))).cast("Q")[::2].tobytes()
-
-
-class _Codes(dict[str, int]):
-    def __missing__(self, role: str) -> int:
-        return _OTHER
-
-
-_OTHER = ROLES.index("other")
-_CODES = _Codes({role: code for code, role in enumerate(ROLES)})
-_role_of = attrgetter("role")
-
-
-def _roles(messages: list[Message]) -> bytes:
-    return bytes(map(_CODES.__getitem__, map(_role_of, messages)))
+def _keys(messages: list[Message]) -> bytes:
+    """The messages' keys, joined (a C loop): what the memory keeps of a payload. A Message made
+    by hand, not by the measurer, has none: its key is made here."""
+    keys = b"".join(map(_key_of, messages))
+    if len(keys) != KEY_BYTES * len(messages):
+        keys = b"".join([m.key or message_key(m.role, m.digest) for m in messages])
+    return keys
 
 
 @dataclass(slots=True)
@@ -160,29 +147,58 @@ class Diff:
     first_system: str | None  # the system digest first seen in the conversation
 
 
-def _dropped(prev_keys: bytes, prev_roles: bytes, now_keys: bytes) -> tuple[int, dict[str, int]]:
-    """(added, dropped-by-role) by digest, as multisets; sets when there are no repeats."""
+def _shared(a: bytes, b: bytes) -> int:
+    """The bytes of the whole keys ``a`` and ``b`` begin with: one key, then two more, four more...
+    while they agree, then halving (each step one memcmp): a short shared head, the instruction,
+    costs two or three."""
+    lo, step, end = 0, KEY_BYTES, min(len(a), len(b))
+    view = memoryview(a)
+    while lo + step <= end and b.startswith(view[lo : lo + step], lo):
+        lo, step = lo + step, step * 2
+    return common_prefix(a[: min(lo + step, end)], b, lo) // KEY_BYTES * KEY_BYTES
+
+
+def _changes(prev: bytes, now: bytes) -> tuple[int, dict[str, int]]:
+    """(added, dropped-by-role) of ``now`` against ``prev`` (keys joined), as multisets. What both
+    begin with, and a run they share after it, cancel out: a history trimmed at its front (a
+    sliding window, the previous messages from some point on, then new ones) is found with a
+    memcmp and a memmem, and only what it lost and what it gained are compared."""
+    start = _shared(prev, now)
+    prev, now = prev[start:], now[start:]
+    head = now[:KEY_BYTES]
+    at = prev.find(head) if head else -1
+    while at > 0 and at % KEY_BYTES:  # a match across two keys: look further
+        at = prev.find(head, at + 1)
+    if at >= 0 and now.startswith(prev[at:]):  # prev = lost + shared, now = shared + gained
+        return _dropped(prev[:at], now[len(prev) - at :])
+    return _dropped(prev, now)
+
+
+def _dropped(prev_keys: bytes, now_keys: bytes) -> tuple[int, dict[str, int]]:
+    """(added, dropped-by-role) by key, as multisets; sets when there are no repeats."""
     prev, now = memoryview(prev_keys).cast("Q").tolist(), memoryview(now_keys).cast("Q").tolist()
     prev_set, now_set = frozenset(prev), frozenset(now)
     dropped: dict[str, int] = {}
     if len(now_set) == len(now) and len(prev_set) == len(prev):
         if prev_set - now_set:
-            for key, code in zip(prev, prev_roles, strict=True):
+            for key in prev:
                 if key not in now_set:
-                    dropped[ROLES[code]] = dropped.get(ROLES[code], 0) + 1
+                    role = ROLES[key >> _ROLE_AT & 0xFF]
+                    dropped[role] = dropped.get(role, 0) + 1
         return len(now_set - prev_set), dropped
     remaining = Counter(now)
-    for key, code in zip(prev, prev_roles, strict=True):
+    for key in prev:
         if remaining[key] > 0:
             remaining[key] -= 1
         else:
-            dropped[ROLES[code]] = dropped.get(ROLES[code], 0) + 1
+            role = ROLES[key >> _ROLE_AT & 0xFF]
+            dropped[role] = dropped.get(role, 0) + 1
     return sum(remaining.values()), dropped
 
 
 class ConversationMemory:
     """LRU of conversation states, at most ``max_conversations`` of them and ``max_bytes`` as
-    ``_state_bytes`` counts them (the most recent one is kept even if it alone weighs more)."""
+    ``_resize`` counts them (the most recent one is kept even if it alone weighs more)."""
 
     def __init__(self, max_conversations: int = 10_000, max_bytes: int = 12 * 1024 * 1024) -> None:
         self.max_conversations = max_conversations
@@ -196,7 +212,7 @@ class ConversationMemory:
 
     @property
     def bytes(self) -> int:
-        """What the states keep, as ``_state_bytes`` counts it."""
+        """What the states keep, as ``_resize`` counts it."""
         return self._bytes
 
     def _state(self, scope: Scope) -> ConversationState:
@@ -209,9 +225,16 @@ class ConversationMemory:
 
     def _resize(self, state: ConversationState) -> None:
         """Count what ``state`` keeps now; forget the least recently used while over a bound."""
-        size = _state_bytes(state)
+        facts = len(state.facts_carried) + len(state.facts_evicted)
+        if state.fact_locations is not None:
+            facts += len(state.fact_locations)
+        size = STATE_BYTES + len(state.prev_keys) + FACT_BYTES * facts
         self._bytes += size - state.size
         state.size = size
+        self._forget()
+
+    def _forget(self) -> None:
+        """Forget the least recently used conversations while over a bound (never the most recent)."""
         states = self._states
         while len(states) > 1 and (len(states) > self.max_conversations or self._bytes > self.max_bytes):
             _, dropped = states.popitem(last=False)
@@ -229,22 +252,27 @@ class ConversationMemory:
                 self._states.move_to_end(scope)
             prev_hash = state.prev_hash
             dropped: dict[str, int] = {}
-            kept = len(state.prev_roles)
+            kept = len(state.prev_keys) // KEY_BYTES
             if prev_hash is not None and payload.extends == prev_hash:
                 # The common case, history resent and grown: this payload begins with all of the
                 # previous one's messages (the memo says so), only the new ones are looked at.
                 added = len(digests) - kept
-                keys, roles = state.prev_keys, state.prev_roles
                 if added:
-                    keys, roles = keys + _keys(digests[kept:]), roles + _roles(messages[kept:])
+                    state.prev_keys += _keys(messages[kept:])
+                    state.size += KEY_BYTES * added  # what _resize counts
+                    self._bytes += KEY_BYTES * added
+                    if self._bytes > self.max_bytes:
+                        self._forget()
             else:
-                keys, roles = _keys(digests), _roles(messages)
+                keys = _keys(messages)
                 if prev_hash is None:
                     added = len(digests)
                 elif keys.startswith(state.prev_keys):  # grown, but not measured with the same memo
                     added = len(digests) - kept
                 else:
-                    added, dropped = _dropped(state.prev_keys, state.prev_roles, keys)
+                    added, dropped = _changes(state.prev_keys, keys)
+                state.prev_keys = keys
+                self._resize(state)
             evicted: list[str] = []
             if system is not None or any(m.role in SYSTEM_ROLES for m in messages):
                 state.had_system, state.system_evicted = True, False
@@ -259,9 +287,6 @@ class ConversationMemory:
                 state.pinned_evicted = True
                 evicted.append("pinned")
             state.prev_hash = payload.digest
-            if keys is not state.prev_keys:  # else the same payload again: nothing more is kept
-                state.prev_keys, state.prev_roles = keys, roles
-                self._resize(state)
             return Diff(prev_hash, added, dropped, tuple(evicted), state.first_system)
 
     def fact_locations(self, scope: Scope) -> dict[str, str]:

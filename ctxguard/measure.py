@@ -12,10 +12,10 @@ from itertools import accumulate
 from operator import attrgetter
 from sys import getsizeof
 
-from .cache import ENTRY_BYTES, TwoGenerationCache, text_bytes
+from .cache import ENTRY_BYTES, TwoGenerationCache, str_bytes, text_bytes
 from .digest import Digester
 from .memo import Memo
-from .payload import Item, Message, Payload, RequestView
+from .payload import Item, Message, Payload, RequestView, message_key
 from .tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, Calibration, TokenCounter
 
 __all__ = ["MESSAGE_BYTES", "Measurer", "TwoGenerationCache"]
@@ -35,8 +35,8 @@ def _common(items: list[Item], kept: list[Item]) -> int:
 
 
 #: What a measured message keeps beside its text and refs: its Item tuple, the Message, its
-#: digest, its token count and role (``Message.size``).
-MESSAGE_BYTES = 320
+#: digest, key, token count and role (``Message.size``).
+MESSAGE_BYTES = 370
 
 
 def _message_bytes(item: Item, message: Message) -> int:
@@ -76,9 +76,8 @@ class Measurer:
         else:  # the same digest, without a copy of the text
             digest = self.digester.texts((role, "\x1f", text, "\x1f", "\x1e".join(refs)))
         tokens = self.counter.count(text) + MESSAGE_OVERHEAD + cost
-        # getsizeof: a str's real size (1, 2 or 4 bytes a character, and its header).
-        size = MESSAGE_BYTES + getsizeof(text) + (getsizeof(refs) + sum(map(getsizeof, refs)) if refs else 0)
-        message = Message(role, text, digest, tokens, source, size)
+        size = MESSAGE_BYTES + str_bytes(text) + (getsizeof(refs) + sum(map(str_bytes, refs)) if refs else 0)
+        message = Message(role, text, digest, tokens, source, size, message_key(role, digest))
         self._messages.put(item, message)
         return message
 

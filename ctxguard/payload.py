@@ -11,13 +11,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ROLES", "SYSTEM_ROLES", "Item", "Message", "Payload", "Reply", "RequestView"]
+__all__ = ["KEY_BYTES", "ROLES", "SYSTEM_ROLES", "Item", "Message", "Payload", "Reply", "RequestView", "message_key"]
 
 #: Roles that carry the application's instruction.
 SYSTEM_ROLES = frozenset({"system", "developer"})
 #: Roles told apart wherever messages are counted by role (the dropped-messages metric, the
 #: conversation memory); any other role counts as ``other``.
 ROLES = ("system", "developer", "user", "assistant", "tool", "function", "other")
+_ROLE_BYTE = {role: bytes((code,)) for code, role in enumerate(ROLES)}
+#: The length of a ``message_key``: a machine word, so that keys joined unpack in C
+#: (``memoryview.cast("Q")``).
+KEY_BYTES = 8
+
+
+def message_key(role: str, digest: str) -> bytes:
+    """``Message.key``: the first 7 bytes of the digest (32 hex characters), then the role's index in
+    ``ROLES``. Two different messages share one with odds of 2**-56."""
+    return bytes.fromhex(digest[:14]) + _ROLE_BYTE.get(role, _ROLE_BYTE["other"])
 
 
 #: One message as the model reads it: ``(role, text, refs, source, cost)``. A plain tuple
@@ -64,6 +74,8 @@ class Message:
     #: Bytes of memory it keeps (its text and refs, and the objects around them): what a cache or
     #: memo holding it counts against its byte budget.
     size: int = 0
+    #: ``message_key(role, digest)``: what the conversation memory keeps of it (set by the measurer).
+    key: bytes = b""
 
 
 @dataclass(slots=True)

@@ -11,9 +11,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from sys import getsizeof
 
-from .cache import ENTRY_BYTES, TwoGenerationCache
+from .cache import ENTRY_BYTES, TwoGenerationCache, str_bytes
 from .payload import Message
 from .tokens import TokenCounter, default_counter
 
@@ -102,7 +101,7 @@ def _parse(text: str, marker: str) -> Parsed:
 
 
 def _parsed_bytes(key: tuple[str, str], parsed: Parsed) -> int:
-    return ENTRY_BYTES + getsizeof(key[0]) + getsizeof(parsed[0])
+    return ENTRY_BYTES + str_bytes(key[0]) + str_bytes(parsed[0])
 
 
 #: The same block is re-sent call after call: parsed once, by the text of the message carrying it.

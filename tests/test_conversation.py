@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections import deque
+from collections import Counter, deque
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 import ctxguard
 from ctxguard import Pinned, Policy, render_pinned
-from ctxguard.conversation import ConversationMemory, current_conversation
+from ctxguard.conversation import ConversationMemory, _changes, current_conversation
 from ctxguard.digest import Digester
-from ctxguard.payload import Message, Payload
+from ctxguard.payload import ROLES, Message, Payload
 from tests.conftest import traced
 
 SYSTEM = {"role": "system", "content": "You are the order assistant."}
@@ -302,7 +304,7 @@ def test_the_memory_fed_ten_times_its_budget_keeps_at_most_its_budget():
     budget = 32 * 1024
     memory = ConversationMemory(max_bytes=budget)
     with traced() as retained:
-        for i in range(40):  # 40 conversations of 1,000 messages: 9 bytes each, 360 KB
+        for i in range(40):  # 40 conversations of 1,000 messages: 8 bytes each, 320 KB
             memory.observe((f"c{i}", None), _payload([("user", f"{i}.{n}") for n in range(1_000)], f"d{i}"),
                            pinned=False)
         kept = retained()
@@ -330,3 +332,24 @@ def test_a_raised_max_conversations_is_honoured_whatever_the_byte_budget(harness
         memory.observe((f"c{i}", None), _payload([("user", f"question {i}")] * 20, f"d{i}"), pinned=False)
     assert len(memory) == 2000
     assert memory.observe(("c0", None), _payload([], "x"), pinned=False).prev_hash == "d0"
+
+
+# Keys of zeros and ones, so that one is often found across two others (a match to look past).
+key = st.builds(lambda bits, role: bytes(bits) + bytes((role,)),
+                st.lists(st.integers(0, 1), min_size=7, max_size=7), st.integers(0, len(ROLES) - 1))
+keys = st.lists(key, max_size=12)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(prev=keys, now=keys, shared=keys, head=keys)
+@example(prev=[bytes(8), bytes(5) + b"\x01\x00\x00"], now=[bytes(6) + b"\x01\x00", bytes(4) + b"\x01\x00\x00\x00"],
+         shared=[], head=[])
+def test_the_diff_is_the_multiset_difference(prev, now, shared, head):
+    """Whatever the shape (trimmed at the front, grown, edited, repeats), added and dropped-by-role
+    are those of the multisets: the shortcut for a shared head and a shared run never changes them."""
+    for before, after in ((prev, now), (head + prev + shared, head + shared + now), (head + shared, head + now)):
+        lost, gained = Counter(before) - Counter(after), Counter(after) - Counter(before)
+        by_role: dict[str, int] = {}
+        for key, count in lost.items():
+            by_role[ROLES[key[-1]]] = by_role.get(ROLES[key[-1]], 0) + count
+        assert _changes(b"".join(before), b"".join(after)) == (sum(gained.values()), by_role)

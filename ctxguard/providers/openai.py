@@ -11,10 +11,9 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Mapping
-from sys import getsizeof
 from typing import Any
 
-from ..cache import TwoGenerationCache, text_bytes
+from ..cache import TwoGenerationCache, str_bytes, text_bytes
 from ..memo import Memo
 from ..payload import Item, Reply, RequestView
 from ..tokens import NON_TEXT_PART
@@ -169,7 +168,7 @@ _TS_DEPTH = 8
 
 
 def _rendered_bytes(key: tuple[str, Any], text: str) -> int:
-    return text_bytes(key, text) + (getsizeof(key[1]) if isinstance(key[1], str) else 0)
+    return text_bytes(key, text) + (str_bytes(key[1]) if isinstance(key[1], str) else 0)
 
 
 #: (kind, canonical JSON of a tool or format) -> its rendering (apps send the same tools every call).

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from sys import getsizeof
 from typing import TYPE_CHECKING, Any
 
-from ..cache import TwoGenerationCache, text_bytes
+from ..cache import TwoGenerationCache, str_bytes, text_bytes
 from ..digest import Digester
 from ..violations import Violation
 from . import spans as attr
@@ -46,7 +45,7 @@ ID_ATTRIBUTES: dict[str, str] = {
 
 
 def _id_bytes(raw: str, digest: str) -> int:
-    return text_bytes(raw, raw) + getsizeof(digest)
+    return text_bytes(raw, raw) + str_bytes(digest)
 
 
 class ExportedIds:
