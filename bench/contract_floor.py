@@ -62,8 +62,10 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind
 
 import ctxguard
-from ctxguard.guard import Guard, _reply_attributes
+from ctxguard.guard import Guard
+from ctxguard.intercept.answers import returned
 from ctxguard.providers import openai as openai_provider
+from ctxguard.record import _reply_attributes
 from ctxguard.telemetry.metrics import Hist
 from ctxguard.telemetry.spans import set_attributes
 
@@ -81,23 +83,24 @@ class Outputs:
     """Everything ctxguard emitted for one call, kept to be emitted again as is."""
 
     def __init__(self, guard: Guard, kwargs: dict[str, Any], body: bytes, response: Any) -> None:
-        call = guard.before(ADAPTER, API, kwargs)
-        assert call is not None and not call.violations, "the replayed call must pass every check"
+        call = guard.before(openai_provider.PROVIDER, API, kwargs)
+        assert call is not None and not call.verdict.violations, "the replayed call must pass every check"
         call.wire(body)
         m = guard.metrics
-        payload, ctx = call.payload, call.ctx
+        verdict = call.verdict
+        payload, ctx = verdict.payload, verdict.ctx
         assert ctx is not None and not isinstance(ctx.budget, str) and ctx.pinned is not None
         self.name = f"{payload.operation} {payload.model}"
-        self.start_attrs = call._attributes()
+        self.start_attrs = guard.recorder._attributes(verdict, guard.measurer.digester.text(ctx.pinned.text))
         self.cells = [m.calls_at[(payload.provider, payload.operation)]]
-        self.cells += [m.checks_at[(o.check, o.outcome)] for o in call.outcomes]
+        self.cells += [m.checks_at[(o.check, o.outcome)] for o in verdict.outcomes]
         self.observed: list[tuple[Hist, float]] = [
             (m.tokens_h[payload.provider], payload.tokens),
             (m.utilization_h[payload.provider], ctx.budget.utilization),
             (m.pinned_h, ctx.pinned_tokens),
         ]
-        call.finished(response)  # counts answer_consistent: its cell joins the late ones below
-        self.late_attrs = dict(call.late_attrs)
+        returned(call, openai_provider.SITES[0], response)  # counts answer_consistent: its cell joins the late ones
+        self.late_attrs = dict(call.trace.attrs)
         self.late_cells = [m.checks_at[(check, "pass")] for check in ("wire_intact",)]
         self.late_cells.append(m.checks_at[("answer_consistent", "skip")])
         self.metrics = m

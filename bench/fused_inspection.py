@@ -51,6 +51,7 @@ import ctxguard
 import ctxguard.telemetry.spans as attr
 import ctxguard.tokens
 from ctxguard.conversation import _current
+from ctxguard.intercept.answers import returned
 from ctxguard.providers import openai as openai_provider
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -222,7 +223,6 @@ def main() -> None:
     chat = client.chat.completions
     response = original(chat, **kwargs)
     fused = Fused(guard)
-    adapter = openai_provider.ADAPTER
 
     with ctxguard.conversation("fused"):
         for _ in range(3):
@@ -234,10 +234,10 @@ def main() -> None:
         assert len(judged[1]) == len(outputs.cells), "not the same metric series"
 
         def hooks() -> None:
-            call = guard.before(adapter, "chat.completions", kwargs)
+            call = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs)
             assert call is not None
             call.wire(body)
-            call.finished(response)
+            returned(call, openai_provider.SITES[0], response)
 
         def fused_inspection() -> None:
             fused.call(kwargs, body, instruction)

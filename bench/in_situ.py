@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 import ctxguard
+from ctxguard.intercept.answers import returned
 from ctxguard.providers import openai as openai_provider
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -78,7 +79,6 @@ def main() -> None:
     http = ov.http_lib.Client(transport=ov.http_lib.MockTransport(ov.handler))
     client = openai.OpenAI(api_key="x", base_url=ov.BASE_URL, max_retries=0, http_client=http)
     original: Any = openai.resources.chat.completions.completions.Completions.create.__wrapped__  # type: ignore[attr-defined]
-    adapter = openai_provider.ADAPTER
 
     def sdk_call() -> None:
         original(client.chat.completions, **kwargs)
@@ -86,10 +86,10 @@ def main() -> None:
     response = original(client.chat.completions, **kwargs)
 
     def hooks() -> None:
-        call = guard.before(adapter, "chat.completions", kwargs)
+        call = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs)
         assert call is not None
         call.wire(body)
-        call.finished(response)
+        returned(call, openai_provider.SITES[0], response)
 
     before: dict[str, Callable[[], None]] = {
         "nothing (tight loop)": lambda: None,

@@ -181,14 +181,14 @@ def own(side: str, guard: Any, tracer: Any, send: Callable[[Any], tuple[Any, byt
     from opentelemetry import trace
 
     import ctxguard
+    from ctxguard.intercept.answers import returned
     from ctxguard.providers import openai as openai_provider
 
-    adapter = openai_provider.ADAPTER
 
     def guarded(kwargs: dict[str, Any], body: bytes, response: Any) -> None:
-        call = guard.before(adapter, "chat.completions", kwargs)
+        call = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs)
         call.wire(body)
-        call.finished(response)
+        returned(call, openai_provider.SITES[0], response)
 
     def spanned(kwargs: dict[str, Any], body: bytes, response: Any) -> None:
         span = tracer.start_span(f"chat {ov.MODEL}", kind=trace.SpanKind.CLIENT)

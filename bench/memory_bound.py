@@ -32,6 +32,7 @@ would only make a million calls slower, and keeps nothing per call).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import random
@@ -50,7 +51,7 @@ from ctxguard.guard import Guard
 from ctxguard.measure import Measurer
 from ctxguard.memo import Memos
 from ctxguard.payload import Reply
-from ctxguard.providers.openai import ADAPTER
+from ctxguard.providers.openai import PROVIDER
 from ctxguard.tokens import EstimateCounter
 from ctxguard.wiredigest import WireDigests
 
@@ -72,7 +73,7 @@ def guard(facts: bool = True) -> Guard:
 def call(g: Guard, scope: str, messages: list[dict[str, str]]) -> None:
     kwargs = {"model": MODEL, "messages": messages}
     with ctxguard.conversation(scope):
-        made = g.before(ADAPTER, "chat.completions", kwargs)
+        made = g.before(PROVIDER, "chat.completions", kwargs)
         assert made is not None
         made.wire(json.dumps(kwargs).encode())
         made.answer(Reply(model=MODEL, text="Your parcel ships to Pune.", input_tokens=100))
@@ -118,17 +119,18 @@ def large(conversations: int, size: int, facts: bool) -> bool:
 def drop_caches(g: Guard) -> None:
     """Fresh, empty caches and memos in ``g`` (the same budgets): what is left is the memory of the
     conversations."""
-    m = g.measurer
-    g.measurer = Measurer(m.digester, m.counter, m.calibration, max_bytes=g.config.cache_bytes // 4)
-    g.wire_digests = WireDigests(m.digester, max_bytes=g.wire_digests.max_bytes)
-    g.memos = Memos(max_bytes=g.memos.max_bytes)
-    g._norms = TwoGenerationCache(20_000, g.config.cache_bytes // 8, text_bytes)
-    g._words = TwoGenerationCache(4_096, g.config.cache_bytes // 16, words_bytes)
+    inspector, m = g.inspector, g.measurer
+    inspector.measurer = Measurer(m.digester, m.counter, m.calibration, max_bytes=g.config.cache_bytes // 4)
+    inspector.memos = Memos(max_bytes=inspector.memos.max_bytes)
+    inspector._norms = TwoGenerationCache(20_000, g.config.cache_bytes // 8, text_bytes)
+    inspector._words = TwoGenerationCache(4_096, g.config.cache_bytes // 16, words_bytes)
+    wire = g._stages.wire_digests
+    g._stages = dataclasses.replace(g._stages, wire_digests=WireDigests(m.digester, max_bytes=wire.max_bytes))
 
 
 def small(conversations: int, messages: int) -> bool:
     g = guard()
-    g.memory.max_conversations = g.memory.max_bytes = 1 << 62  # remember every conversation
+    g.inspector.memory.max_conversations = g.inspector.memory.max_bytes = 1 << 62  # remember every conversation
     system = {"role": "system", "content": "You are the order assistant. Be brief."}
     half = conversations // 2
     gc.collect()
@@ -142,13 +144,13 @@ def small(conversations: int, messages: int) -> bool:
         call(g, f"c{n}", history)
         if n == half:
             drop_caches(g)
-            at_half, counted_at_half = retained(base), g.memory.bytes
+            at_half, counted_at_half = retained(base), g.inspector.memory.bytes
     total = retained(base)
     drop_caches(g)
     left = retained(base)
     tracemalloc.stop()
     per = (left - at_half) / (conversations - half)
-    counted = (g.memory.bytes - counted_at_half) / (conversations - half)
+    counted = (g.inspector.memory.bytes - counted_at_half) / (conversations - half)
     allowed = 2048 + 16 * messages
     ok = per <= allowed and per <= counted
     print(f"| {conversations:,} | {messages} | {total / MiB:.1f} | {per:,.0f} | {counted:,.0f} | {allowed:,} |"

@@ -179,7 +179,7 @@ def keep_bare_calls_bare() -> None:
     model request that bypassed its call site is guarded from the wire (ctxguard.providers'
     ``_unguarded``): the baseline would then be a guarded call, and its state (memos, digests)
     would move the guarded side's. Here it stays bare."""
-    from ctxguard.providers import wire
+    from ctxguard.intercept import wire
 
     wire.on_unguarded = None
 

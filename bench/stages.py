@@ -29,7 +29,8 @@ from opentelemetry.trace import SpanKind
 
 import ctxguard
 from ctxguard.checks.wire import wire_intact
-from ctxguard.guard import Call
+from ctxguard.inspection import Verdict
+from ctxguard.intercept.answers import returned
 from ctxguard.memo import Memo
 from ctxguard.providers import openai as openai_provider
 
@@ -73,35 +74,32 @@ def main() -> None:
 
     with ctxguard.conversation("bench-stages"):
         def whole() -> None:
-            call = guard.before(ADAPTER, "chat.completions", kwargs)
+            call = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs)
             assert call is not None
             call.wire(body)
-            call.finished(response)
+            returned(call, openai_provider.SITES[0], response)
 
         payload = guard.measurer.measure(view)
 
-        def evaluate() -> Call:
-            call = Call(guard, ADAPTER, "chat.completions", payload, ("bench-stages", None), 0.0)
-            call.evaluate()
-            return call
+        def evaluate() -> Verdict:
+            return guard.inspector.inspect(payload, ("bench-stages", None))
 
         judged = evaluate()
+        recorder = guard.recorder
 
         def record() -> None:
-            judged.record()
-            judged._detach()
-            if judged.span is not None:
-                judged.span.end()
+            t = recorder.start(judged, None, None)
+            recorder.end(t, judged, 0.0, None, None)
 
-        sent = guard.before(ADAPTER, "chat.completions", kwargs)
-        assert sent is not None and sent.ctx is not None
-        ctx = sent.ctx
+        sent = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs)
+        assert sent is not None and sent.verdict.ctx is not None
+        ctx = sent.verdict.ctx
 
         def wire() -> None:
             sent.wire_hash = None
             sent.wire(body)
 
-        tracer = guard.tracer
+        tracer = recorder.tracer
         memo = Memo()
         guard.measurer.measure(ADAPTER.normalise("chat.completions", kwargs, memo), memo)
 
@@ -125,7 +123,7 @@ def main() -> None:
             ("  the same, an agent's history (tool calls and results)", mean_us(agent_remembered)),
             ("evaluate (pinned, budget, diff, facts, checks)", mean_us(evaluate)),
             ("record (span start/attributes/end, metrics, events)", mean_us(record)),
-            ("  of which: span attributes dict", mean_us(judged._attributes)),
+            ("  of which: span attributes dict", mean_us(lambda: recorder._attributes(judged, None))),
             ("  of which: bare SDK span start + end", mean_us(bare_span)),
             ("wire (body digest, wire_intact, outcome)", mean_us(wire)),
             ("  of which: keyed digest of the body", mean_us(lambda: guard.measurer.digester.bytes(body))),

@@ -93,11 +93,11 @@ class Call:
             with guarded("capture"):
                 stages.recorder.request(verdict.scope, verdict.payload.provider, json.loads(sent),
                                         verdict.payload.model)
-        outcome = stages.inspector.wire(verdict, sent)
-        if outcome is not None:
+        t.attrs[attr.WIRE_HASH] = self.wire_hash
+        for outcome in stages.inspector.wire(verdict, sent):
             # Counted with the call's end when the end follows the response at once; a stream's
             # end may never come (an app can abandon it), so its verdict is counted now.
-            stages.recorder.late(t, verdict, outcome, {attr.WIRE_HASH: self.wire_hash}, at_end=not self.streamed)
+            stages.recorder.late(t, verdict, outcome, at_end=not self.streamed)
         self.elapsed += _perf() - started  # ctxguard's own time includes judging the wire
 
     def from_wire(self, body: bytes, beneath: trace.Span) -> None:
@@ -151,15 +151,14 @@ class Call:
             with guarded("tokens"):
                 stages.calibration.observe(payload.model, payload.raw_tokens, reply.input_tokens)
         try:
-            judged = [stages.inspector.answer(verdict, reply, unanswered)]
-            if self.wire_hash is None and verdict.ctx is not None:
+            judged = stages.inspector.answer(verdict, reply, unanswered)
+            if self.wire_hash is None:
                 # The transport was not observed (not sent, a helper that sends later, another
-                # HTTP stack): counted as a skip, so every call still yields one outcome per check.
+                # HTTP stack): counted as skips, so every call still yields one outcome per check.
                 why = unanswered if error_type is not None else "the body sent was not observed"
-                judged.append(verdict.judged("wire_intact", None, why))
+                judged += stages.inspector.unseen(verdict, why)
             for outcome in judged:
-                if outcome is not None:
-                    stages.recorder.late(t, verdict, outcome, at_end=True)
+                stages.recorder.late(t, verdict, outcome, at_end=True)
         except Exception as exc:
             report_internal_error("checks", exc)
         if t.request is not None and self.wire_hash is None and error_type is None:

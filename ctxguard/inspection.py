@@ -17,13 +17,11 @@ from . import budget as budget_mod
 from . import facts as facts_mod
 from ._isolation import guarded, report_internal_error
 from .cache import TwoGenerationCache, text_bytes, words_bytes
-from .checks import Context, Outcome, run_checks
-from .checks.facts import answer_consistent
-from .checks.wire import wire_intact
+from .checks import ANSWER_CHECKS, WIRE_CHECKS, Context, Outcome, Skip, outcome, run_checks
 from .conversation import ConversationMemory, Diff, Scope
 from .facts.evaluate import FactView, build_view
 from .facts.index import words
-from .facts.matching import Chunked, normalise, searchable
+from .facts.matching import Chunked, searchable
 from .measure import Measurer
 from .memo import Memos
 from .payload import Payload, Reply
@@ -35,6 +33,7 @@ from .violations import Violation
 __all__ = ["NO_FACTS", "Inspector", "Verdict"]
 
 _DEFAULT_BUDGET = budget_mod.Budget()
+
 NO_FACTS = "no facts recorded for this conversation"
 
 
@@ -58,14 +57,13 @@ class Verdict:
         facts = self.ctx.facts if self.ctx is not None else None
         return facts if isinstance(facts, FactView) else None
 
-    def judged(self, check: str, violations: list[Violation] | None, reason: str | None = None) -> Outcome:
-        """Add a check judged after sending (``None``: skipped, for ``reason``)."""
-        outcome = Outcome(check, "skip" if violations is None else "fail" if violations else "pass",
-                          violations or (), reason)
-        self.late.append(outcome)
-        if violations:
-            self.violations.extend(violations)
-        return outcome
+    def judged(self, check: str, result: list[Violation] | Skip | None) -> Outcome:
+        """Add the outcome of a check judged after sending (``None``: skipped, its reason given elsewhere)."""
+        judged = outcome(check, result)
+        self.late.append(judged)
+        if judged.violations:
+            self.violations.extend(judged.violations)
+        return judged
 
 
 class Inspector:
@@ -223,21 +221,25 @@ class Inspector:
     # -- on the wire, on the answer --------------------------------------
 
     @staticmethod
-    def wire(verdict: Verdict, body: bytes) -> Outcome | None:
-        """``wire_intact`` on the body the transport sent (None: nothing was judged before sending)."""
-        if verdict.ctx is None:
-            return None
-        return verdict.judged("wire_intact", wire_intact(verdict.payload, verdict.ctx, body))
+    def wire(verdict: Verdict, body: bytes) -> list[Outcome]:
+        """The wire checks on the body the transport sent (none if nothing was judged before sending)."""
+        ctx = verdict.ctx
+        if ctx is None:
+            return []
+        return [verdict.judged(name, judge(verdict.payload, ctx, body)) for name, judge in WIRE_CHECKS.items()]
 
     @staticmethod
-    def answer(verdict: Verdict, reply: Reply | None, unanswered: str) -> Outcome | None:
-        """``answer_consistent``: a model-level miss, judged once the answer is known
-        (``unanswered``: why there is none, if there is none)."""
+    def unseen(verdict: Verdict, why: str) -> list[Outcome]:
+        """The wire checks skipped: the body sent was not seen (``why``)."""
         if verdict.ctx is None:
-            return None
-        facts = verdict.facts
-        if facts is not None and reply is not None and reply.text:
-            return verdict.judged("answer_consistent", answer_consistent(facts, normalise(reply.text)))
-        if facts is None:
-            return verdict.judged("answer_consistent", None)  # its reason is the fact checks' (on the span)
-        return verdict.judged("answer_consistent", None, unanswered if reply is None else "no answer text")
+            return []
+        return [verdict.judged(name, Skip(why)) for name in WIRE_CHECKS]
+
+    @staticmethod
+    def answer(verdict: Verdict, reply: Reply | None, unanswered: str) -> list[Outcome]:
+        """The answer checks, once the answer is known (``unanswered``: why there is none, if so)."""
+        ctx = verdict.ctx
+        if ctx is None:
+            return []
+        payload = verdict.payload
+        return [verdict.judged(name, judge(payload, ctx, reply, unanswered)) for name, judge in ANSWER_CHECKS.items()]

@@ -224,8 +224,7 @@ class Recorder:
 
     # -- after sending --------------------------------------------------
 
-    def late(self, t: Trace, verdict: Verdict, outcome: Outcome, extra: dict[str, Any] | None = None,
-             *, at_end: bool = False) -> None:
+    def late(self, t: Trace, verdict: Verdict, outcome: Outcome, *, at_end: bool = False) -> None:
         """Record a check judged after the request left. It never blocks: the request is already
         sent; it is counted, logged and put on the span like the others. Its attributes go on the
         span when the span ends; ``at_end``: the call is ending now, so it is counted together
@@ -233,8 +232,6 @@ class Recorder:
         m, provider = self.metrics, verdict.payload.provider
         cells = [m.checks_at[(outcome.check, outcome.outcome)]]
         update = t.attrs
-        if extra:
-            update.update(extra)
         violations = outcome.violations
         if violations:
             cells.append(m.violations_at[(outcome.check, provider)])

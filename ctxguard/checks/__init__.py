@@ -1,63 +1,72 @@
-"""Boundary checks: small pure functions ``(Payload, Context) -> list[Violation] | Skip``.
+"""Boundary checks: small pure functions, declared once in ``REGISTRY`` with their phase.
 
-Adding a check: write the function in the family module and add one line to
-``CHECKS``. A check never knows which provider produced the payload.
+Adding a check: write the function in its family module and add one line to
+``REGISTRY``; the metric label set, the span, ``ctxguard check`` and the docs table
+all read it. A check never knows which provider produced the payload.
+
+- ``before``: ``(Payload, Context) -> list[Violation] | Skip``, judged before sending (in
+  enforce mode a violation blocks the call);
+- ``wire``: ``(Payload, Context, body) -> ...``, on the request body the transport sends;
+- ``answer``: ``(Payload, Context, Reply | None, unanswered) -> ...``, when the call ends.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ..payload import Payload
+from ..violations import Violation
+from . import budget, facts, pinned, structure, wire
+from .base import UNLISTED, AnswerCheck, Check, Context, Declared, Outcome, Skip, WireCheck
 
-__all__ = ["CHECKS", "CHECK_NAMES", "Context", "Outcome", "Skip", "run_checks"]
+__all__ = [
+    "ANSWER_CHECKS", "BY_NAME", "CHECKS", "CHECK_NAMES", "REGISTRY", "WIRE_CHECKS",
+    "Context", "Declared", "Outcome", "Skip", "outcome", "run_checks",
+]
 
-
-from . import budget, facts, pinned, structure
-from .base import Check, Context, Outcome, Skip
-
-CHECKS: dict[str, Check] = {
-    "system_at_head": structure.system_at_head,
-    "system_stable": structure.system_stable,
-    "pinned_present": pinned.pinned_present,
-    "pinned_capped": pinned.pinned_capped,
-    "pinned_intact": pinned.pinned_intact,
-    "payload_under_budget": budget.payload_under_budget,
-    "fact_present": facts.fact_present,
-    "fact_current": facts.fact_current,
-    "fact_forgotten": facts.fact_forgotten,
-    "fact_scoped": facts.fact_scoped,
-}
-
-#: Every check name of the contract (SPEC §3), implemented here or not: the
-#: metric series for all of them exist from ``instrument()`` on.
-CHECK_NAMES: tuple[str, ...] = (
-    "system_at_head",
-    "system_stable",
-    "pinned_present",
-    "pinned_capped",
-    "pinned_intact",
-    "payload_under_budget",
-    "fact_present",
-    "fact_current",
-    "fact_forgotten",
-    "fact_scoped",
-    "answer_consistent",
-    "wire_intact",
+REGISTRY: tuple[Declared, ...] = (
+    Declared("system_at_head", "before", structure.system_at_head, "the instruction is the first message"),
+    Declared("system_stable", "before", structure.system_stable, "the conversation's instruction is unchanged"),
+    Declared("pinned_present", "before", pinned.pinned_present, "the pinned block is in the payload"),
+    Declared("pinned_capped", "before", pinned.pinned_capped, "the pinned block is within its caps"),
+    Declared("pinned_intact", "before", pinned.pinned_intact, "the rendered pinned block is whole"),
+    Declared("payload_under_budget", "before", budget.payload_under_budget, "the payload fits the window"),
+    Declared("fact_present", "before", facts.fact_present, "active facts are sent"),
+    Declared("fact_current", "before", facts.fact_current, "a fact's current value is sent, not a stale one"),
+    Declared("fact_forgotten", "before", facts.fact_forgotten, "deleted and expired facts are not sent"),
+    Declared("fact_scoped", "before", facts.fact_scoped, "no other conversation's fact is sent"),
+    Declared("answer_consistent", "answer", facts.answer_consistent, "the answer does not state a stale value"),
+    Declared("wire_intact", "wire", wire.wire_intact, "what was inspected is what the SDK sent"),
 )
+
+BY_NAME: Mapping[str, Declared] = {c.name: c for c in REGISTRY}
+#: Every check name of the contract (SPEC §3): the metric series for all of them exist from
+#: ``instrument()`` on.
+CHECK_NAMES: tuple[str, ...] = tuple(c.name for c in REGISTRY)
+#: The checks of each phase, in contract order (``ctxguard check`` judges the ``before`` ones).
+CHECKS: dict[str, Check] = {c.name: c.judge for c in REGISTRY if c.phase == "before"}  # type: ignore[misc]
+WIRE_CHECKS: dict[str, WireCheck] = {c.name: c.judge for c in REGISTRY if c.phase == "wire"}  # type: ignore[misc]
+ANSWER_CHECKS: dict[str, AnswerCheck] = {
+    c.name: c.judge for c in REGISTRY if c.phase == "answer"  # type: ignore[misc]
+}
 
 
 def run_checks(payload: Payload, ctx: Context) -> list[Outcome]:
+    """Every before-send check's outcome."""
     if payload.unreadable is not None:
         return [_settled(name, payload.unreadable) for name in CHECKS]
-    outcomes = []
-    for name, check in CHECKS.items():
-        result = check(payload, ctx)
-        if isinstance(result, Skip):
-            outcomes.append(_settled(name, result.reason))
-        elif result:
-            outcomes.append(Outcome(name, "fail", result))
-        else:
-            outcomes.append(_settled(name, None))
-    return outcomes
+    return [outcome(name, check(payload, ctx)) for name, check in CHECKS.items()]
+
+
+def outcome(name: str, result: list[Violation] | Skip | None) -> Outcome:
+    """A check's result as its outcome (``None``: skipped, its reason given elsewhere)."""
+    if result is None or result is UNLISTED:
+        return _settled(name, "")
+    if isinstance(result, Skip):
+        return _settled(name, result.reason)
+    if result:
+        return Outcome(name, "fail", result)
+    return _settled(name, None)
 
 
 #: Passes and skips carry nothing of their call, so one instance per (check, skip reason)
@@ -68,9 +77,10 @@ _SETTLED_CAP = 1024  # skip reasons can name a model; past the cap, new ones are
 
 def _settled(name: str, reason: str | None) -> Outcome:
     key = (name, reason)
-    outcome = _SETTLED.get(key)
-    if outcome is None:
-        outcome = Outcome(name, "pass" if reason is None else "skip", (), reason)
+    found = _SETTLED.get(key)
+    if found is None:
+        # An empty reason is a skip another check explains: counted, not listed on the span.
+        found = Outcome(name, "pass" if reason is None else "skip", (), reason or None)
         if len(_SETTLED) < _SETTLED_CAP:
-            _SETTLED[key] = outcome
-    return outcome
+            _SETTLED[key] = found
+    return found

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from ..budget import BudgetEval
 from ..facts.evaluate import FactView
-from ..payload import Payload
+from ..payload import Payload, Reply
 from ..pinned import PinnedBlock
 from ..policy import Policy
 from ..violations import Violation
 
-__all__ = ["Check", "Context", "Outcome", "Skip"]
+__all__ = ["UNLISTED", "AnswerCheck", "Check", "Context", "Declared", "Outcome", "Phase", "Skip", "WireCheck"]
 
 
 @dataclass(slots=True)
@@ -20,6 +21,10 @@ class Skip:
     """The check could not decide; ``reason`` says why (on the span)."""
 
     reason: str
+
+
+#: A skip whose reason another check already gives on the span: counted, not listed again.
+UNLISTED = Skip("")
 
 
 @dataclass(slots=True)
@@ -46,3 +51,23 @@ class Outcome:
 
 
 Check = Callable[[Payload, Context], "list[Violation] | Skip"]
+
+#: ``(payload, context, body sent)``: judged once the transport has the body.
+WireCheck = Callable[[Payload, Context, bytes], "list[Violation] | Skip"]
+#: ``(payload, context, the answer or None, why there is none)``: judged when the call ends.
+AnswerCheck = Callable[[Payload, Context, "Reply | None", str], "list[Violation] | Skip"]
+
+#: When a check is judged: before sending (it can block, in enforce mode), on the body the
+#: transport sends, or on the answer.
+Phase = Literal["before", "wire", "answer"]
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """One check of the registry (``ctxguard.checks.REGISTRY``): its contract name, its phase,
+    the function judging it (its inputs are the phase's) and what it guards, in one line."""
+
+    name: str
+    phase: Phase
+    judge: Check | WireCheck | AnswerCheck
+    guards: str

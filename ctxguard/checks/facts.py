@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from ..facts.evaluate import FactView
 from ..facts.ledger import Version
-from ..facts.matching import LARGE_TEXT, MIN_MATCH_CHARS
-from ..payload import Payload
+from ..facts.matching import LARGE_TEXT, MIN_MATCH_CHARS, normalise
+from ..payload import Payload, Reply
 from ..violations import Violation
-from .base import Context, Skip
+from .base import UNLISTED, Context, Skip
 
 _VERB = {"commit": "committed", "load": "loaded", "selection": "selected", "payload": "sent", "answer": "answered"}
 
@@ -99,8 +99,17 @@ def fact_scoped(payload: Payload, ctx: Context) -> list[Violation] | Skip:
     ]
 
 
-def answer_consistent(view: FactView, answer_norm: str) -> list[Violation]:
-    """After the response: the answer states a stale value whose active value was sent."""
+def answer_consistent(payload: Payload, ctx: Context, reply: Reply | None, unanswered: str) -> list[Violation] | Skip:
+    """After the response: the answer states a stale value whose active value was sent (a
+    model-level miss). ``unanswered``: why there is no answer, if there is none."""
+    view = ctx.facts
+    if not isinstance(view, FactView):
+        return UNLISTED  # its reason is the fact checks' (on the span)
+    if reply is None:
+        return Skip(unanswered)
+    if not reply.text:
+        return Skip("no answer text")
+    answer_norm = normalise(reply.text)
     violations = []
     for fact_id, stale in view.state.stale.items():
         active = view.state.active[fact_id]
