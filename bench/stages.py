@@ -82,7 +82,7 @@ def main() -> None:
         payload = guard.measurer.measure(view)
 
         def evaluate() -> Verdict:
-            return guard.inspector.inspect(payload, ("bench-stages", None))
+            return guard.inspector.inspect(payload, ("bench-stages", None), guard.policy)
 
         judged = evaluate()
         recorder = guard.recorder

@@ -47,7 +47,9 @@ class Stages:
 class Call:
     """One guarded LLM call, from inspection to the end of its answer."""
 
-    __slots__ = ("_heard", "_stages", "done", "elapsed", "provider", "trace", "verdict", "wire_hash")
+    __slots__ = (
+        "_heard", "_stages", "done", "elapsed", "label", "provider", "streamed", "trace", "verdict", "wire_hash",
+    )
 
     def __init__(self, stages: Stages, provider: Provider, verdict: Verdict, t: Trace) -> None:
         self._stages = stages
@@ -58,14 +60,8 @@ class Call:
         self.done = False
         self.wire_hash: str | None = None
         self._heard: Reply | None = None  # the provider's own answer, read off the transport
-
-    @property
-    def label(self) -> str:
-        return self.verdict.payload.provider
-
-    @property
-    def streamed(self) -> bool:
-        return self.verdict.payload.stream
+        self.label = verdict.payload.provider
+        self.streamed = verdict.payload.stream
 
     def block(self) -> None:
         """Enforce mode: count, close the span, and refuse to send."""
@@ -148,8 +144,10 @@ class Call:
         if error_type is None and reply is not None and reply.error is not None:
             error_type = reply.error
         if reply is not None and reply.input_tokens:
-            with guarded("tokens"):
+            try:
                 stages.calibration.observe(payload.model, payload.raw_tokens, reply.input_tokens)
+            except Exception as exc:
+                report_internal_error("tokens", exc)
         try:
             judged = stages.inspector.answer(verdict, reply, unanswered)
             if self.wire_hash is None:

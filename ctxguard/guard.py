@@ -29,7 +29,7 @@ from .checks import CHECK_NAMES
 from .config import Config
 from .conversation import CONVERSATION_BYTES, ConversationMemory, Scope, current_conversation
 from .digest import Digester
-from .inspection import Inspector
+from .inspection import Inspector, Verdict
 from .measure import Measurer
 from .memo import Memos
 from .policy import Policy
@@ -72,7 +72,7 @@ class Guard:
         self.metrics: Metrics = metrics_for(registry, CHECK_NAMES, LABELS)
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         facts = sinks if sinks is not None else facts_mod.configure(ledger, clock)  # type: ignore[arg-type]
-        self.inspector = inspector_for(config, lambda: self.policy, facts)
+        self.inspector = inspector_for(config, facts)
         digester = self.inspector.measurer.digester
         #: How conversation and fact ids are exported: as they are, or keyed digests (``hash_ids``).
         self.ids = ExportedIds(digester if config.hash_ids else None)
@@ -132,7 +132,11 @@ class Guard:
         payload = inspector.measure(provider, api, kwargs, scope)
         if payload is None:
             return None
-        verdict = inspector.inspect(payload, scope)
+        verdict = Verdict(payload, scope)
+        try:
+            inspector.evaluate(verdict, self.policy)
+        except Exception as exc:
+            report_internal_error("checks", exc)
         recorder = self.recorder
         try:
             pinned = verdict.ctx.pinned if verdict.ctx is not None else None
@@ -150,7 +154,7 @@ class Guard:
         return call
 
 
-def inspector_for(config: Config, policy: Callable[[], Policy], facts: facts_mod.Sinks) -> Inspector:
+def inspector_for(config: Config, facts: facts_mod.Sinks) -> Inspector:
     """An inspector with the memory budget shared out as docs/operations.md, "Memory", says."""
     budget = config.cache_bytes
     counter = default_counter()
@@ -158,4 +162,4 @@ def inspector_for(config: Config, policy: Callable[[], Policy], facts: facts_mod
     # CTXGUARD_MAX_CONVERSATIONS raised past its share is honoured for conversations of ~25 messages.
     remembered = max(budget * 3 // 16, config.max_conversations * CONVERSATION_BYTES)
     memory = ConversationMemory(config.max_conversations, max_bytes=remembered)
-    return Inspector(policy, measurer, memory, Memos(max_bytes=budget * 3 // 16), facts, budget)
+    return Inspector(measurer, memory, Memos(max_bytes=budget * 3 // 16), facts, budget)

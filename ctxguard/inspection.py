@@ -9,7 +9,7 @@ of normalised texts), never telemetry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,7 +61,7 @@ class Verdict:
         """Add the outcome of a check judged after sending (``None``: skipped, its reason given elsewhere)."""
         judged = outcome(check, result)
         self.late.append(judged)
-        if judged.violations:
+        if judged.outcome == "fail":
             self.violations.extend(judged.violations)
         return judged
 
@@ -71,15 +71,12 @@ class Inspector:
 
     def __init__(
         self,
-        policy: Callable[[], Policy],
         measurer: Measurer,
         memory: ConversationMemory,
         memos: Memos,
         facts: facts_mod.Sinks,
         cache_bytes: int,
     ) -> None:
-        """``policy``: the policy in force now (an app may swap it while running)."""
-        self._policy = policy
         self.measurer = measurer
         self.memory = memory
         self.memos = memos
@@ -109,18 +106,21 @@ class Inspector:
             return None
         return payload
 
-    def inspect(self, payload: Payload, scope: Scope | None) -> Verdict:
-        """The before-send checks' verdict on ``payload`` (the conversation memory learns it)."""
+    def inspect(self, payload: Payload, scope: Scope | None, policy: Policy) -> Verdict:
+        """The before-send checks' verdict on ``payload`` under ``policy`` (the conversation memory
+        learns it).
+
+        >>> verdict = inspector.inspect(payload, ("order-41", None), Policy())  # doctest: +SKIP
+        >>> [o.check for o in verdict.outcomes if o.outcome == "fail"]          # doctest: +SKIP
+        ['system_at_head']
+        """
         verdict = Verdict(payload, scope)
-        try:
-            self._evaluate(verdict)
-        except Exception as exc:
-            report_internal_error("checks", exc)
+        self.evaluate(verdict, policy)
         return verdict
 
-    def _evaluate(self, verdict: Verdict) -> None:
+    def evaluate(self, verdict: Verdict, policy: Policy) -> None:
+        """Fill ``verdict`` (``inspect``, for a verdict made already: filled as far as it got if this raises)."""
         payload, scope = verdict.payload, verdict.scope
-        policy = self._policy()
         pinned: PinnedBlock | None = None
         pinned_tokens = 0
         if policy.pinned is not None and payload.unreadable is None:
@@ -226,7 +226,10 @@ class Inspector:
         ctx = verdict.ctx
         if ctx is None:
             return []
-        return [verdict.judged(name, judge(verdict.payload, ctx, body)) for name, judge in WIRE_CHECKS.items()]
+        judged = []
+        for name, judge in WIRE_CHECKS.items():  # loops, not comprehensions: one frame less a call
+            judged.append(verdict.judged(name, judge(verdict.payload, ctx, body)))
+        return judged
 
     @staticmethod
     def unseen(verdict: Verdict, why: str) -> list[Outcome]:
@@ -241,5 +244,7 @@ class Inspector:
         ctx = verdict.ctx
         if ctx is None:
             return []
-        payload = verdict.payload
-        return [verdict.judged(name, judge(payload, ctx, reply, unanswered)) for name, judge in ANSWER_CHECKS.items()]
+        judged = []
+        for name, judge in ANSWER_CHECKS.items():
+            judged.append(verdict.judged(name, judge(verdict.payload, ctx, reply, unanswered)))
+        return judged

@@ -114,7 +114,7 @@ class Checker:
     def __init__(self, policy: Policy | None = None, *, digest_key: bytes | None = None) -> None:
         self.sinks = facts_mod.Sinks()
         self.policy = policy if policy is not None else Policy()
-        self.inspector = inspector_for(Config(digest_key=digest_key or os.urandom(16)), lambda: self.policy, self.sinks)
+        self.inspector = inspector_for(Config(digest_key=digest_key or os.urandom(16)), self.sinks)
 
     def fact(self, line: FactLine) -> None:
         self.sinks.record(line.event)
@@ -128,7 +128,7 @@ class Checker:
         cid = line.conversation_id
         scope = (cid, line.tenant) if cid is not None else None
         payload = self.inspector.measure(provider, api, kwargs, scope)
-        verdict = self.inspector.inspect(payload, scope) if payload is not None else None
+        verdict = self.inspector.inspect(payload, scope, self.policy) if payload is not None else None
         if verdict is None or verdict.ctx is None:
             raise RuntimeError("the request was not inspected")
         return _result(line, verdict)

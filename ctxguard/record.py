@@ -86,11 +86,30 @@ class Recorder:
         """Count the before-send outcomes, log the violations and start the span (or adopt the
         span of ``over``, another library's wrapper of this call site, if it is this call's)."""
         t = Trace()
-        self._count(verdict)
+        m, payload, ctx, diff = self.metrics, verdict.payload, verdict.ctx, verdict.diff
+        provider = payload.provider
+        cells = [m.calls_at[(provider, payload.operation)]]
+        checks_at, violations_at = m.checks_at, m.violations_at
+        for o in verdict.outcomes:
+            cells.append(checks_at[(o.check, o.outcome)])
+            if o.outcome == "fail":
+                cells.append(violations_at[(o.check, provider)])
+        if diff is not None:
+            cells.extend(m.evictions_at[kind] for kind in diff.evicted)
+            for role, count in diff.dropped.items():
+                m.dropped_role(role, count)
+        if verdict.fact_evictions:
+            m.add_amount(m.evictions_at["fact"], verdict.fact_evictions)
+        observed: list[tuple[Hist, float]] = [(m.tokens_h[provider], payload.tokens)]
+        if ctx is not None:
+            if not isinstance(ctx.budget, str):
+                observed.append((m.utilization_h[provider], ctx.budget.utilization))
+            if ctx.pinned is not None:
+                observed.append((m.pinned_h, ctx.pinned_tokens))
+        m.add(cells, observed)
         exported = self.ids.violations(verdict.violations)
         if exported:
             self._log(verdict, exported)
-        payload = verdict.payload
         if over is not None:
             theirs = trace.get_current_span()
             if self.config.span == "auto" and their_call_span(theirs, payload.operation, payload.model):
@@ -116,29 +135,6 @@ class Recorder:
                     attr.content_json([{"role": msg.role, "content": msg.text} for msg in payload.messages]),
                 )
         return t
-
-    def _count(self, verdict: Verdict) -> None:
-        m, payload, ctx, diff = self.metrics, verdict.payload, verdict.ctx, verdict.diff
-        provider = payload.provider
-        cells = [m.calls_at[(provider, payload.operation)]]
-        checks_at, violations_at = m.checks_at, m.violations_at
-        for o in verdict.outcomes:
-            cells.append(checks_at[(o.check, o.outcome)])
-            if o.outcome == "fail":
-                cells.append(violations_at[(o.check, provider)])
-        if diff is not None:
-            cells.extend(m.evictions_at[kind] for kind in diff.evicted)
-            for role, count in diff.dropped.items():
-                m.dropped_role(role, count)
-        if verdict.fact_evictions:
-            m.add_amount(m.evictions_at["fact"], verdict.fact_evictions)
-        observed: list[tuple[Hist, float]] = [(m.tokens_h[provider], payload.tokens)]
-        if ctx is not None:
-            if not isinstance(ctx.budget, str):
-                observed.append((m.utilization_h[provider], ctx.budget.utilization))
-            if ctx.pinned is not None:
-                observed.append((m.pinned_h, ctx.pinned_tokens))
-        m.add(cells, observed)
 
     def _log(self, verdict: Verdict, exported: list[Violation]) -> None:
         scope = verdict.scope
@@ -265,7 +261,21 @@ class Recorder:
         if span is not None:
             t.span = None
             if span.is_recording():
-                self._finish_span(t, span, verdict, reply, error_type)
+                update = t.attrs
+                if reply is not None:  # on an adopted span, only what its owner did not record
+                    replied = _reply_attributes(reply, usage=not t.usage_elsewhere)
+                    if t.adopted:
+                        replied = {k: v for k, v in replied.items() if ours_to_add(k, span)}
+                    update.update(replied)
+                    if self.config.capture_content and reply.text:
+                        update[attr.OUTPUT_MESSAGES] = attr.content_json([{"role": "assistant", "content": reply.text}])
+                if error_type is not None and not t.adopted:
+                    update[attr.ERROR_TYPE] = error_type
+                late = [f"{o.check}: {o.reason}" for o in verdict.late if o.outcome == "skip" and o.reason]
+                if late:
+                    update[attr.SKIPPED] = (*_skips(verdict.outcomes), *late)
+                if update:
+                    attr.set_attributes(span, self.ids.attributes(update, verdict.facts))
             if not t.adopted:
                 if error_type is not None:
                     span.set_status(Status(StatusCode.ERROR))
@@ -273,25 +283,6 @@ class Recorder:
         m = self.metrics
         cells, t.cells = t.cells, []
         m.add(cells, ((m.duration_h, elapsed),))
-
-    def _finish_span(
-        self, t: Trace, span: trace.Span, verdict: Verdict, reply: Reply | None, error_type: str | None
-    ) -> None:
-        update = t.attrs
-        if reply is not None:  # on an adopted span, only what its owner did not record
-            replied = _reply_attributes(reply, usage=not t.usage_elsewhere)
-            if t.adopted:
-                replied = {k: v for k, v in replied.items() if ours_to_add(k, span)}
-            update.update(replied)
-            if self.config.capture_content and reply.text:
-                update[attr.OUTPUT_MESSAGES] = attr.content_json([{"role": "assistant", "content": reply.text}])
-        if error_type is not None and not t.adopted:
-            update[attr.ERROR_TYPE] = error_type
-        late_skips = [o for o in verdict.late if o.outcome == "skip" and o.reason is not None]
-        if late_skips:
-            update[attr.SKIPPED] = (*_skips(verdict.outcomes), *_skips(late_skips))
-        if update:
-            attr.set_attributes(span, self.ids.attributes(update, verdict.facts))
 
 
 def _skips(outcomes: list[Outcome]) -> tuple[str, ...]:

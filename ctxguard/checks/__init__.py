@@ -55,7 +55,16 @@ def run_checks(payload: Payload, ctx: Context) -> list[Outcome]:
     """Every before-send check's outcome."""
     if payload.unreadable is not None:
         return [_settled(name, payload.unreadable) for name in CHECKS]
-    return [outcome(name, check(payload, ctx)) for name, check in CHECKS.items()]
+    outcomes = []
+    for name, check in CHECKS.items():  # ``outcome``, inlined: this loop runs ten times a call
+        result = check(payload, ctx)
+        if isinstance(result, Skip):
+            outcomes.append(_settled(name, result.reason))
+        elif result:
+            outcomes.append(Outcome(name, "fail", result))
+        else:
+            outcomes.append(_settled(name, None))
+    return outcomes
 
 
 def outcome(name: str, result: list[Violation] | Skip | None) -> Outcome:
