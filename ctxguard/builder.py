@@ -18,14 +18,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from . import _instrument, facts
+from . import facts
+from ._instrument import active_guard
 from ._isolation import guarded
 from .budget import Budget, BudgetEval, evaluate, window_for
 from .cache import TwoGenerationCache, str_bytes, words_bytes
-from .conversation import current_conversation
+from .conversation import Scope, current_conversation
 from .digest import Digester
 from .facts.index import words
-from .facts.ledger import Scope, Version
+from .facts.ledger import Version
 from .facts.matching import normalise
 from .measure import Measurer
 from .payload import Item, Payload
@@ -204,7 +205,7 @@ class ContextBuilder:
             raise ValueError("summary must be a string or None")
         if memory is not None and not isinstance(memory, Mapping):
             raise ValueError("memory must be a mapping of id -> text, or None")
-        guard = _instrument._guard
+        guard = active_guard()
         measurer = guard.measurer if guard is not None else self._measurer()
         factor = max(1.0, (guard.calibration.factor(self.model) if guard is not None else None) or 1.0)
         view = form.adapter.normalise(form.api, {"model": self.model, "messages": messages})
@@ -357,7 +358,7 @@ class ContextBuilder:
         lost = lost_facts(summary, active)
         if not lost:
             return
-        guard = _instrument._guard
+        guard = active_guard()
         shown = lost if guard is None else [guard.ids.id(fact_id) for fact_id in lost]
         logger.debug("ctxguard: the supplied summary lost %d active fact(s): %s", len(lost), ", ".join(shown))
         if guard is not None:

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import IO, Any
 
-from .facts.ledger import FactEvent, Scope
+from .conversation import Scope
+from .facts.ledger import FactEvent
 from .providers._read import SENTINELS, jsonable
 
 __all__ = [

@@ -14,7 +14,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from .facts.ledger import Scope, Version
+from .conversation import Scope
+from .facts.ledger import Version
 from .facts.matching import MIN_MATCH_CHARS, normalise
 
 __all__ = ["LOSSY", "SUMMARY_PROMPT", "LossyNotes", "lost_facts"]

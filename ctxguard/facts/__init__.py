@@ -14,17 +14,20 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .._isolation import guarded, report_internal_error
-from ..conversation import current_conversation
+from ..conversation import Scope, current_conversation
 from .index import ValueIndex
-from .ledger import FactEvent, FactState, Ledger, MemoryLedger, Scope, Version, reduce
-from .matching import normalise, text_of, value_text
+from .ledger import FactEvent, FactState, Ledger, MemoryLedger, Version, reduce
+from .matching import normalise, strings_in, value_text
 from .stages import STAGES, StageBook
 
-if TYPE_CHECKING:
-    from ..capture import CaptureWriter
+
+class FactCapture(Protocol):
+    """Where fact events are captured (``ctxguard.capture.CaptureWriter``)."""
+
+    def fact(self, event: FactEvent) -> None: ...
 
 __all__ = [
     "STAGES",
@@ -65,7 +68,7 @@ class Sinks:
         self.down_until = 0.0
         # Conversations whose fact writes were lost: judging them would raise false alarms.
         self.lost: OrderedDict[Scope, None] = OrderedDict()
-        self.capture: CaptureWriter | None = None  # set while a capture file records fact events
+        self.capture: FactCapture | None = None  # set while a capture file records fact events
         self._lock = threading.Lock()
 
     def usable(self) -> bool:
@@ -206,7 +209,7 @@ def checkpoint(stage: str, content: Any, *, conversation: str | None = None, ten
         raise ValueError("stage must be a non-empty name other than capture, payload and answer (automatic)")
     scope = _scope(conversation, tenant, "checkpoint")
     with guarded("ledger"):
-        SINKS.stages.put(scope, stage, normalise(text_of(content)))
+        SINKS.stages.put(scope, stage, normalise(strings_in(content)))
 
 
 def stage(name: str) -> Callable[[F], F]:
@@ -244,4 +247,4 @@ def _record_stage(name: str, result: Any) -> None:
     scope = current_conversation()
     if scope is not None:
         with guarded("ledger"):
-            SINKS.stages.put(scope, name, normalise(text_of(result)))
+            SINKS.stages.put(scope, name, normalise(strings_in(result)))

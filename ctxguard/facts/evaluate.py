@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..conversation import Scope
 from .index import ValueIndex
-from .ledger import FactState, Scope, Version
+from .ledger import FactState, Version
 from .matching import MIN_MATCH_CHARS, Chunked
 
 __all__ = ["FactView", "build_view"]

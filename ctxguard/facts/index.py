@@ -19,7 +19,8 @@ import threading
 from collections import OrderedDict
 from typing import NamedTuple
 
-from .ledger import Scope, Version
+from ..conversation import Scope
+from .ledger import Version
 
 __all__ = ["MAX_OWNERS", "WORD", "Candidate", "ValueIndex", "words"]
 

@@ -20,11 +20,11 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any, Protocol
 
+from ..conversation import Scope
 from .matching import normalise
 
 __all__ = ["FactEvent", "FactState", "Ledger", "MemoryLedger", "Version", "reduce"]
 
-Scope = tuple[str, "str | None"]  # (conversation_id, tenant)
 
 
 @dataclass(frozen=True)

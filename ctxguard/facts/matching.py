@@ -16,7 +16,9 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["LARGE_TEXT", "MIN_MATCH_CHARS", "SEPARATOR", "Chunked", "normalise", "searchable", "text_of", "value_text"]
+__all__ = [
+    "LARGE_TEXT", "MIN_MATCH_CHARS", "SEPARATOR", "Chunked", "normalise", "searchable", "strings_in", "value_text",
+]
 
 MIN_MATCH_CHARS = 3
 #: Joins the texts of separate messages: no value can match across a boundary.
@@ -99,7 +101,7 @@ def value_text(value: object) -> str:
     raise TypeError(f"fact values must be str, int, float, Decimal, bool or a date/time, not {type(value).__name__}")
 
 
-def text_of(content: Any) -> str:
+def strings_in(content: Any) -> str:
     """Every string inside a checkpoint's content (text, message list, dict), joined."""
     parts: list[str] = []
 

@@ -39,7 +39,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from .ledger import FactEvent, FactState, Scope, reduce
+from ..conversation import Scope
+from .ledger import FactEvent, FactState, reduce
 
 __all__ = ["RedisLedger"]
 

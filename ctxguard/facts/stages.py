@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from .ledger import Scope
+from ..conversation import Scope
 
 __all__ = ["STAGES", "StageBook"]
 

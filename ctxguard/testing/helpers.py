@@ -17,7 +17,7 @@ from typing import Any
 
 from .._instrument import active_guard
 from ..capture import CaptureWriter, Redact
-from ..facts.matching import MIN_MATCH_CHARS, normalise, text_of, value_text
+from ..facts.matching import MIN_MATCH_CHARS, normalise, strings_in, value_text
 
 __all__ = [
     "ClaimProblem",
@@ -55,7 +55,7 @@ def _body_text(body: Any) -> str:
         body = body.json  # a FakeLLM RecordedRequest
     if isinstance(body, Mapping) and any(k in body for k in _CONTENT_FIELDS):
         body = [body[k] for k in _CONTENT_FIELDS if k in body]
-    return normalise(text_of(body))  # SEPARATOR (NUL) survives: no value matches across messages
+    return normalise(strings_in(body))  # SEPARATOR (NUL) survives: no value matches across messages
 
 
 def payload_contains(body: Any, value: object) -> bool:
