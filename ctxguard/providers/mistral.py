@@ -134,8 +134,12 @@ def _message_item(message: Any, model: str | None) -> Item:
     for call in elements(_get(message, "tool_calls"), "tool_calls"):
         function = _get(call, "function")
         if function is not None:
-            # Arguments may be an object (canonical JSON, as the memo compares them) or a string.
-            texts.append(f"{_text(_get(function, 'name') or '')} {_text(_get(function, 'arguments') or '')}")
+            # Name and arguments on lines of their own: ``wire_intact`` finds a fact the arguments
+            # carry by its line, and a string's line is in the body as sent (JSON-escaped). Arguments
+            # may also be an object: canonical JSON (as the memo compares them), which no line of
+            # the body, where the object is raw JSON, can match.
+            texts.append(_text(_get(function, "name") or ""))
+            texts.append(_text(_get(function, "arguments") or ""))
         call_id = _str(_get(call, "id"))
         if call_id:
             refs.append("id:" + call_id)
