@@ -250,6 +250,19 @@ async def test_an_async_stream_closed_early_ends_its_span_abandoned(harness, llm
     assert only_guard_span(harness).attributes["ctxguard.stream.abandoned"] is True
 
 
+def test_an_answer_mistral_broke_off_ends_the_call_in_error(harness, llm, mistral):
+    harness.start(mode="observe")
+    llm.script(Reply(text="the parcel is in", stream_failure="error"), Reply(text="the parcel", finish_reason="error"))
+    events = list(mistral.chat.stream(model=MODEL, messages=HISTORY))  # the app sees the SDK's events as sent
+    assert events[-1].data.choices[0].finish_reason == "error"
+    reply = mistral.chat.complete(model=MODEL, messages=HISTORY)
+    assert reply.choices[0].finish_reason == "error"
+    for span in guard_spans(harness):
+        assert list(span.attributes["gen_ai.response.finish_reasons"]) == ["error"]
+        assert span.attributes["error.type"] == "error"
+        assert span.status.status_code.name == "ERROR"
+
+
 def drop_system_message(request) -> None:
     """A transport hook that loses the system message after the SDK built the body."""
     body = json.loads(request.content)
