@@ -358,6 +358,23 @@ def test_a_fact_carried_by_object_arguments_is_found_on_the_wire(harness, llm, m
     assert list(a["ctxguard.violations"]) == []
 
 
+def test_an_image_costs_what_pixtral_encodes_it_as():
+    from ctxguard.providers.mistral import ADAPTER, image_tokens
+
+    assert image_tokens((1, 1)) == 1 + 1  # one patch, and its row's break
+    assert image_tokens((1024, 512)) == 64 * 32 + 32
+    assert image_tokens((4096, 1024)) == image_tokens((1024, 256)) == 64 * 16 + 16  # scaled down to fit 1024
+    assert image_tokens(None) == image_tokens((1024, 1024)) == 64 * 64 + 64  # not known: the most it can cost
+
+    def cost(url: str) -> int:
+        view = ADAPTER.normalise("chat.complete", {"model": MODEL, "messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": url}]}]})
+        return view.items[0][4]
+
+    assert cost(f"data:image/png;base64,{PNG}") == 2
+    assert cost("https://example.com/parcel.png") == 64 * 64 + 64
+
+
 def test_tools_and_a_response_format_are_counted(harness, llm, mistral):
     class Order(pydantic.BaseModel):
         city: str
