@@ -12,6 +12,7 @@ from .anthropic import PROVIDER as ANTHROPIC
 from .base import Provider
 from .google_genai import PROVIDER as GOOGLE_GENAI
 from .litellm import PROVIDER as LITELLM
+from .mistral import PROVIDER as MISTRAL
 from .openai import PROVIDER as OPENAI
 
 __all__ = ["BY_DISTRIBUTION", "BY_LABEL", "LABELS", "PROVIDERS", "Provider"]
@@ -21,6 +22,7 @@ PROVIDERS: tuple[Provider, ...] = (
     ANTHROPIC,
     GOOGLE_GENAI,
     LITELLM,
+    MISTRAL,
 )
 
 BY_DISTRIBUTION: dict[str, Provider] = {p.distribution: p for p in PROVIDERS}

@@ -1,4 +1,4 @@
-"""A loopback fake LLM server that speaks the OpenAI, Anthropic and Gemini wire formats.
+"""A loopback fake LLM server that speaks the OpenAI, Anthropic, Gemini and Mistral wire formats.
 
 Tests that mock the SDK objects never exercise what ctxguard actually depends
 on: the bytes the real SDKs put on the wire and the way they parse replies,
@@ -16,7 +16,8 @@ parsing bugs and a fake with fixed usage hides calibration bugs:
   ctxguard's own estimate must not agree with it by construction.  Cached and
   reasoning tokens can be scripted and land in each provider's own fields;
 * ids look like the real ones (``chatcmpl-…``, ``resp_…``, ``msg_01…``,
-  ``call_…``, ``toolu_01…``), deterministic per server and request, and every
+  ``call_…``, ``toolu_01…``, Mistral's 32 hex digits and 9-character tool call
+  ids), deterministic per server and request, and every
   answer is recorded in :attr:`FakeLLM.responses` so tests compare against what
   the server really sent;
 * streams carry each provider's framing (OpenAI's ``obfuscation`` padding and
@@ -72,6 +73,10 @@ _MESSAGES = "/messages"
 _GENERATE = ":generateContent"
 _STREAM_GENERATE = ":streamGenerateContent"
 _GEMINI = (_GENERATE, _STREAM_GENERATE)
+# Mistral's chat API has OpenAI's path (``POST /v1/chat/completions``) on its own host: here, the
+# same path under this prefix (``FakeLLM.mistral_base_url``). Its kind is a name, not a path suffix.
+_MISTRAL_PREFIX = "/mistral"
+_MISTRAL = "mistral:/chat/completions"
 
 # Error bodies per status, worded as each service words them, so SDK code that
 # branches on the type (or on the exception class chosen from the status) sees
@@ -110,10 +115,22 @@ _GEMINI_ERRORS: dict[int, tuple[str, str]] = {
     503: ("UNAVAILABLE", "The model is overloaded. Please try again later."),
     504: ("DEADLINE_EXCEEDED", "Deadline expired before operation could complete."),
 }
+# Mistral: (type, code, message) of its ``{"object": "error", ...}`` envelope (as reported for
+# 400, 429 and an unknown model). Two statuses answer otherwise: 401 comes from its gateway as
+# ``{"message": "Unauthorized", "request_id": ...}``, 422 as ``{"detail": [...]}`` (the request
+# validation errors the SDK's ``HTTPValidationError`` parses).
+_MISTRAL_ERRORS: dict[int, tuple[str, str | None, str]] = {
+    400: ("invalid_request_error", None, "Invalid request."),
+    404: ("invalid_model", "1500", "Invalid model: {model}"),
+    429: ("rate_limited", "1300", "Rate limit exceeded"),
+    500: ("internal_server_error", None, "Internal server error"),
+    503: ("service_unavailable", None, "Service unavailable."),
+}
 # A scripted mid-stream failure is the error each service really sends when it
 # fails after the first byte; when it happens before (a non-streaming request)
 # it arrives as this HTTP status instead.
-_FAILURE_STATUS = {_CHAT: 500, _RESPONSES: 500, _MESSAGES: 529, _GENERATE: 503, _STREAM_GENERATE: 503}
+_FAILURE_STATUS = {_CHAT: 500, _RESPONSES: 500, _MESSAGES: 529, _GENERATE: 503, _STREAM_GENERATE: 503,
+                   _MISTRAL: 500}
 _RESPONSES_FAILURE = ("An error occurred while processing your request. You can retry your request, or contact "
                       "us through our help center at help.openai.com if the error persists.")
 
@@ -133,6 +150,11 @@ _ANTHROPIC_STOP_REASONS: dict[str, str] = {
     "function_call": "tool_use",
     "content_filter": "refusal",
 }
+# Mistral's finish reasons are OpenAI's but for functions (``tool_calls``) and refusals, which it
+# does not have (a refusal is said as text): ``stop``, ``length``, ``model_length``, ``error``,
+# ``tool_calls``. A stream it breaks off ends with a chunk whose finish reason is ``error``.
+_MISTRAL_FINISH_REASONS: dict[str, str] = {"function_call": "tool_calls"}
+_MISTRAL_BROKEN = "error"
 # Responses has no finish reason: a cut answer is an ``incomplete`` response.
 _INCOMPLETE_REASONS: dict[str, str] = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -149,18 +171,21 @@ _FRAME_TOKENS = 3
 # A picture, audio clip or file part: a flat cost, since the fake never decodes media.
 _MEDIA_TOKENS = 85
 # Keys whose values the model never reads as text: ids, roles, block types, cache
-# hints, signatures.
+# hints, signatures, Mistral's ``prefix`` flag.
 _UNREAD_KEYS = frozenset({
     "type", "role", "id", "tool_call_id", "call_id", "tool_use_id", "cache_control", "signature", "status",
     "index", "mime_type", "media_type", "mimeType", "thought_signature", "thoughtSignature", "encrypted_content",
-    "detail", "annotations", "logprobs", "citations",
+    "detail", "annotations", "logprobs", "citations", "prefix",
 })
 _MEDIA_KEYS = frozenset({
     "image_url", "input_image", "image", "input_audio", "file", "source", "inlineData", "inline_data", "fileData",
-    "file_data",
+    "file_data", "document_url",
 })
-# JSON objects the model reads keys and all: tool arguments and results, schemas.
-_STRUCTURED_KEYS = frozenset({"input", "args", "response", "parameters", "input_schema", "schema", "properties"})
+# JSON objects the model reads keys and all: tool arguments and results, schemas (Mistral's
+# tool-call ``arguments`` may be an object; elsewhere they are a JSON string, read the same).
+_STRUCTURED_KEYS = frozenset({
+    "input", "args", "response", "parameters", "input_schema", "schema", "properties", "arguments",
+})
 _PIECES = re.compile(r"[^\W\d_]+|\d{1,3}|[^\s]")
 
 
@@ -216,7 +241,7 @@ def _messages_tokens(messages: Any) -> int:
 
 def _prompt_tokens(kind: str, p: Mapping[str, Any]) -> int:
     """What the model reads for one request, by API; see ``_text_tokens`` for the unit."""
-    if kind == _CHAT:
+    if kind in (_CHAT, _MISTRAL):
         n = _messages_tokens(p.get("messages"))
         n += _schemas_tokens(p.get("tools"), p.get("functions"), p.get("response_format"))
     elif kind == _RESPONSES:
@@ -525,6 +550,8 @@ class _Handler(BaseHTTPRequestHandler):
         route = self.path.split("?", 1)[0].rstrip("/")
         kinds = (_CHAT, _RESPONSES, _MESSAGES, _GENERATE, _STREAM_GENERATE)
         kind = next((s for s in kinds if route.endswith(s)), None)
+        if kind == _CHAT and route.startswith(_MISTRAL_PREFIX + "/"):
+            kind = _MISTRAL
         # Filled in as the request is understood: an unknown route is answered the OpenAI way.
         ctx = _Ctx(n=n, serial=serial, nonce=fake._nonce, kind=kind or _CHAT, reply=Reply(), payload={}, route=route)
         if kind is None or self.command != "POST":
@@ -583,13 +610,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", content_type)
         if ctx.kind == _MESSAGES:
             self.send_header("request-id", ctx.request_id)
+        elif ctx.kind == _MISTRAL:
+            self.send_header("x-kong-request-id", ctx.request_id)  # its gateway's, as its 401 body names it
         elif ctx.kind not in _GEMINI:
             self.send_header("x-request-id", ctx.request_id)
 
     def _send_json(self, ctx: _Ctx, status: int, obj: Any, *, drop: bool = False) -> None:
-        # OpenAI and Gemini indent their JSON bodies; Anthropic sends them compact.
-        indent = None if ctx.kind == _MESSAGES else 2
-        data = json.dumps(obj, indent=indent, ensure_ascii=False).encode()
+        # OpenAI and Gemini indent their JSON bodies; Anthropic sends them compact, Mistral without spaces.
+        indent = None if ctx.kind in (_MESSAGES, _MISTRAL) else 2
+        separators = (",", ":") if ctx.kind == _MISTRAL else None
+        data = json.dumps(obj, indent=indent, separators=separators, ensure_ascii=False).encode()
         try:
             self._start(ctx, status, "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -669,12 +699,16 @@ class _Ctx:
             return "resp_" + self.ident("id", _HEX, 48)
         if self.kind == _MESSAGES:
             return "msg_01" + self.ident("id", _BASE62, 22)
+        if self.kind == _MISTRAL:
+            return self.ident("id", _HEX, 32)
         return self.ident("id", _BASE64URL, 22)
 
     @cached_property
     def request_id(self) -> str:
         if self.kind == _MESSAGES:
             return "req_011C" + self.ident("request", _BASE62, 20)
+        if self.kind == _MISTRAL:
+            return self.ident("request", _HEX, 32)
         return "req_" + self.ident("request", _HEX, 32)
 
     @property
@@ -715,6 +749,10 @@ class _Ctx:
         return _GEMINI_FINISH_REASONS.get(self.finish, self.finish)
 
     @property
+    def mistral_finish(self) -> str:
+        return _MISTRAL_FINISH_REASONS.get(self.finish, self.finish)
+
+    @property
     def response_status(self) -> str:
         return "incomplete" if self.finish in _INCOMPLETE_REASONS else "completed"
 
@@ -725,6 +763,8 @@ class _Ctx:
             return self.finish
         if self.kind == _RESPONSES:
             return self.response_status
+        if self.kind == _MISTRAL:
+            return self.mistral_finish
         return self.stop_reason if self.kind == _MESSAGES else self.gemini_finish
 
     @cached_property
@@ -736,6 +776,8 @@ class _Ctx:
             args = fn.get("arguments", "")
             if self.kind == _MESSAGES:
                 default = "toolu_01" + self.ident("tool", _BASE62, 22, i)
+            elif self.kind == _MISTRAL:
+                default = self.ident("tool", _ALNUM, 9, i)
             else:
                 default = "call_" + self.ident("tool", _ALNUM, 24, i)
             # Accept a dict for convenience; the wire format always carries a string.
@@ -779,7 +821,11 @@ class _Ctx:
         """The record of a 200 answer; a scripted failure keeps it from reporting its end."""
         failed = self.reply.stream_failure is not None
         error_type = None
-        if self.reply.stream_failure == "error":
+        finish_reasons = () if failed else (self.finish_word,)
+        if self.reply.stream_failure == "error" and self.kind == _MISTRAL:
+            # No error body: the broken stream says why it ended with its last chunk's finish reason.
+            error_type, finish_reasons = _MISTRAL_BROKEN, (_MISTRAL_BROKEN,)
+        elif self.reply.stream_failure == "error":
             error_type = _error_body(self, _FAILURE_STATUS[self.kind], None)[1]
         return ServedResponse(
             request=req,
@@ -788,7 +834,7 @@ class _Ctx:
             id=self.id,
             model=self.model,
             stream=stream,
-            finish_reasons=() if failed else (self.finish_word,),
+            finish_reasons=finish_reasons,
             usage=None if failed else _final_usage(self, stream),
             input_tokens=None if failed else self.input_tokens,
             output_tokens=None if failed else self.output_tokens,
@@ -821,6 +867,8 @@ def _error_body(ctx: _Ctx, status: int, message: str | None) -> tuple[dict[str, 
         code_name, default = _GEMINI_ERRORS.get(status, ("UNKNOWN", _phrase(status)))
         return {"error": {"code": status, "message": message or default.format(model=model), "status": code_name}}, \
             code_name
+    if ctx.kind == _MISTRAL:
+        return _mistral_error(ctx, status, message)
     err_type, code, default = _OPENAI_ERRORS.get(
         status, ("server_error" if status >= 500 else "invalid_request_error", None, _phrase(status))
     )
@@ -1281,11 +1329,109 @@ def _gemini_stream(ctx: _Ctx) -> list[_Event | _Drop]:
     return out.cut(ctx, [(None, _error_body(ctx, _FAILURE_STATUS[_STREAM_GENERATE], None)[0])])
 
 
+# -- Mistral chat completions ------------------------------------------------------------------
+
+
+def _mistral_usage(ctx: _Ctx) -> dict[str, Any]:
+    """Mistral's usage, in its order; the cached part of the prompt (``prompt_cache_key``) only
+    when there is one."""
+    usage: dict[str, Any] = {
+        "prompt_tokens": ctx.input_tokens,
+        "total_tokens": ctx.input_tokens + ctx.output_tokens,
+        "completion_tokens": ctx.output_tokens,
+    }
+    if ctx.cached_tokens:
+        usage["prompt_tokens_details"] = {"cached_tokens": ctx.cached_tokens}
+    return usage
+
+
+def _mistral_calls(ctx: _Ctx) -> list[dict[str, Any]]:
+    return [{"id": c.id, "function": {"name": c.name, "arguments": c.arguments}, "index": i}
+            for i, c in enumerate(ctx.calls)]
+
+
+def _mistral_thinking(text: str) -> dict[str, Any]:
+    return {"type": "thinking", "thinking": [{"type": "text", "text": text}]}
+
+
+def _mistral_content(text: str, reasoning: str) -> Any:
+    """A string; or, when the model thought (Magistral), chunks: its thinking, then the text."""
+    if not reasoning:
+        return text
+    return [_mistral_thinking(reasoning), {"type": "text", "text": text}]
+
+
+def _mistral_body(ctx: _Ctx) -> dict[str, Any]:
+    reply = ctx.reply
+    # No refusal field: a refusal is said as text.
+    message = {
+        "role": "assistant",
+        "tool_calls": _mistral_calls(ctx) or None,
+        "content": _mistral_content(reply.text or reply.refusal, reply.reasoning),
+    }
+    return {
+        "id": ctx.id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": ctx.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": ctx.mistral_finish}],
+        "usage": _mistral_usage(ctx),
+    }
+
+
+def _mistral_stream(ctx: _Ctx) -> list[_Event | _Drop]:
+    """Chunks opening with the role, text deltas, each tool call whole in one chunk (Mistral does
+    not stream arguments), the finish reason with the usage on the last chunk, then ``[DONE]``."""
+    created = int(time.time())
+    out = _Events()
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, Any] | None = None) -> dict[str, Any]:
+        obj: dict[str, Any] = {
+            "id": ctx.id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": ctx.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        if usage is not None:
+            obj["usage"] = usage
+        return obj
+
+    reply = ctx.reply
+    out.add(None, chunk({"role": "assistant", "content": ""}))
+    for piece in _split(reply.reasoning):
+        out.add(None, chunk({"content": [_mistral_thinking(piece)]}), delta=True)
+    for piece in _split(reply.text or reply.refusal):
+        out.add(None, chunk({"content": piece}), delta=True)
+    if ctx.calls:
+        out.add(None, chunk({"tool_calls": _mistral_calls(ctx)}), delta=True)
+    out.add(None, chunk({"content": ""}, ctx.mistral_finish, _mistral_usage(ctx)))
+    out.add(None, "[DONE]")
+    # Broken off midway, the stream ends with a chunk whose finish reason is ``error``, then [DONE].
+    return out.cut(ctx, [(None, chunk({"content": ""}, _MISTRAL_BROKEN)), (None, "[DONE]")])
+
+
+def _mistral_error(ctx: _Ctx, status: int, message: str | None) -> tuple[dict[str, Any], str]:
+    if status == 401:  # from the gateway in front of the API, not the API's own envelope
+        return {"message": message or "Unauthorized", "request_id": ctx.request_id}, "Unauthorized"
+    if status == 422:
+        detail = {"type": "value_error", "loc": ["body"], "msg": message or "Value error, invalid request",
+                  "input": None}
+        return {"detail": [detail]}, "value_error"
+    err_type, code, default = _MISTRAL_ERRORS.get(
+        status, ("internal_server_error" if status >= 500 else "invalid_request_error", None, _phrase(status))
+    )
+    return {"object": "error", "message": message or default.format(model=ctx.model), "type": err_type,
+            "param": None, "code": code}, err_type
+
+
 _BODIES: dict[str, Callable[[_Ctx], dict[str, Any]]] = {
     _CHAT: _chat_body, _RESPONSES: _responses_body, _MESSAGES: _messages_body, _GENERATE: _gemini_body,
+    _MISTRAL: _mistral_body,
 }
 _STREAMS: dict[str, Callable[[_Ctx], list[_Event | _Drop]]] = {
     _CHAT: _chat_stream, _RESPONSES: _responses_stream, _MESSAGES: _messages_stream, _STREAM_GENERATE: _gemini_stream,
+    _MISTRAL: _mistral_stream,
 }
 
 
@@ -1301,6 +1447,8 @@ def _final_usage(ctx: _Ctx, stream: bool) -> dict[str, Any] | None:
         return _responses_usage(ctx)
     if ctx.kind == _MESSAGES:
         return _anthropic_usage(ctx, ctx.output_tokens, delta=stream)
+    if ctx.kind == _MISTRAL:
+        return _mistral_usage(ctx)
     return _gemini_usage(ctx)
 
 
@@ -1308,7 +1456,7 @@ def _final_usage(ctx: _Ctx, stream: bool) -> dict[str, Any] | None:
 
 
 class FakeLLM:
-    """Loopback server standing in for OpenAI / Anthropic / Gemini endpoints.
+    """Loopback server standing in for OpenAI / Anthropic / Gemini / Mistral endpoints.
 
     Reply precedence is: scripted replies (FIFO), then the ``reply`` callable,
     then a default ``"ok N"`` that makes request ordering visible in asserts.
@@ -1413,6 +1561,12 @@ class FakeLLM:
         """google-genai ``http_options={"base_url": ...}``; the SDK appends
         ``/v1beta/models/{model}:generateContent`` itself."""
         return self.origin
+
+    @property
+    def mistral_base_url(self) -> str:
+        """mistralai ``Mistral(server_url=...)``; the SDK appends ``/v1/chat/completions`` itself.
+        Mistral's path is OpenAI's: this prefix is what makes the fake answer as Mistral does."""
+        return self.origin + _MISTRAL_PREFIX
 
     # -- scripting & inspection ----------------------------------------------
 

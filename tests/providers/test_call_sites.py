@@ -24,6 +24,9 @@ GOOGLE_PREFIXES = ("generate", "send_message", "create", "embed", "count", "comp
                    "recontext", "segment", "connect", "stream")
 #: LiteLLM: module functions that send a model request.
 LITELLM_FUNCTIONS = re.compile(r"a?(completion|text_completion|responses|anthropic_messages|chat)")
+#: mistralai: public methods of its API classes (``BaseSDK`` subclasses) whose names start so.
+MISTRAL_PREFIXES = ("complete", "stream", "parse", "start", "append", "restart", "run", "moderate", "classify",
+                    "process", "create", "judge")
 
 
 def _modules(package: str):
@@ -62,6 +65,17 @@ def _google() -> list[str]:
     return [f"{module.__name__}.{cls.__name__}.{name}" for module, cls in _classes("google.genai", is_resource)
             for name, value in vars(cls).items()
             if not name.startswith("_") and callable(value) and name.startswith(GOOGLE_PREFIXES)]
+
+
+def _mistral() -> list[str]:
+    from mistralai.client.basesdk import BaseSDK
+
+    def is_resource(cls) -> bool:
+        return issubclass(cls, BaseSDK) and cls is not BaseSDK
+
+    return [f"{module.__name__}.{cls.__name__}.{name}" for module, cls in _classes("mistralai.client", is_resource)
+            for name, value in vars(cls).items()
+            if not name.startswith("_") and callable(value) and name.startswith(MISTRAL_PREFIXES)]
 
 
 def _litellm() -> list[str]:
@@ -108,12 +122,15 @@ def _sdk_sites(sdk: str) -> list[str]:
     if sdk == "google-genai":
         pytest.importorskip("google.genai")
         return _google()
+    if sdk == "mistralai":
+        pytest.importorskip("mistralai.client")
+        return _mistral()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     pytest.importorskip("litellm")
     return _litellm()
 
 
-@pytest.mark.parametrize("sdk", ["openai", "anthropic", "google-genai", "litellm"])
+@pytest.mark.parametrize("sdk", ["openai", "anthropic", "google-genai", "litellm", "mistralai"])
 def test_every_call_site_is_guarded_or_left_out_with_a_reason(harness, sdk):
     sites = _sdk_sites(sdk)
     assert sites, f"no call sites found in {sdk}: the introspection is broken"

@@ -1,0 +1,290 @@
+"""Mistral AI SDK (``mistralai`` 3.x, on httpx2): ``chat.complete`` / ``chat.stream``, sync and async.
+
+Mistral's chat API is shaped like OpenAI's Chat Completions: ``messages`` with roles
+``system``, ``user``, ``assistant`` and ``tool``, the system message at the head being the
+instruction; ``max_tokens`` is the reserved output. It differs where this module reads it
+its own way: content may be a list of chunks (``text``, ``image_url``, ``document_url``,
+``reference``, ``file``, ``thinking``, ``input_audio``, ``resource``), tool-call arguments may
+be an object as well as a string, an assistant message may be a ``prefix`` (the start of the
+answer), and the SDK's request and response models carry its ``UNSET`` sentinel for fields
+not given. ``chat.parse`` / ``parse_stream`` (and their async twins) call ``complete`` /
+``stream`` and are covered through them.
+
+Streams (``EventStream`` / ``EventStreamAsync``) hold the httpx2 response: their body is read
+as it passes, and the app keeps the SDK's own object.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ..memo import Memo
+from ..payload import Item, Reply, RequestView
+from ..tokens import NON_TEXT_PART
+from ._image import Size, size_of_url
+from ._read import as_int as _int
+from ._read import as_str as _str
+from ._read import canonical, elements, items, schemas, structured_parts
+from ._read import get as _read_get
+from ._read import role as _role
+from ._read import text_of as _text
+from .base import CallSite, Provider
+
+__all__ = ["ADAPTER", "PROVIDER"]
+
+_CHAT = "mistralai.client.chat"
+
+# ``complete_async`` / ``stream_async`` are coroutine functions on the same class as the sync
+# methods: declared async, since nothing in a class name says so.
+SITES = (
+    CallSite(_CHAT, "Chat.complete", "chat.complete"),
+    CallSite(_CHAT, "Chat.complete_async", "chat.complete", "async"),
+    CallSite(_CHAT, "Chat.stream", "chat.stream"),
+    CallSite(_CHAT, "Chat.stream_async", "chat.stream", "async"),
+)
+
+#: The SDK's streams hold the httpx2 response (``EventStream.response``): its body is read as it
+#: passes, so the app keeps the SDK's own stream object.
+HTTP_RESULTS = (
+    ("mistralai.client.utils.eventstreaming", "EventStream", "response"),
+    ("mistralai.client.utils.eventstreaming", "EventStreamAsync", "response"),
+)
+
+#: The type name of the SDK's "not given" sentinel (``mistralai.client.types.UNSET``), which its
+#: models hold for every optional field left out; read as absent.
+_UNSET = "Unset"
+#: How deep chunks nest (a thinking chunk's parts, a resource's content) before reading stops.
+_DEPTH = 4
+
+
+def _get(obj: Any, key: str) -> Any:
+    value = _read_get(obj, key)
+    return None if type(value).__name__ == _UNSET else value
+
+
+#: Pixtral's image encoding (mistral-common): the image scaled down to fit a square of
+#: ``_IMAGE_SIDE`` pixels, one token per ``_PATCH``-pixel square, and one more per row (its
+#: break, the last one the image's end). Pixtral 12B's numbers: the newer vision models use
+#: larger patches (28 px over 1540), so these never count an image low.
+_PATCH = 16
+_IMAGE_SIDE = 1024
+#: An image whose size is not known here (a remote URL, never fetched): the most one can cost.
+_IMAGE_BOUND = (_IMAGE_SIDE // _PATCH) ** 2 + _IMAGE_SIDE // _PATCH
+
+
+def image_tokens(size: Size | None) -> int:
+    """What Mistral's vision models charge for an image of ``size`` (None: the bound)."""
+    if size is None:
+        return _IMAGE_BOUND
+    width, height = size
+    if width <= 0 or height <= 0:
+        return _IMAGE_BOUND
+    scale = min(1.0, _IMAGE_SIDE / max(width, height))
+    columns = math.ceil(width * scale / _PATCH)
+    rows = math.ceil(height * scale / _PATCH)
+    return rows * columns + rows
+
+
+def _chunks(content: Any, texts: list[str], refs: list[str], depth: int = 0) -> int:
+    """Text of every chunk into ``texts``; non-text chunks into ``refs`` (never their bytes).
+    Returns the tokens the non-text chunks cost."""
+    cost = 0
+    for part in structured_parts(content, texts):
+        kind = _get(part, "type")
+        if kind == "text":
+            texts.append(_str(_get(part, "text")) or "")
+        elif kind == "thinking":
+            refs.append("id:thinking")
+            if depth < _DEPTH:
+                cost += _chunks(elements(_get(part, "thinking"), "thinking"), texts, refs, depth + 1)
+        elif kind == "image_url":
+            image = _get(part, "image_url")
+            url = image if isinstance(image, str) else _str(_get(image, "url")) if image is not None else None
+            refs.append(url or "image")
+            cost += image_tokens(size_of_url(url) if url else None)
+        elif kind == "document_url":
+            refs.append(_str(_get(part, "document_url")) or "document")
+            cost += NON_TEXT_PART
+        elif kind == "file":
+            refs.append(_str(_get(part, "file_id")) or "file")
+            cost += NON_TEXT_PART
+        elif kind == "input_audio":
+            refs.append(_str(_get(part, "input_audio")) or "audio")
+            cost += NON_TEXT_PART
+        elif kind == "reference":  # citations of earlier tool results, by their ids
+            refs.append("id:reference=" + ",".join(_text(i) for i in elements(_get(part, "reference_ids"), "ids")))
+        elif kind == "tool_reference":  # a source a tool found, cited in thinking
+            refs.append(f"id:tool_reference={_text(_get(part, 'url') or _get(part, 'title') or '')}")
+        elif kind in ("resource", "resource_link"):
+            refs.append(_str(_get(part, "uri")) or kind)
+            inner = _get(part, "content")
+            if inner is not None and depth < _DEPTH:
+                cost += _chunks([inner], texts, refs, depth + 1)
+        elif kind is not None:
+            refs.append(f"id:chunk={_text(kind)}")
+    return cost
+
+
+def _message_item(message: Any, model: str | None) -> Item:
+    texts: list[str] = []
+    refs: list[str] = []
+    cost = _chunks(_get(message, "content"), texts, refs)
+    for call in elements(_get(message, "tool_calls"), "tool_calls"):
+        function = _get(call, "function")
+        if function is not None:
+            # Name and arguments on lines of their own: ``wire_intact`` finds a fact the arguments
+            # carry by its line, and a string's line is in the body as sent (JSON-escaped). Arguments
+            # may also be an object: canonical JSON (as the memo compares them), which no line of
+            # the body, where the object is raw JSON, can match.
+            texts.append(_text(_get(function, "name") or ""))
+            texts.append(_text(_get(function, "arguments") or ""))
+        call_id = _str(_get(call, "id"))
+        if call_id:
+            refs.append("id:" + call_id)
+    if _get(message, "prefix") is True:  # the start of the answer, which the model continues
+        refs.append("id:prefix")
+    for key in ("tool_call_id", "name"):
+        value = _str(_get(message, key))
+        if value:
+            refs.append(f"id:{key}={value}")
+    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message", cost)
+
+
+def _json_schema(spec: Any) -> Any:
+    """A ``json_schema`` response format's schema: ``schema_definition`` in the SDK's model and
+    TypedDict, ``schema`` on the wire (a captured body). Never ``getattr(model, "schema")``: that
+    is pydantic's deprecated classmethod."""
+    schema = _get(spec, "schema_definition")
+    if schema is None and isinstance(spec, Mapping):
+        schema = spec.get("schema")
+    return schema
+
+
+def _response_format(value: Any, view: RequestView) -> None:
+    """A structured-output schema is counted like the tools: it is in every request."""
+    if value is None or _get(value, "type") != "json_schema":
+        return
+    spec = _get(value, "json_schema")
+    schema = _json_schema(spec) if spec is not None else None
+    if schema is None:
+        return
+    try:
+        view.tools.append(canonical(schema))
+    except Exception:  # a schema that will not serialise: the SDK's own error reaches the app
+        return
+
+
+def _reply_text(content: Any) -> str:
+    """The answer's text: a string, or the ``text`` chunks of a chunk list (not its thinking)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, (list, tuple)):
+        return ""
+    return "".join(_str(_get(c, "text")) or "" for c in content if _get(c, "type") == "text")
+
+
+#: Mistral's finish reason for an answer the service broke off: the call ends in error.
+_BROKEN = "error"
+
+
+class MistralAdapter:
+    provider = "mistral_ai"
+
+    def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
+        view = RequestView(
+            provider=self.provider,
+            operation="chat",
+            model=_str(_get(kwargs, "model")),
+            items=[],
+            max_output_tokens=_int(_get(kwargs, "max_tokens")),
+            stream=api == "chat.stream" or _get(kwargs, "stream") is True,
+        )
+        # mistral-common renders the tools as their JSON (between [AVAILABLE_TOOLS] tokens).
+        schemas(_get(kwargs, "tools"), view)
+        _response_format(_get(kwargs, "response_format"), view)
+        items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True,
+              memo=memo)
+        return view
+
+    def read_response(self, api: str, result: Any) -> Reply | None:
+        choices = _get(result, "choices")
+        if not isinstance(choices, list):
+            return None
+        usage = _get(result, "usage")
+        message = _get(choices[0], "message") if choices else None
+        reasons = [r for r in (_str(_get(c, "finish_reason")) for c in choices) if r]
+        return Reply(
+            model=_str(_get(result, "model")),
+            id=_str(_get(result, "id")),
+            finish_reasons=reasons,
+            input_tokens=_int(_get(usage, "prompt_tokens")) if usage is not None else None,
+            output_tokens=_int(_get(usage, "completion_tokens")) if usage is not None else None,
+            text=_reply_text(_get(message, "content")) if message is not None else "",
+            error=_BROKEN if _BROKEN in reasons else None,
+        )
+
+    def stream_reader(self, api: str) -> _ChunkStream:
+        return _ChunkStream()
+
+
+class _ChunkStream:
+    """``chat.completion.chunk`` events: the wire's JSON, or the SDK's ``CompletionEvent`` (whose
+    ``data`` is the chunk) if the stream is ever read as objects."""
+
+    def __init__(self) -> None:
+        self._reply = Reply()
+        self._texts: list[str] = []
+
+    def feed(self, chunk: Any) -> None:
+        data = _get(chunk, "data")
+        if data is not None and _get(chunk, "choices") is None:
+            chunk = data
+        reply = self._reply
+        if _get(chunk, "object") == "error":  # an error object instead of a chunk
+            reply.error = _str(_get(chunk, "type")) or "error"
+            return
+        reply.id = reply.id or _str(_get(chunk, "id"))
+        reply.model = reply.model or _str(_get(chunk, "model"))
+        for choice in _get(chunk, "choices") or ():
+            delta = _get(choice, "delta")
+            if delta is not None:
+                text = _reply_text(_get(delta, "content"))
+                if text:
+                    self._texts.append(text)
+            reason = _str(_get(choice, "finish_reason"))
+            if reason:
+                reply.finish_reasons.append(reason)
+                if reason == _BROKEN:
+                    reply.error = _BROKEN
+        usage = _get(chunk, "usage")
+        if usage is not None:  # on the last chunk, with its finish reason
+            reply.input_tokens = _int(_get(usage, "prompt_tokens"))
+            reply.output_tokens = _int(_get(usage, "completion_tokens"))
+
+    def reply(self) -> Reply:
+        self._reply.text = "".join(self._texts)
+        return self._reply
+
+
+ADAPTER = MistralAdapter()
+
+
+def as_call(body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
+    """A captured body is the call's keyword arguments (Mistral's wire is snake_case too)."""
+    return ("chat.stream" if body.get("stream") is True else "chat.complete"), body
+
+
+PROVIDER = Provider(
+    distribution="mistralai",
+    # mistralai 2.x and later ship ``mistralai`` as a namespace package (``client``, ``azure``,
+    # ``gcp``, ``extra`` beside each other): importing one fires no hook on ``mistralai`` itself.
+    module="mistralai.client",
+    supported=(3, 3),
+    label="mistral_ai",
+    adapter=ADAPTER,
+    sites=SITES,
+    http_results=HTTP_RESULTS,
+    offline=as_call,
+)
