@@ -242,13 +242,43 @@ class ContextBuilder:
             "reserved reasoning": budget.reserved_reasoning,
             "reply priming": REPLY_PRIMING,
         }
+        room = self._room(terms, factor, head[0], measurer)
+        plan = self._select(room, len(messages), summary, units, items, retrieve, measurer, tokens, unit_tokens)
+        request = self._fitted(form, messages, head, plan, new_unit, measurer, terms)
+        if scope is not None:
+            with guarded("ledger"):
+                facts.checkpoint("selection", request._asdict() if form is _ANTHROPIC else request.messages)
+        return request
+
+    def _fitted(
+        self, form: _Form, messages: list[dict[str, Any]], head: list[str | None], plan: _Plan,
+        new_unit: tuple[int, int], measurer: Measurer, terms: dict[str, int],
+    ) -> AnthropicRequest:
+        """The request the plan makes, measured: counting a merged or framed message can differ
+        from the sum of its parts by a token or two, so the least valuable piece is shed until
+        it fits."""
+        while True:
+            request = self._assemble(form, messages, head, plan, new_unit)
+            if self._fits(form, measurer, request):
+                return request
+            if plan.tail:
+                plan.tail.pop(0)
+            elif plan.excerpts:
+                plan.excerpts.pop()
+            elif plan.summary is not None:
+                plan.summary = None
+            else:
+                raise BudgetError(self.model, "window", self.window, terms)
+
+    def _room(self, terms: dict[str, int], factor: float, pinned_text: str | None, measurer: Measurer) -> int:
+        """Tokens left for the history once every fixed term is counted (window and ``history_max``)."""
+        budget = self.budget
         reserved = terms["reserved output"] + terms["reserved reasoning"]
         room = math.floor((self.window - reserved) / factor) - (sum(terms.values()) - reserved)
         if room < 0:
             raise BudgetError(self.model, "window", self.window, terms)
         if budget.history_max is not None:
             # The guard's history: everything after the system instruction and the pinned block's text.
-            pinned_text = head[0]
             framing = (terms.get("pinned block", 0) - measurer.tokens(pinned_text)) if pinned_text else 0
             history_fixed = framing + terms.get("user memory", 0) + terms["new message"] + REPLY_PRIMING
             history_room = budget.history_max + budget.retrieved - history_fixed
@@ -258,13 +288,28 @@ class ContextBuilder:
                     "new message": terms["new message"], "reply priming": REPLY_PRIMING})
             room = min(room, history_room)
 
-        # Summary first (it stands in for every older turn), then the tail, then the middle.
+        return room
+
+    def _select(
+        self,
+        room: int,
+        count: int,
+        summary: str | None,
+        units: list[tuple[int, int]],
+        items: list[Item],
+        retrieve: Retrieve | None,
+        measurer: Measurer,
+        tokens: Callable[[str], int],
+        unit_tokens: Callable[[tuple[int, int]], int],
+    ) -> _Plan:
+        """What goes in, in ``room`` tokens, of ``count`` messages: the summary first (it stands
+        in for every older turn), then the tail, then excerpts of the middle."""
         summary_text = f"{_SUMMARY_HEADER}\n{summary}" if summary and summary.strip() else None
         if summary_text is not None and tokens(summary_text) > room:
             logger.debug("ctxguard: summary does not fit the %d tokens left; not sent", room)
             summary_text = None
         room -= tokens(summary_text) if summary_text else 0
-        room -= tokens(_marker(len(messages)))  # the marker's size never exceeds this
+        room -= tokens(_marker(count))  # the marker's size never exceeds this
         tail: list[tuple[int, int]] = []
         tail_room = min(self.tail_tokens, room)
         for unit in reversed(units):
@@ -290,25 +335,7 @@ class ContextBuilder:
                     excerpts.append(excerpt)
                     excerpt_room -= cost
 
-        plan = _Plan(summary_text, excerpts, tail)
-        while True:
-            request = self._assemble(form, messages, head, plan, new_unit)
-            if self._fits(form, measurer, request):
-                break
-            # Counting a merged or framed message can differ from the sum of its parts by a
-            # token or two: shed the least valuable piece and measure again.
-            if plan.tail:
-                plan.tail.pop(0)
-            elif plan.excerpts:
-                plan.excerpts.pop()
-            elif plan.summary is not None:
-                plan.summary = None
-            else:
-                raise BudgetError(self.model, "window", self.window, terms)
-        if scope is not None:
-            with guarded("ledger"):
-                facts.checkpoint("selection", request._asdict() if form is _ANTHROPIC else request.messages)
-        return request
+        return _Plan(summary_text, excerpts, tail)
 
     def _assemble(
         self, form: _Form, messages: list[dict[str, Any]], head: list[str | None], plan: _Plan,

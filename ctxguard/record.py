@@ -17,7 +17,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
 from .capture import CaptureWriter
-from .checks import Outcome
+from .checks import Context, Outcome
 from .config import Config
 from .conversation import Scope
 from .facts.evaluate import FactView
@@ -189,23 +189,7 @@ class Recorder:
             a[attr.MESSAGES_DROPPED] = sum(diff.dropped.values())
             a[attr.EVICTED] = (*diff.evicted, "fact") if verdict.fact_evictions else diff.evicted
         if ctx is not None:
-            if not isinstance(ctx.budget, str):
-                ev = ctx.budget
-                a[attr.BUDGET_WINDOW] = ev.breakdown.window
-                a[attr.BUDGET_RESERVED_OUTPUT] = ev.breakdown.reserved_output
-                a[attr.BUDGET_RESERVED_REASONING] = ev.breakdown.reserved_reasoning
-                a[attr.BUDGET_TOOLS] = ev.breakdown.tools
-                a[attr.BUDGET_HISTORY_AVAILABLE] = ev.breakdown.history_available
-                a[attr.BUDGET_HEADROOM] = ev.headroom
-                a[attr.BUDGET_UTILIZATION] = round(ev.utilization, 4)
-            if isinstance(ctx.facts, FactView):
-                a.update(_fact_attributes(ctx.facts))
-            if ctx.policy.pinned is not None:
-                a[attr.PINNED_PRESENT] = ctx.pinned is not None
-                if ctx.pinned is not None:
-                    a[attr.PINNED_TOKENS] = ctx.pinned_tokens
-                    a[attr.PINNED_ENTRIES] = ctx.pinned.entries
-                    a[attr.PINNED_HASH] = pinned_hash
+            _context_attributes(a, ctx, pinned_hash)
         if payload.reply_room is not None:
             # Thinking is drawn from max_tokens: say when it leaves the reply under a quarter.
             a[attr.BUDGET_REPLY_ROOM] = payload.reply_room
@@ -283,6 +267,27 @@ class Recorder:
         m = self.metrics
         cells, t.cells = t.cells, []
         m.add(cells, ((m.duration_h, elapsed),))
+
+
+def _context_attributes(a: dict[str, Any], ctx: Context, pinned_hash: str | None) -> None:
+    """The budget equation, the facts and the pinned block, as the checks read them."""
+    if not isinstance(ctx.budget, str):
+        ev = ctx.budget
+        a[attr.BUDGET_WINDOW] = ev.breakdown.window
+        a[attr.BUDGET_RESERVED_OUTPUT] = ev.breakdown.reserved_output
+        a[attr.BUDGET_RESERVED_REASONING] = ev.breakdown.reserved_reasoning
+        a[attr.BUDGET_TOOLS] = ev.breakdown.tools
+        a[attr.BUDGET_HISTORY_AVAILABLE] = ev.breakdown.history_available
+        a[attr.BUDGET_HEADROOM] = ev.headroom
+        a[attr.BUDGET_UTILIZATION] = round(ev.utilization, 4)
+    if isinstance(ctx.facts, FactView):
+        a.update(_fact_attributes(ctx.facts))
+    if ctx.policy.pinned is not None:
+        a[attr.PINNED_PRESENT] = ctx.pinned is not None
+        if ctx.pinned is not None:
+            a[attr.PINNED_TOKENS] = ctx.pinned_tokens
+            a[attr.PINNED_ENTRIES] = ctx.pinned.entries
+            a[attr.PINNED_HASH] = pinned_hash
 
 
 def _skips(outcomes: list[Outcome]) -> tuple[str, ...]:

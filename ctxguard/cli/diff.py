@@ -105,7 +105,31 @@ def diff_payloads(a: Payload, b: Payload) -> list[Row]:
     Raises ``TooDifferent`` past ``MAX_PAIRS``."""
     ra, rb = [m.role for m in a.messages], [m.role for m in b.messages]
     da, db = a.digests, b.digests
-    match_a: dict[int, tuple[str, int]] = {}  # A index -> (status, B index)
+    match_a, matched_b = _match(ra, rb, da, db)
+    keyed: list[tuple[float, Row]] = []
+    for i in range(len(da)):
+        if i in match_a:
+            status, j = match_a[i]
+            keyed.append((j, Row(status, rb[j], i, j, da[i], db[j])))
+    for j in range(len(db)):
+        if j not in matched_b:
+            keyed.append((j, Row("added", rb[j], None, j, None, db[j])))
+    last_b = -1  # the latest place in B of a matched message before this one in A
+    for i in range(len(da)):
+        if i in match_a:
+            last_b = max(last_b, match_a[i][1])
+        else:
+            keyed.append((last_b + 0.5, Row("removed", ra[i], i, None, da[i], None)))
+    keyed.sort(key=lambda kr: (kr[0], kr[1].a if kr[1].a is not None else -1))
+    return [row for _, row in keyed]
+
+
+def _match(
+    ra: list[str], rb: list[str], da: list[str], db: list[str]
+) -> tuple[dict[int, tuple[str, int]], set[int]]:
+    """A index -> (status, B index) for every message of A found in B (kept, moved, changed),
+    and the B indexes matched."""
+    match_a: dict[int, tuple[str, int]] = {}
     for i, j in _lcs(da, db):
         match_a[i] = ("kept", j)
     matched_b = {j for _, j in match_a.values()}
@@ -133,22 +157,7 @@ def diff_payloads(a: Payload, b: Payload) -> list[Row]:
                 gap_b.remove(pair)
                 match_a[i] = ("changed", pair)
                 matched_b.add(pair)
-    keyed: list[tuple[float, Row]] = []
-    for i in range(len(da)):
-        if i in match_a:
-            status, j = match_a[i]
-            keyed.append((j, Row(status, rb[j], i, j, da[i], db[j])))
-    for j in range(len(db)):
-        if j not in matched_b:
-            keyed.append((j, Row("added", rb[j], None, j, None, db[j])))
-    last_b = -1  # the latest place in B of a matched message before this one in A
-    for i in range(len(da)):
-        if i in match_a:
-            last_b = max(last_b, match_a[i][1])
-        else:
-            keyed.append((last_b + 0.5, Row("removed", ra[i], i, None, da[i], None)))
-    keyed.sort(key=lambda kr: (kr[0], kr[1].a if kr[1].a is not None else -1))
-    return [row for _, row in keyed]
+    return match_a, matched_b
 
 
 def _guess_provider(body: Mapping[str, Any]) -> str:

@@ -200,6 +200,29 @@ def _unchanged(seq: list[Any] | tuple[Any, ...], kept: list[dict[str, Any]]) -> 
     return next(i for i, (a, b) in enumerate(zip(head, kept, strict=False)) if a != b)
 
 
+def _not_a_list(seq: Any, name: str) -> str:
+    """Why ``seq`` is not read; never by iterating it (a generator is the app's own argument)."""
+    try:
+        unread_if_one_shot(seq, name)
+    except Unread as why:
+        return str(why)
+    return f"{name} is not a list ({type(seq).__name__})"
+
+
+def _resume(
+    seq: Any, memo: Memo, model: str | None, view: RequestView
+) -> tuple[int, list[dict[str, Any]], list[Item]]:
+    """Where reading ``seq`` starts: after the leading messages the memo holds unchanged (their
+    items already in ``view``), with the copies and items kept so far."""
+    last = memo.read
+    if last is None or last[2] != model:
+        return 0, [], []
+    start = _unchanged(seq, last[0])
+    kept = last[1][:start]
+    view.items.extend(kept)
+    return start, last[0][:start], kept
+
+
 def items(
     seq: Any,
     read: Callable[[Any, str | None], Item],
@@ -223,25 +246,11 @@ def items(
     model, so a memo read for another model is not reused.
     """
     if not isinstance(seq, (list, tuple)):
-        # Never iterate a generator: that would consume the app's own argument.
-        try:
-            unread_if_one_shot(seq, name)
-        except Unread as why:
-            view.unreadable = str(why)
-        else:
-            view.unreadable = f"{name} is not a list ({type(seq).__name__})"
+        view.unreadable = _not_a_list(seq, name)
         return
-    start = 0
     model = view.model
-    copies: list[dict[str, Any]] | None = None  # of the leading kept messages, for the next call
-    kept: list[Item] = []
-    if memo is not None and plain_first:
-        copies = []
-        last = memo.read
-        if last is not None and last[2] == model:
-            start = _unchanged(seq, last[0])
-            copies, kept = last[0][:start], last[1][:start]
-            view.items.extend(kept)
+    # ``copies``: of the leading kept messages, for the next call.
+    start, copies, kept = _resume(seq, memo, model, view) if memo is not None and plain_first else (0, None, [])
     append = view.items.append
     for index in range(start, len(seq)):
         element = seq[index]

@@ -992,19 +992,9 @@ def _chat_stream(ctx: _Ctx) -> list[_Event | _Drop]:
             out.add(None, chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}, size=len(piece)),
                     delta=True)
     out.add(None, chunk({}, ctx.finish))
-    if include_usage:
-        last: dict[str, Any] = {
-            "id": ctx.id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": ctx.model,
-            "service_tier": "default",
-            "system_fingerprint": ctx.fingerprint,
-            "choices": [],
-            "usage": _chat_usage(ctx),
-        }
-        if obfuscate:
-            last["obfuscation"] = ctx.padding(len(out.items), 0)
+    if include_usage:  # the usage-only last chunk: no choices
+        last = chunk({})
+        last["choices"], last["usage"] = [], _chat_usage(ctx)
         out.add(None, last)
     out.add(None, "[DONE]")
     # Failing midway, the service sends an error object and ends the stream without [DONE].

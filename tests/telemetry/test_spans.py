@@ -45,7 +45,9 @@ def test_the_public_attribute_path_records_what_the_fast_path_does(harness, llm,
     limited = _span_of_a_call(harness, client, SpanLimits(max_attribute_length=10_000))
     assert public, "the public path was not taken"
 
+    per_call = ("ctxguard.prev.hash", "ctxguard.messages.added", "gen_ai.response.id")
+
     def comparable(attributes: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in attributes.items() if k not in ("ctxguard.prev.hash", "ctxguard.messages.added", "gen_ai.response.id")}
+        return {k: v for k, v in attributes.items() if k not in per_call}
 
     assert comparable(limited) == comparable(fast)
