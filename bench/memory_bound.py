@@ -50,7 +50,7 @@ from ctxguard.config import Config
 from ctxguard.guard import Guard
 from ctxguard.measure import Measurer
 from ctxguard.memo import Memos
-from ctxguard.payload import Reply
+from ctxguard.payload import Answer
 from ctxguard.providers.openai import PROVIDER
 from ctxguard.tokens import EstimateCounter
 from ctxguard.wiredigest import WireDigests
@@ -76,7 +76,7 @@ def call(g: Guard, scope: str, messages: list[dict[str, str]]) -> None:
         made = g.before(PROVIDER, "chat.completions", kwargs)
         assert made is not None
         made.wire(json.dumps(kwargs).encode())
-        made.answer(Reply(model=MODEL, text="Your parcel ships to Pune.", input_tokens=100))
+        made.answer(Answer(model=MODEL, text="Your parcel ships to Pune.", input_tokens=100))
 
 
 def retained(base: int) -> int:

@@ -12,7 +12,7 @@ error, the worst under-count and the worst over-count, overall and per provider.
 
 ``--estimate`` counts with the 4-characters-a-token estimator instead of tiktoken (what an
 install without ``ctxguard[tiktoken]`` gets). Anthropic's usage counts cache reads and
-writes as input too, so ``reported`` is their sum (what ``Reply.input_tokens`` reads).
+writes as input too, so ``reported`` is their sum (what ``Answer.input_tokens`` reads).
 """
 
 from __future__ import annotations

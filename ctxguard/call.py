@@ -20,7 +20,7 @@ from opentelemetry import trace
 from ._isolation import guarded, report_internal_error
 from .capture import capture_body
 from .inspection import Inspector, Verdict
-from .payload import Reply
+from .payload import Answer
 from .providers.base import Provider
 from .record import Recorder, Trace
 from .telemetry import spans as attr
@@ -59,7 +59,7 @@ class Call:
         self.elapsed = 0.0
         self.done = False
         self.wire_hash: str | None = None
-        self._heard: Reply | None = None  # the provider's own answer, read off the transport
+        self._heard: Answer | None = None  # the provider's own answer, read off the transport
         self.label = verdict.payload.provider
         self.streamed = verdict.payload.stream
 
@@ -104,14 +104,14 @@ class Call:
         self.trace.usage_elsewhere = inference_span(beneath, self.verdict.payload.model)
         self.wire(body)
 
-    def heard(self, reply: Reply) -> None:
+    def heard(self, reply: Answer) -> None:
         self._heard = reply
 
-    def answer(self, reply: Reply | None, started: float | None = None) -> None:
+    def answer(self, reply: Answer | None, started: float | None = None) -> None:
         """The whole answer is known (after the response, or at the end of a stream)."""
         self._conclude(reply, _perf() if started is None else started)
 
-    def failed(self, exc: BaseException, reply: Reply | None = None) -> None:
+    def failed(self, exc: BaseException, reply: Answer | None = None) -> None:
         """The SDK raised (after answering ``reply`` so far, if a stream); the caller re-raises ``exc``."""
         self._conclude(reply, _perf(), error_type=type(exc).__qualname__, unanswered="the call failed")
 
@@ -119,7 +119,7 @@ class Call:
         """The server answered with an HTTP error (seen on the wire, not as the SDK's exception)."""
         self._conclude(None, _perf(), error_type=str(status), unanswered="the call failed")
 
-    def ended_early(self, reply: Reply | None, *, streamed: bool) -> None:
+    def ended_early(self, reply: Answer | None, *, streamed: bool) -> None:
         """The app closed or dropped the answer before its end: a stream with what it said so
         far (``ctxguard.stream.abandoned``), a response body unread. An answer that reported an
         error ended there (the SDK raised it to the app, which then closed the stream)."""
@@ -131,7 +131,7 @@ class Call:
         self._conclude(reply, _perf(), unanswered="the stream was abandoned" if streamed else "the answer was not read")
 
     def _conclude(
-        self, reply: Reply | None, started: float, *, error_type: str | None = None, unanswered: str = "no answer"
+        self, reply: Answer | None, started: float, *, error_type: str | None = None, unanswered: str = "no answer"
     ) -> None:
         """End the call, once: every check not judged yet gets its outcome (``unanswered`` says
         why the answer could not be judged), then the span ends."""

@@ -24,7 +24,7 @@ from .facts.index import words
 from .facts.matching import Chunked, searchable
 from .measure import Measurer
 from .memo import Memos
-from .payload import Payload, Reply
+from .payload import Answer, Payload
 from .pinned import PinnedBlock, find_block
 from .policy import Policy
 from .providers.base import Provider
@@ -239,7 +239,7 @@ class Inspector:
         return [verdict.judged(name, Skip(why)) for name in WIRE_CHECKS]
 
     @staticmethod
-    def answer(verdict: Verdict, reply: Reply | None, unanswered: str) -> list[Outcome]:
+    def answer(verdict: Verdict, reply: Answer | None, unanswered: str) -> list[Outcome]:
         """The answer checks, once the answer is known (``unanswered``: why there is none, if so)."""
         ctx = verdict.ctx
         if ctx is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["KEY_BYTES", "ROLES", "SYSTEM_ROLES", "Item", "Message", "Payload", "Reply", "RequestView", "message_key"]
+__all__ = ["KEY_BYTES", "ROLES", "SYSTEM_ROLES", "Item", "Message", "Payload", "Answer", "RequestView", "message_key"]
 
 #: Roles that carry the application's instruction.
 SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -111,7 +111,7 @@ class Payload:
 
 
 @dataclass
-class Reply:
+class Answer:
     """What came back, provider-neutral (for the span, calibration and answer checks)."""
 
     model: str | None = None

@@ -22,7 +22,7 @@ from .config import Config
 from .conversation import Scope
 from .facts.evaluate import FactView
 from .inspection import Verdict
-from .payload import Reply
+from .payload import Answer
 from .summaries import LOSSY
 from .telemetry import spans as attr
 from .telemetry.ids import ExportedIds
@@ -237,7 +237,7 @@ class Recorder:
         if writer is not None:
             writer.request(scope, provider, body, model)
 
-    def end(self, t: Trace, verdict: Verdict, elapsed: float, reply: Reply | None, error_type: str | None) -> None:
+    def end(self, t: Trace, verdict: Verdict, elapsed: float, reply: Answer | None, error_type: str | None) -> None:
         """The call ended: the answer on the span, the span ended (unless adopted), the
         duration and the checks judged at the end counted."""
         t.detach()
@@ -312,7 +312,7 @@ def _fact_attributes(view: FactView) -> dict[str, Any]:
     }
 
 
-def _reply_attributes(reply: Reply, *, usage: bool = True) -> dict[str, Any]:
+def _reply_attributes(reply: Answer, *, usage: bool = True) -> dict[str, Any]:
     a: dict[str, Any] = {}
     if reply.model:
         a[attr.RESPONSE_MODEL] = reply.model

@@ -7,7 +7,7 @@ all read it. A check never knows which provider produced the payload.
 - ``before``: ``(Payload, Context) -> list[Violation] | Skip``, judged before sending (in
   enforce mode a violation blocks the call);
 - ``wire``: ``(Payload, Context, body) -> ...``, on the request body the transport sends;
-- ``answer``: ``(Payload, Context, Reply | None, unanswered) -> ...``, when the call ends.
+- ``answer``: ``(Payload, Context, Answer | None, unanswered) -> ...``, when the call ends.
 """
 
 from __future__ import annotations

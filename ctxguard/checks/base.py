@@ -8,7 +8,7 @@ from typing import Literal
 
 from ..budget import BudgetEval
 from ..facts.evaluate import FactView
-from ..payload import Payload, Reply
+from ..payload import Answer, Payload
 from ..pinned import PinnedBlock
 from ..policy import Policy
 from ..violations import Violation
@@ -55,7 +55,7 @@ Check = Callable[[Payload, Context], "list[Violation] | Skip"]
 #: ``(payload, context, body sent)``: judged once the transport has the body.
 WireCheck = Callable[[Payload, Context, bytes], "list[Violation] | Skip"]
 #: ``(payload, context, the answer or None, why there is none)``: judged when the call ends.
-AnswerCheck = Callable[[Payload, Context, "Reply | None", str], "list[Violation] | Skip"]
+AnswerCheck = Callable[[Payload, Context, "Answer | None", str], "list[Violation] | Skip"]
 
 #: When a check is judged: before sending (it can block, in enforce mode), on the body the
 #: transport sends, or on the answer.

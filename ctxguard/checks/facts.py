@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..facts.evaluate import FactView
 from ..facts.ledger import Version
 from ..facts.matching import LARGE_TEXT, MIN_MATCH_CHARS, normalise
-from ..payload import Payload, Reply
+from ..payload import Answer, Payload
 from ..violations import Violation
 from .base import UNLISTED, Context, Skip
 
@@ -99,7 +99,7 @@ def fact_scoped(payload: Payload, ctx: Context) -> list[Violation] | Skip:
     ]
 
 
-def answer_consistent(payload: Payload, ctx: Context, reply: Reply | None, unanswered: str) -> list[Violation] | Skip:
+def answer_consistent(payload: Payload, ctx: Context, reply: Answer | None, unanswered: str) -> list[Violation] | Skip:
     """After the response: the answer states a stale value whose active value was sent (a
     model-level miss). ``unanswered``: why there is no answer, if there is none."""
     view = ctx.facts

@@ -7,7 +7,7 @@ from time import perf_counter
 from typing import Any
 
 from .._isolation import guarded, report_internal_error
-from ..payload import Reply
+from ..payload import Answer
 from ..providers.base import CallSite
 from .protocol import Observed
 from .streams import http_response_of, tap_response, wrap_manager, wrap_stream
@@ -81,7 +81,7 @@ def overheard(call: Observed, response: Any) -> None:
     if found is not None:
         read, reader = found
 
-        def heard(reply: Reply | None, exc: BaseException | None, *, early: bool, streamed: bool) -> None:
+        def heard(reply: Answer | None, exc: BaseException | None, *, early: bool, streamed: bool) -> None:
             if reply is not None:
                 call.heard(reply)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from ..payload import Reply
+from ..payload import Answer
 from ..providers.base import Provider
 
 __all__ = ["CallStarter", "Observed"]
@@ -52,16 +52,16 @@ class Observed(Protocol):
     def from_wire(self, body: bytes, beneath: Any) -> None:
         """This call is guarded from the wire: ``body`` is its request; ``beneath`` the span current then."""
 
-    def heard(self, reply: Reply) -> None:
+    def heard(self, reply: Answer) -> None:
         """The provider's own answer, read off the transport under a delegating call."""
 
-    def answer(self, reply: Reply | None, started: float | None = None) -> None:
+    def answer(self, reply: Answer | None, started: float | None = None) -> None:
         """The whole answer is known."""
 
-    def failed(self, exc: BaseException, reply: Reply | None = None) -> None:
+    def failed(self, exc: BaseException, reply: Answer | None = None) -> None:
         """The SDK raised ``exc`` (after answering ``reply`` so far, if a stream)."""
 
-    def ended_early(self, reply: Reply | None, *, streamed: bool) -> None:
+    def ended_early(self, reply: Answer | None, *, streamed: bool) -> None:
         """The app closed or dropped the answer before its end."""
 
     def refused(self, status: int) -> None:

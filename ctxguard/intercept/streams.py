@@ -26,7 +26,7 @@ from typing import Any
 import wrapt
 
 from .._isolation import guarded, report_internal_error
-from ..payload import Reply
+from ..payload import Answer
 from ..providers.base import StreamReader
 from .frames import transparent
 from .inflight import IN_FLIGHT
@@ -119,7 +119,7 @@ class _Events:
         if type(event) is dict and (event.get("type") == "error" or type(event.get("error")) is dict):
             self.complete = True  # the service failed midway (Anthropic, Responses, Chat): nothing follows
 
-    def reply(self) -> Reply | None:
+    def reply(self) -> Answer | None:
         if self.size > BODY_LIMIT:
             return None
         self._dispatch()  # a last event without its blank line
@@ -131,7 +131,7 @@ class _Document:
 
     __slots__ = ("_parts", "_read", "complete", "size")
 
-    def __init__(self, read: Callable[[Any], Reply | None]) -> None:
+    def __init__(self, read: Callable[[Any], Answer | None]) -> None:
         self._read = read
         self._parts: list[bytes] = []
         self.complete = False
@@ -142,7 +142,7 @@ class _Document:
         if self.size <= BODY_LIMIT:
             self._parts.append(chunk)
 
-    def reply(self) -> Reply | None:
+    def reply(self) -> Answer | None:
         if self.size > BODY_LIMIT or not self._parts:
             return None
         try:
@@ -269,7 +269,7 @@ def tap_response(
     response: Any,
     call: Observed,
     reader: StreamReader,
-    read: Callable[[Any], Reply | None],
+    read: Callable[[Any], Answer | None],
     settle: Settle | None = None,
 ) -> None:
     """Read ``response``'s body for ``call`` as it passes (``reader`` for events, ``read`` for a
@@ -299,7 +299,7 @@ def tap_response(
 def _ending(call: Observed) -> Settle:
     """How a body that ended ends ``call``: in a transport error, before its end, or complete."""
 
-    def settle(reply: Reply | None, exc: BaseException | None, *, early: bool, streamed: bool) -> None:
+    def settle(reply: Answer | None, exc: BaseException | None, *, early: bool, streamed: bool) -> None:
         if exc is not None:
             call.failed(exc, reply)
         elif early:
@@ -448,7 +448,7 @@ class _Manager(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
     enter (with the call in flight, so its body is judged); the answer is read from the
     helper's own accumulated snapshot on exit."""
 
-    def __init__(self, wrapped: Any, call: Observed, final: Callable[[Any], Reply | None]) -> None:
+    def __init__(self, wrapped: Any, call: Observed, final: Callable[[Any], Answer | None]) -> None:
         super().__init__(wrapped)
         self._self_call = call
         self._self_final = final
@@ -507,7 +507,7 @@ class _Manager(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
             self._self_finish(exc[1] if len(exc) > 1 and isinstance(exc[1], BaseException) else None)
 
 
-def wrap_manager(manager: Any, call: Observed, final: Callable[[Any], Reply | None]) -> Any:
+def wrap_manager(manager: Any, call: Observed, final: Callable[[Any], Answer | None]) -> Any:
     return _Manager(manager, call, final)
 
 

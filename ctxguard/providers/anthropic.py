@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..memo import Memo
-from ..payload import Item, Reply, RequestView
+from ..payload import Answer, Item, RequestView
 from ..tokens import NON_TEXT_PART
 from ._image import ANTHROPIC_HIGH_RES, ANTHROPIC_STANDARD, anthropic_tokens, size_of_base64
 from ._read import Unread, canonical, family, items, schemas, structured_parts
@@ -207,13 +207,13 @@ class AnthropicAdapter:
         items(messages, _message_item, view, name="messages", noun="message", plain_first=True, memo=memo)
         return view
 
-    def read_response(self, api: str, result: Any) -> Reply | None:
+    def read_response(self, api: str, result: Any) -> Answer | None:
         content = _get(result, "content")
         if not isinstance(content, list):
             return None
         usage = _get(result, "usage")
         reason = _str(_get(result, "stop_reason"))
-        return Reply(
+        return Answer(
             model=_str(_get(result, "model")),
             id=_str(_get(result, "id")),
             finish_reasons=[reason] if reason else [],
@@ -225,7 +225,7 @@ class AnthropicAdapter:
     def stream_reader(self, api: str) -> _EventStream:
         return _EventStream()
 
-    def final_reply(self, stream: Any) -> Reply | None:
+    def final_reply(self, stream: Any) -> Answer | None:
         """The answer of a ``messages.stream()`` helper, from its accumulated snapshot."""
         return self.read_response("messages", _get(stream, "current_message_snapshot"))
 
@@ -246,7 +246,7 @@ class _EventStream:
     """``stream=True``: message_start, content_block_delta, message_delta events."""
 
     def __init__(self) -> None:
-        self._reply = Reply()
+        self._reply = Answer()
         self._texts: list[str] = []
 
     def feed(self, event: Any) -> None:
@@ -278,7 +278,7 @@ class _EventStream:
             reply.error = _str(_get(error, "type")) if error is not None else None
             reply.error = reply.error or "error"
 
-    def reply(self) -> Reply:
+    def reply(self) -> Answer:
         self._reply.text = "".join(self._texts)
         return self._reply
 

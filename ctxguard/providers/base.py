@@ -1,7 +1,7 @@
 """What a provider module declares: one ``Provider`` record, translation only, no decisions.
 
 A provider module knows an SDK's call sites and how to turn its requests and answers
-into the neutral ``RequestView`` / ``Reply``. It imports nothing of the guard, the
+into the neutral ``RequestView`` / ``Answer``. It imports nothing of the guard, the
 call lifecycle or telemetry (the import contracts in ``pyproject.toml`` hold it to that);
 patching, metrics' label set, offline checking and docs/supported.md all read the
 records in ``ctxguard.providers.PROVIDERS``.
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from ..memo import Memo
-from ..payload import Reply, RequestView
+from ..payload import Answer, RequestView
 
 __all__ = ["Adapter", "CallSite", "Kind", "Provider", "StreamReader"]
 
@@ -31,7 +31,7 @@ class StreamReader(Protocol):
 
     def feed(self, chunk: Any) -> None: ...
 
-    def reply(self) -> Reply: ...
+    def reply(self) -> Answer: ...
 
 
 class Adapter(Protocol):
@@ -41,7 +41,7 @@ class Adapter(Protocol):
         """``memo``: the conversation's previous call, to skip what is unchanged (see ``ctxguard.memo``)."""
         ...
 
-    def read_response(self, api: str, result: Any) -> Reply | None: ...
+    def read_response(self, api: str, result: Any) -> Answer | None: ...
 
     def stream_reader(self, api: str) -> StreamReader: ...
 
@@ -59,7 +59,7 @@ class CallSite:
 
 #: Reads a provider's answer off the HTTP response another SDK got for it: ``(read a whole
 #: body, a stream reader)``, or None when that provider's wire format is not read here.
-WireReaders = Callable[[str], "tuple[Callable[[Any], Reply | None], StreamReader] | None"]
+WireReaders = Callable[[str], "tuple[Callable[[Any], Answer | None], StreamReader] | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +93,7 @@ class Provider:
     #: Runs other SDKs underneath: their call sites, reached during one of its calls, are part of it.
     delegates: bool = False
     #: ``manager`` sites: the final answer of a finished stream helper.
-    final_reply: Callable[[Any], Reply | None] | None = None
+    final_reply: Callable[[Any], Answer | None] | None = None
     #: A delegating provider: how the routed provider's own answer is read off the wire.
     wire_readers: WireReaders | None = None
     #: A captured request body (with the capture line's model) as its call site would have seen

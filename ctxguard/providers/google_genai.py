@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..memo import Memo
-from ..payload import Item, Reply, RequestView
+from ..payload import Answer, Item, RequestView
 from ..tokens import NON_TEXT_PART
 from ._image import gemini_tokens, size_of_base64, size_of_bytes
 from ._read import Unread, canonical, items, schemas, unread_if_one_shot
@@ -195,7 +195,7 @@ class GoogleGenAIAdapter:
         items(turns, _turn_item, view, name="contents", noun="content")
         return view
 
-    def read_response(self, api: str, result: Any) -> Reply | None:
+    def read_response(self, api: str, result: Any) -> Answer | None:
         if _get(result, "candidates") is None and _get(result, "usage_metadata") is None:
             return None
         reader = _Responses()
@@ -210,7 +210,7 @@ class _Responses:
     """One ``GenerateContentResponse``, or the chunks of a stream (each one a response)."""
 
     def __init__(self) -> None:
-        self._reply = Reply()
+        self._reply = Answer()
         self._texts: list[str] = []
 
     def feed(self, response: Any) -> None:
@@ -238,7 +238,7 @@ class _Responses:
             # Thinking tokens are generated and billed as output too.
             reply.output_tokens = None if output is None else output + (_int(_get(usage, "thoughts_token_count")) or 0)
 
-    def reply(self) -> Reply:
+    def reply(self) -> Answer:
         self._reply.text = "".join(self._texts)
         return self._reply
 

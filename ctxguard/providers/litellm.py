@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..memo import Memo
-from ..payload import Reply, RequestView
+from ..payload import Answer, RequestView
 from . import anthropic as anthropic_provider
 from . import openai as openai_provider
 from ._read import as_str as _str
@@ -65,13 +65,13 @@ class LiteLLMAdapter:
         view.provider = _routed(kwargs)
         return view
 
-    def read_response(self, api: str, result: Any) -> Reply | None:
+    def read_response(self, api: str, result: Any) -> Answer | None:
         return openai_provider.ADAPTER.read_response(api, result)
 
     def stream_reader(self, api: str) -> StreamReader:
         return openai_provider.ADAPTER.stream_reader(api)
 
-    def wire_readers(self, provider: str) -> tuple[Callable[[Any], Reply | None], StreamReader] | None:
+    def wire_readers(self, provider: str) -> tuple[Callable[[Any], Answer | None], StreamReader] | None:
         """How the routed provider's own answer is read off the HTTP response LiteLLM got: LiteLLM
         translates what it returns (its own id, OpenAI finish reasons), and the span carries what
         the provider said. None for a provider whose wire format is not read here."""

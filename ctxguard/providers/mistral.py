@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..memo import Memo
-from ..payload import Item, Reply, RequestView
+from ..payload import Answer, Item, RequestView
 from ..tokens import NON_TEXT_PART
 from ._image import Size, size_of_url
 from ._read import as_int as _int
@@ -208,14 +208,14 @@ class MistralAdapter:
               memo=memo)
         return view
 
-    def read_response(self, api: str, result: Any) -> Reply | None:
+    def read_response(self, api: str, result: Any) -> Answer | None:
         choices = _get(result, "choices")
         if not isinstance(choices, list):
             return None
         usage = _get(result, "usage")
         message = _get(choices[0], "message") if choices else None
         reasons = [r for r in (_str(_get(c, "finish_reason")) for c in choices) if r]
-        return Reply(
+        return Answer(
             model=_str(_get(result, "model")),
             id=_str(_get(result, "id")),
             finish_reasons=reasons,
@@ -234,7 +234,7 @@ class _ChunkStream:
     ``data`` is the chunk) if the stream is ever read as objects."""
 
     def __init__(self) -> None:
-        self._reply = Reply()
+        self._reply = Answer()
         self._texts: list[str] = []
 
     def feed(self, chunk: Any) -> None:
@@ -263,7 +263,7 @@ class _ChunkStream:
             reply.input_tokens = _int(_get(usage, "prompt_tokens"))
             reply.output_tokens = _int(_get(usage, "completion_tokens"))
 
-    def reply(self) -> Reply:
+    def reply(self) -> Answer:
         self._reply.text = "".join(self._texts)
         return self._reply
 

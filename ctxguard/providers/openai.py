@@ -2,7 +2,7 @@
 
 Only translation lives here: keyword arguments of ``chat.completions.create``
 and ``responses.create`` (and ``parse``) into a ``RequestView``, responses and
-stream chunks into a ``Reply``. ``stream()`` helpers call ``create`` and are
+stream chunks into a ``Answer``. ``stream()`` helpers call ``create`` and are
 covered through it.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from ..cache import TwoGenerationCache, str_bytes, text_bytes
 from ..memo import Memo
-from ..payload import Item, Reply, RequestView
+from ..payload import Answer, Item, RequestView
 from ..tokens import NON_TEXT_PART
 from ._image import openai_tokens, size_of_url
 from ._read import as_int as _int
@@ -355,7 +355,7 @@ class OpenAIAdapter:
             return
         items(raw, _response_item, view, name="input", noun="input item", plain_first=True, memo=memo)
 
-    def read_response(self, api: str, result: Any) -> Reply | None:
+    def read_response(self, api: str, result: Any) -> Answer | None:
         if api == "responses":
             return _response_reply(result)
         choices = _get(result, "choices")
@@ -363,7 +363,7 @@ class OpenAIAdapter:
             return None  # a raw HTTP response (with_raw_response) or something else: nothing to read
         usage = _get(result, "usage")
         message = _get(choices[0], "message") if choices else None
-        return Reply(
+        return Answer(
             model=_str(_get(result, "model")),
             id=_str(_get(result, "id")),
             finish_reasons=[r for r in (_str(_get(c, "finish_reason")) for c in choices) if r],
@@ -376,7 +376,7 @@ class OpenAIAdapter:
         return _ResponsesStream() if api == "responses" else _ChatStream()
 
 
-def _response_reply(result: Any) -> Reply | None:
+def _response_reply(result: Any) -> Answer | None:
     output = _get(result, "output")
     if not isinstance(output, list):
         return None
@@ -390,7 +390,7 @@ def _response_reply(result: Any) -> Reply | None:
                 texts.append(text)
     status = _str(_get(result, "status"))
     error = _get(result, "error") if status == "failed" else None
-    return Reply(
+    return Answer(
         error=(_str(_get(error, "code")) or "failed") if status == "failed" else None,
         model=_str(_get(result, "model")),
         id=_str(_get(result, "id")),
@@ -403,7 +403,7 @@ def _response_reply(result: Any) -> Reply | None:
 
 class _ChatStream:
     def __init__(self) -> None:
-        self._reply = Reply()
+        self._reply = Answer()
         self._texts: list[str] = []
 
     def feed(self, chunk: Any) -> None:
@@ -427,7 +427,7 @@ class _ChatStream:
             reply.input_tokens = _int(_get(usage, "prompt_tokens"))
             reply.output_tokens = _int(_get(usage, "completion_tokens"))
 
-    def reply(self) -> Reply:
+    def reply(self) -> Answer:
         self._reply.text = "".join(self._texts)
         return self._reply
 
@@ -436,8 +436,8 @@ class _ResponsesStream:
     _FINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
     def __init__(self) -> None:
-        self._final: Reply | None = None
-        self._started = Reply()  # who answers, from the first event: kept if the stream fails midway
+        self._final: Answer | None = None
+        self._started = Answer()  # who answers, from the first event: kept if the stream fails midway
         self._texts: list[str] = []
 
     def feed(self, event: Any) -> None:
@@ -452,7 +452,7 @@ class _ResponsesStream:
             response = _get(event, "response")
             self._started.id, self._started.model = _str(_get(response, "id")), _str(_get(response, "model"))
 
-    def reply(self) -> Reply:
+    def reply(self) -> Answer:
         reply = self._final or self._started
         reply.text = reply.text or "".join(self._texts)
         return reply
