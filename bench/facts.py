@@ -111,7 +111,7 @@ def main() -> int:
         msgs = payload(n, values(n, facts, shared), pinned)
         rounds = max(ROUNDS[n] // div, 5)
         msg_words = [words(normalise(m["content"])) for m in msgs]
-        candidates = len(guard.inspector.facts.index.foreign((conv, None), msg_words))
+        candidates = len(guard._inspector.facts.index.foreign((conv, None), msg_words))
         with ctxguard.conversation(conv):
             for _ in range(max(rounds // 10, 3)):
                 orig(chat, model=bench.MODEL, messages=msgs)
@@ -146,7 +146,7 @@ def main() -> int:
                 with ctxguard.conversation(f"bench-facts-{facts}-{tag(n, facts)}"):
                     for k, value in enumerate(values(n, facts, shared)):
                         ctxguard.record_fact(f"account_{k}", value)
-        result["index_entries"] = len(guard.inspector.facts.index)
+        result["index_entries"] = len(guard._inspector.facts.index)
         cells += [run_cell(n, facts, str(facts)) for n in SIZES for facts in FACTS]
     finally:
         ctxguard.uninstrument()

@@ -119,7 +119,7 @@ def large(conversations: int, size: int, facts: bool) -> bool:
 def drop_caches(g: Guard) -> None:
     """Fresh, empty caches and memos in ``g`` (the same budgets): what is left is the memory of the
     conversations."""
-    inspector, m = g.inspector, g.measurer
+    inspector, m = g._inspector, g.measurer
     inspector.measurer = Measurer(m.digester, m.counter, m.calibration, max_bytes=g.config.cache_bytes // 4)
     inspector.memos = Memos(max_bytes=inspector.memos.max_bytes)
     inspector._norms = TwoGenerationCache(20_000, g.config.cache_bytes // 8, text_bytes)
@@ -130,7 +130,7 @@ def drop_caches(g: Guard) -> None:
 
 def small(conversations: int, messages: int) -> bool:
     g = guard()
-    g.inspector.memory.max_conversations = g.inspector.memory.max_bytes = 1 << 62  # remember every conversation
+    g._inspector.memory.max_conversations = g._inspector.memory.max_bytes = 1 << 62  # remember every conversation
     system = {"role": "system", "content": "You are the order assistant. Be brief."}
     half = conversations // 2
     gc.collect()
@@ -144,13 +144,13 @@ def small(conversations: int, messages: int) -> bool:
         call(g, f"c{n}", history)
         if n == half:
             drop_caches(g)
-            at_half, counted_at_half = retained(base), g.inspector.memory.bytes
+            at_half, counted_at_half = retained(base), g._inspector.memory.bytes
     total = retained(base)
     drop_caches(g)
     left = retained(base)
     tracemalloc.stop()
     per = (left - at_half) / (conversations - half)
-    counted = (g.inspector.memory.bytes - counted_at_half) / (conversations - half)
+    counted = (g._inspector.memory.bytes - counted_at_half) / (conversations - half)
     allowed = 2048 + 16 * messages
     ok = per <= allowed and per <= counted
     print(f"| {conversations:,} | {messages} | {total / MiB:.1f} | {per:,.0f} | {counted:,.0f} | {allowed:,} |"

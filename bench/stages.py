@@ -82,10 +82,10 @@ def main() -> None:
         payload = guard.measurer.measure(view)
 
         def evaluate() -> Verdict:
-            return guard.inspector.inspect(payload, ("bench-stages", None), guard.policy)
+            return guard._inspector.inspect(payload, ("bench-stages", None), guard.policy)
 
         judged = evaluate()
-        recorder = guard.recorder
+        recorder = guard._recorder
 
         def record() -> None:
             t = recorder.start(judged, None, None)

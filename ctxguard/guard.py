@@ -50,6 +50,11 @@ _perf = time.perf_counter
 class Guard:
     """The active instrumentation, returned by ``ctxguard.instrument()``.
 
+    Its API: ``config``, ``policy`` (replaceable at run time), ``enforce``, ``start_capture`` /
+    ``stop_capture`` / ``capture``, and for ctxguard's own helpers (the ``ContextBuilder``,
+    ``instrument``) the read-only ``measurer``, ``calibration``, ``ids`` and ``metrics``.
+    Everything else is underscored: the inspector, the recorder, the call stages.
+
     >>> guard = ctxguard.instrument()            # doctest: +SKIP
     >>> guard.policy = ctxguard.Policy(pinned=ctxguard.Pinned())  # doctest: +SKIP
     """
@@ -72,14 +77,14 @@ class Guard:
         self.metrics: Metrics = metrics_for(registry, CHECK_NAMES, LABELS)
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         facts = sinks if sinks is not None else facts_mod.configure(ledger, clock)  # type: ignore[arg-type]
-        self.inspector = inspector_for(config, facts)
-        digester = self.inspector.measurer.digester
+        self._inspector = inspector_for(config, facts)
+        digester = self._inspector.measurer.digester
         #: How conversation and fact ids are exported: as they are, or keyed digests (``hash_ids``).
         self.ids = ExportedIds(digester if config.hash_ids else None)
-        self.recorder = Recorder(config, self.metrics, provider.get_tracer("ctxguard"), self.ids, WarningLimiter())
-        self.calibration = self.inspector.measurer.calibration
+        self._recorder = Recorder(config, self.metrics, provider.get_tracer("ctxguard"), self.ids, WarningLimiter())
+        self.calibration = self._inspector.measurer.calibration
         self._stages = Stages(
-            self.inspector, self.recorder, WireDigests(digester, max_bytes=config.cache_bytes // 8), self.calibration
+            self._inspector, self._recorder, WireDigests(digester, max_bytes=config.cache_bytes // 8), self.calibration
         )
         self._conversation_id = conversation_id
 
@@ -90,24 +95,24 @@ class Guard:
     @property
     def measurer(self) -> Measurer:
         """How payloads and texts are digested and counted (the builder counts with it too)."""
-        return self.inspector.measurer
+        return self._inspector.measurer
 
     @property
     def capture(self) -> CaptureWriter | None:
         """Where request bodies and fact events are being captured, if anywhere (opt-in)."""
-        return self.recorder.capture
+        return self._recorder.capture
 
     def start_capture(self, writer: CaptureWriter) -> None:
         """Capture every request body (as sent) and fact event to ``writer`` until ``stop_capture``."""
-        if self.recorder.capture is not None:
-            raise RuntimeError(f"already capturing to {self.recorder.capture.path}")
-        self.recorder.capture = writer
-        self.inspector.facts.capture = writer
+        if self._recorder.capture is not None:
+            raise RuntimeError(f"already capturing to {self._recorder.capture.path}")
+        self._recorder.capture = writer
+        self._inspector.facts.capture = writer
 
     def stop_capture(self) -> None:
-        writer, self.recorder.capture = self.recorder.capture, None
-        if self.inspector.facts.capture is writer:
-            self.inspector.facts.capture = None
+        writer, self._recorder.capture = self._recorder.capture, None
+        if self._inspector.facts.capture is writer:
+            self._inspector.facts.capture = None
         if writer is not None:
             writer.close()
 
@@ -128,7 +133,7 @@ class Guard:
         over ctxguard's at this call site, if any."""
         started = _perf()
         scope = self._scope(kwargs)
-        inspector = self.inspector
+        inspector = self._inspector
         payload = inspector.measure(provider, api, kwargs, scope)
         if payload is None:
             return None
@@ -137,7 +142,7 @@ class Guard:
             inspector.evaluate(verdict, self.policy)
         except Exception as exc:
             report_internal_error("checks", exc)
-        recorder = self.recorder
+        recorder = self._recorder
         try:
             pinned = verdict.ctx.pinned if verdict.ctx is not None else None
             pinned_hash = inspector.measurer.digester.text(pinned.text) if pinned is not None else None

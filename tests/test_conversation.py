@@ -327,7 +327,7 @@ def test_a_raised_max_conversations_is_honoured_whatever_the_byte_budget(harness
     monkeypatch.setenv("CTXGUARD_MAX_CONVERSATIONS", "2000")
     monkeypatch.setenv("CTXGUARD_CACHE_BYTES", str(1024 * 1024))  # its share holds ~240 of them
     guard = harness.start(mode="observe")
-    memory = guard.inspector.memory
+    memory = guard._inspector.memory
     for i in range(2000):
         memory.observe((f"c{i}", None), _payload([("user", f"question {i}")] * 20, f"d{i}"), pinned=False)
     assert len(memory) == 2000

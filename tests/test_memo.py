@@ -236,12 +236,12 @@ def test_a_memo_dropped_while_its_call_ran_is_not_counted_when_settled() -> None
 
 def test_the_guard_settles_its_memos_within_their_bound(harness, client: openai.OpenAI) -> None:
     guard = harness.start(mode="observe")
-    guard.inspector.memos.max_messages = 50
+    guard._inspector.memos.max_messages = 50
     for conversation in range(10):
         with ctxguard.conversation(f"c{conversation}"):
             client.chat.completions.create(
                 model="gpt-4o", messages=[{"role": "user", "content": f"{conversation} {i}"} for i in range(10)])
-    assert 0 < guard.inspector.memos.kept <= 50 and len(guard.inspector.memos) < 10
+    assert 0 < guard._inspector.memos.kept <= 50 and len(guard._inspector.memos) < 10
 
 
 def test_a_message_redacted_in_place_is_seen_on_the_next_call(harness, llm, client: openai.OpenAI) -> None:

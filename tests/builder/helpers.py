@@ -15,7 +15,7 @@ def judge(guard: Guard, kwargs: dict[str, Any], provider: str = "openai") -> dic
     """Every check's outcome for this request, through normalise -> measure -> checks (nothing sent)."""
     record, api = (OPENAI, "chat.completions") if provider == "openai" else (ANTHROPIC, "messages")
     payload = guard.measurer.measure(record.adapter.normalise(api, kwargs))
-    verdict = guard.inspector.inspect(payload, current_conversation(), guard.policy)
+    verdict = guard._inspector.inspect(payload, current_conversation(), guard.policy)
     return {o.check: o for o in verdict.outcomes}
 
 

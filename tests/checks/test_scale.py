@@ -82,8 +82,8 @@ def test_a_value_shared_by_many_conversations_is_one_index_entry_and_one_violati
     shared = "ACC-77310-shared"
     for n in range(2_000):
         ctxguard.record_fact("account", shared, conversation=f"other-{n}")
-    assert len(guard.inspector.facts.index) == 1
-    entry = guard.inspector.facts.index._values[shared.casefold()]
+    assert len(guard._inspector.facts.index) == 1
+    entry = guard._inspector.facts.index._values[shared.casefold()]
     assert len(entry.owners) == MAX_OWNERS  # the last few, to name one; not 2,000
     with ctxguard.conversation("me"):
         client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": shared}])
@@ -124,7 +124,7 @@ def test_a_check_failing_for_many_facts_is_one_warning_and_a_bounded_list_of_eve
 def test_warnings_are_rate_limited_per_conversation(harness, client, caplog):
     guard = harness.start(mode="observe")
     now = [1_000.0]
-    guard.recorder.warnings = WarningLimiter(clock=lambda: now[0])
+    guard._recorder.warnings = WarningLimiter(clock=lambda: now[0])
     ctxguard.record_fact("order", "A-1041-x", conversation="noisy")
     ctxguard.record_fact("order", "B-2041-y", conversation="quiet")
 
