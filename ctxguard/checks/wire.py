@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 from sys import getsizeof
+from typing import Any
 
 from ..cache import ENTRY_BYTES, TwoGenerationCache
 from ..facts.evaluate import FactView
 from ..facts.index import WORD as _WORD
 from ..facts.ledger import Version
-from ..facts.matching import LARGE_TEXT, normalise
+from ..facts.matching import LARGE_TEXT, normalise, strings_in
 from ..payload import Payload
 from ..violations import Violation
 from .base import Context
@@ -133,7 +134,47 @@ def _facts_on_the_wire(payload: Payload, ctx: Context, view: FactView, body: byt
             if lines and not all(_carried(line, body) for line in lines):
                 violations.append(Violation(
                     "wire_intact", f"{version.label} passed is not in the body sent", version.fact_id))
+    if violations:
+        sent = _decoded(body)
+        if sent is not None:  # the body's own text says otherwise: not a loss
+            violations = [v for v in violations if view.state.active[v.fact_id or ""].norm not in sent]
     return violations
+
+
+#: Bodies up to this size are decoded when a fact's line is not found in them raw.
+_DECODED_BYTES = 8 << 20
+
+
+def _decoded(body: bytes) -> str | None:
+    """Every string of the body as sent, normalised: what settles a fact whose line is not in
+    the raw bytes because the SDK sent it as structure, not text (a tool call's object
+    arguments, an Anthropic ``tool_use`` input: nested JSON, where ctxguard's line is the
+    value's text, or canonical JSON with other spacing and key order). Only read when a fact
+    looks lost, so never on a clean call; None for a body too large or not JSON."""
+    if len(body) > _DECODED_BYTES:
+        return None
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        return None
+    return normalise(strings_in(_parsed_strings(decoded)))
+
+
+def _parsed_strings(node: Any) -> Any:
+    """``node`` with every string that is itself a JSON document (OpenAI's ``arguments``)
+    replaced by what it holds."""
+    if isinstance(node, str):
+        if node[:1] in ("{", "["):
+            try:
+                return _parsed_strings(json.loads(node))
+            except ValueError:
+                return node
+        return node
+    if isinstance(node, dict):
+        return {k: _parsed_strings(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_parsed_strings(v) for v in node]
+    return node
 
 
 #: Messages resent call after call are searched for whole at the place they were last found.

@@ -342,8 +342,6 @@ def test_a_fact_carried_by_string_arguments_is_found_on_the_wire(harness, llm, m
     assert list(a["ctxguard.violations"]) == []
 
 
-@pytest.mark.xfail(strict=True, reason="wire_intact looks for a fact's line JSON-escaped, as inside a string; "
-                                       "object arguments are raw JSON in the body (ctxguard/checks/wire.py)")
 def test_a_fact_carried_by_object_arguments_is_found_on_the_wire(harness, llm, mistral):
     harness.start(mode="observe")
     with ctxguard.conversation("args"):

@@ -214,3 +214,44 @@ def test_a_retried_request_is_judged_on_the_wire_once(harness, llm):
     assert len(llm.requests) == 2  # sent twice, one call
     assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
     assert harness.spans()[-1].attributes["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[0].body)
+
+
+TOOL_SYSTEM = {"role": "system", "content": "You are the order assistant."}
+
+
+def _only_span(harness):  # type: ignore[no-untyped-def]
+    return [s for s in harness.spans() if s.instrumentation_scope.name == "ctxguard"][-1]
+
+
+def test_a_fact_in_tool_call_arguments_is_on_the_wire(harness, llm, client):
+    """OpenAI sends a tool call's arguments as a JSON string: the fact's line (the tool's name
+    and its arguments) is not in the body raw, its value is; no false alarm."""
+    harness.start(mode="observe")
+    with ctxguard.conversation("args"):
+        ctxguard.record_fact("order_id", "A-1041")
+        client.chat.completions.create(model="gpt-4o", messages=[
+            TOOL_SYSTEM, {"role": "user", "content": "where is it?"},
+            {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                "name": "lookup", "arguments": '{"order": "A-1041"}'}}]},
+            {"role": "tool", "content": "shipped", "tool_call_id": "call_1"}])
+    a = _only_span(harness).attributes
+    assert list(a["ctxguard.facts.present"]) == ["order_id@1"]
+    assert list(a["ctxguard.violations"]) == []
+
+
+def test_a_fact_in_a_tool_use_input_is_on_the_wire(harness, llm):
+    """Anthropic sends a ``tool_use`` input as nested JSON, with the SDK's spacing and key order."""
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=llm.anthropic_base_url, api_key="x", max_retries=0)
+    harness.start(mode="observe")
+    with ctxguard.conversation("input"):
+        ctxguard.record_fact("order_id", "A-1041")
+        client.messages.create(model="claude-sonnet-4-5", max_tokens=100, system=TOOL_SYSTEM["content"], messages=[
+            {"role": "user", "content": "where is it?"},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"order": "A-1041", "n": 1}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "shipped"}]}])
+    a = _only_span(harness).attributes
+    assert list(a["ctxguard.facts.present"]) == ["order_id@1"]
+    assert list(a["ctxguard.violations"]) == []
