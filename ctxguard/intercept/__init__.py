@@ -231,8 +231,9 @@ def _repair(request: Any) -> None:
     else:
         logger.warning("ctxguard: a model request to %s bypassed its call site: the app called an SDK method it "
                        "had looked up before ctxguard.instrument() (a framework client set up earlier, a cached "
-                       "with_raw_response); such requests are guarded from the wire, without enforce mode; "
-                       "call instrument() before creating clients", request.url.path)
+                       "with_raw_response); such requests are guarded from the wire where their SDK says who sent "
+                       "them (%s), without enforce mode; call instrument() before creating clients",
+                       request.url.path, ", ".join(p.distribution for p in PROVIDERS if p.wire_apis))
 
 
 def _on_import(distribution: str) -> Any:

@@ -11,7 +11,9 @@ from typing import Any
 from ..memo import Memo
 from ..payload import Item, RequestView
 
-SENTINELS = frozenset({"NotGiven", "Omit"})
+#: Type names of the SDKs' "not given" sentinels: Stainless's (openai, anthropic) and
+#: Speakeasy's (mistralai's ``UNSET``); a field holding one is read as absent.
+SENTINELS = frozenset({"NotGiven", "Omit", "Unset"})
 ROLE_MAX = 32
 
 

@@ -27,7 +27,7 @@ from ._image import Size, size_of_url
 from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import canonical, elements, items, schemas, structured_parts
-from ._read import get as _read_get
+from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
 from .base import CallSite, Provider
@@ -52,16 +52,8 @@ HTTP_RESULTS = (
     ("mistralai.client.utils.eventstreaming", "EventStreamAsync", "response"),
 )
 
-#: The type name of the SDK's "not given" sentinel (``mistralai.client.types.UNSET``), which its
-#: models hold for every optional field left out; read as absent.
-_UNSET = "Unset"
 #: How deep chunks nest (a thinking chunk's parts, a resource's content) before reading stops.
 _DEPTH = 4
-
-
-def _get(obj: Any, key: str) -> Any:
-    value = _read_get(obj, key)
-    return None if type(value).__name__ == _UNSET else value
 
 
 #: Pixtral's image encoding (mistral-common): the image scaled down to fit a square of
