@@ -80,7 +80,14 @@ _SNAPSHOT = re.compile(r"^(.+?)-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4}|\d{3}|latest)$")
 
 
 def window_for(model: str | None) -> int | None:
-    """``window_for("gpt-4o-2024-08-06")`` -> 128000; unknown models -> None."""
+    """The model's context window in tokens (``MODEL_WINDOWS``); dated snapshots and ``-latest``
+    resolve to their family, unknown models to None (never guessed).
+
+    >>> window_for("gpt-4o-2024-08-06")
+    128000
+    >>> window_for("my-finetune-v7") is None
+    True
+    """
     if not model or not isinstance(model, str):
         return None
     name = model.rsplit("/", 1)[-1].strip().lower()
@@ -171,7 +178,19 @@ def budget_for(
     reserved_output: int = 0,
     reserved_reasoning: int = 0,
 ) -> BudgetBreakdown:
-    """``budget_for("gpt-4o", system=1200, reserved_output=4000).history_available`` -> 122800."""
+    """The equation for ``model``, every term given (the window from the table unless given).
+
+    >>> budget_for("gpt-4o", system=1200, reserved_output=4000).history_available
+    122800
+    >>> print(budget_for("gpt-4o", system=1200, tools=800, reserved_output=4000))
+      window                   128,000
+    - system                     1,200
+    - tools                        800
+    - retrieved                      0
+    - reserved output            4,000
+    - reserved reasoning             0
+    = history available        122,000
+    """
     _check_terms(
         window=window,
         system=system,
@@ -224,7 +243,16 @@ def evaluate(
     tools_tokens: int,
     max_output_tokens: int | None,
 ) -> BudgetEval | str:
-    """Measure one request; returns the reason as a string when it cannot be judged."""
+    """Measure one request; returns the reason as a string when it cannot be judged.
+
+    >>> ev = evaluate(Budget(window=1000), model="m", input_tokens=900, system_tokens=0, tools_tokens=0,
+    ...               max_output_tokens=200)
+    >>> ev.headroom, ev.utilization
+    (-100, 1.1)
+    >>> evaluate(Budget(), model="my-finetune-v7", input_tokens=900, system_tokens=0, tools_tokens=0,
+    ...          max_output_tokens=None)
+    "unknown context window for model 'my-finetune-v7' (set Budget(window=...))"
+    """
     window = budget.window if budget.window is not None else window_for(model)
     if window is None:
         return f"unknown context window for model {model!r} (set Budget(window=...))"

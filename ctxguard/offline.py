@@ -107,8 +107,10 @@ def as_call(provider: str, body: Mapping[str, Any], model: str | None = None) ->
 class Checker:
     """Feeds capture lines, in file order, through a private inspector.
 
-    >>> checker = Checker(Policy())                      # doctest: +SKIP
-    >>> result = checker.request(line)                   # doctest: +SKIP
+    >>> body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Where is my parcel?"}]}
+    >>> result = Checker(Policy()).request(RequestLine(1, "order-41", 1, "openai", body, None))
+    >>> result.failed, result.head_role
+    (['system_at_head'], 'user')
     """
 
     def __init__(self, policy: Policy | None = None, *, digest_key: bytes | None = None) -> None:

@@ -26,7 +26,11 @@ KEY_BYTES = 8
 
 def message_key(role: str, digest: str) -> bytes:
     """``Message.key``: the first 7 bytes of the digest (32 hex characters), then the role's index in
-    ``ROLES``. Two different messages share one with odds of 2**-56."""
+    ``ROLES``. Two different messages share one with odds of 2**-56.
+
+    >>> message_key("user", "0123456789abcdef" * 2).hex()
+    '0123456789abcd02'
+    """
     return bytes.fromhex(digest[:14]) + _ROLE_BYTE.get(role, _ROLE_BYTE["other"])
 
 
@@ -80,7 +84,17 @@ class Message:
 
 @dataclass(slots=True)
 class Payload:
-    """A measured request: the object every check reads."""
+    """A measured request: the object every check reads (``Measurer.measure`` of a ``RequestView``).
+
+    >>> from ctxguard.digest import Digester
+    >>> from ctxguard.measure import Measurer
+    >>> from ctxguard.tokens import Calibration, EstimateCounter
+    >>> view = RequestView("openai", "chat.completions", "gpt-4o",
+    ...                    [("system", "Be brief.", (), "message", 0), ("user", "Hi", (), "message", 0)])
+    >>> payload = Measurer(Digester(b"key"), EstimateCounter(), Calibration()).measure(view)
+    >>> payload.system.text, [m.role for m in payload.messages], payload.tokens > 0
+    ('Be brief.', ['system', 'user'], True)
+    """
 
     provider: str
     operation: str

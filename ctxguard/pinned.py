@@ -109,7 +109,15 @@ _PARSED: TwoGenerationCache[tuple[str, str], Parsed] = TwoGenerationCache(1024, 
 
 
 def find_block(messages: list[Message], marker: str) -> PinnedBlock | None:
-    """The first message carrying ``marker``, parsed; None when no message does."""
+    """The first message carrying ``marker``, parsed; None when no message does.
+
+    >>> block = render_pinned({"shipping_city": "Pune", "order_id": "A-1041"}, max_tokens=100)
+    >>> found = find_block([Message("system", "Be brief.\\n" + block, "digest", 0)], "Pinned facts")
+    >>> found.entries, found.rendered, found.intact
+    (2, True, True)
+    >>> find_block([Message("system", block[:-1], "digest", 0)], "Pinned facts").intact  # closing line cut
+    False
+    """
     for message in messages:
         if marker in message.text:
             key = (message.text, marker)

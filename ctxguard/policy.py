@@ -33,10 +33,19 @@ class Pinned:
 
 @dataclass(frozen=True)
 class Policy:
-    """``Policy(pinned=Pinned(max_tokens=400), budget=Budget(reserved_output=2000))``.
+    """What every check demands of a call; the defaults check the head and the window.
+
+    >>> policy = Policy(pinned=Pinned(max_tokens=400), budget=Budget(reserved_output=2000))
+    >>> policy.system_at_head, policy.pinned.max_tokens, policy.budget.reserved_output
+    (True, 400, 2000)
 
     ``budget=None`` still checks the payload against the model's window, with
-    every term derived from the request.
+    every term derived from the request. A mistake raises where the policy is written:
+
+    >>> Policy(budget=2000)
+    Traceback (most recent call last):
+    ...
+    TypeError: Policy.budget must be a Budget or None
     """
 
     system_at_head: bool = True

@@ -160,7 +160,7 @@ def test_launcher_skips_ctxguard_when_otel_disables_it(run_app: RunApp, llm: Fak
 
 def test_launcher_with_a_mistyped_variable_still_guards_the_app(run_app: RunApp, llm: FakeLLM) -> None:
     """The environment never stops ctxguard (nor the app): the variable is ignored (with one warning on
-    the ``ctxguard`` logger, tests/test_units.py)."""
+    the ``ctxguard`` logger, tests/test_config.py)."""
     result, proc = run_app(CTXGUARD_METRICS_PORT="not-a-port", OTEL_TRACES_EXPORTER="none")
     assert result["reply"] == "ok 1", proc.stderr
     assert result["error"] is None

@@ -8,6 +8,12 @@ all read it. A check never knows which provider produced the payload.
   enforce mode a violation blocks the call);
 - ``wire``: ``(Payload, Context, body) -> ...``, on the request body the transport sends;
 - ``answer``: ``(Payload, Context, Answer | None, unanswered) -> ...``, when the call ends.
+
+>>> from ctxguard.checks import BY_NAME, REGISTRY
+>>> [(c.name, c.phase) for c in REGISTRY if c.phase != "before"]
+[('answer_consistent', 'answer'), ('wire_intact', 'wire')]
+>>> BY_NAME["system_at_head"].guards
+'the instruction is the first message'
 """
 
 from __future__ import annotations

@@ -26,6 +26,12 @@ SEPARATOR = "\x00"
 
 
 def normalise(text: str) -> str:
+    """Text as fact values are matched in it: NFKC (ligatures and full-width forms spelt
+    out), case-folded, every run of whitespace one space.
+
+    >>> normalise("Ship to  ZÜRICH,\\tﬁle A-1041")
+    'ship to zürich, file a-1041'
+    """
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 

@@ -66,8 +66,14 @@ WireReaders = Callable[[str], "tuple[Callable[[Any], Answer | None], StreamReade
 class Provider:
     """One supported SDK, declared.
 
-    >>> PROVIDER = Provider(distribution="mistralai", module="mistralai", supported=(1, 1),
-    ...                     label="mistral_ai", adapter=ADAPTER, sites=SITES)  # doctest: +SKIP
+    >>> from ctxguard.providers.mistral import ADAPTER, SITES
+    >>> PROVIDER = Provider(distribution="mistralai", module="mistralai.client", supported=(3, 3),
+    ...                     label="mistral_ai", adapter=ADAPTER, sites=SITES)
+    >>> PROVIDER.labels
+    ('mistral_ai',)
+    >>> PROVIDER.adapter.normalise("chat.complete", {"model": "mistral-small-latest",
+    ...                            "messages": [{"role": "user", "content": "Hi"}]}).items
+    [('user', 'Hi', (), 'message', 0)]
     """
 
     #: The distribution name (``pip install``; ``instrument(providers=[...])``).

@@ -1,14 +1,21 @@
-"""Every check both failing and passing, through the real SDK over loopback HTTP."""
+"""Every check both failing and passing, through the real SDK over loopback HTTP; the registry
+(ctxguard/checks/__init__.py): every check it declares has a table of cases in the test file of its
+family (tests/checks/test_<family>.py), and the outcomes it shares between calls are bounded."""
 
 from __future__ import annotations
 
+import importlib
 import logging
+from pathlib import Path
 
 import pytest
 
 import ctxguard
 from ctxguard import Budget, Pinned, Policy, render_pinned
+from ctxguard.checks import REGISTRY
+from ctxguard.checks.base import Declared
 from ctxguard.digest import Digester
+from tests.checks.cases import FAIL, PASS, Case
 from tests.conftest import KEY
 
 SYSTEM = {"role": "system", "content": "You are the order assistant."}
@@ -265,3 +272,51 @@ def test_no_single_usage_report_changes_a_later_verdict(harness, llm, client, od
     assert plain == [[], [], ["payload_under_budget"]]
     warm_up(True)
     assert verdicts(probes) == plain
+
+
+def test_shared_check_outcomes_are_bounded_and_keep_their_reason(monkeypatch):
+    import ctxguard.checks
+    from ctxguard.checks import _SETTLED_CAP, _settled
+
+    settled: dict = {}  # this test's own cache: the process's stays as the other tests left it
+    monkeypatch.setattr(ctxguard.checks, "_SETTLED", settled)
+    assert _settled("system_at_head", None) is _settled("system_at_head", None)
+    assert _settled("system_at_head", None).outcome == "pass"
+    outcomes = [_settled("payload_under_budget", f"unknown context window for model 'm{i}'")
+                for i in range(_SETTLED_CAP + 50)]
+    assert len(settled) == _SETTLED_CAP
+    assert [o.reason for o in outcomes[-2:]] == [f"unknown context window for model 'm{i}'"
+                                                  for i in (_SETTLED_CAP + 48, _SETTLED_CAP + 49)]
+
+
+HERE = Path(__file__).parent
+#: Checks being added with tests of their own kind: tolerated without a table while that file
+#: exists (and held to one as soon as it has one).
+TOLERATED = {"tool_pairs_intact": HERE / "test_tools.py"}
+
+
+def _tables(module: object) -> dict[str, list[Case]]:
+    """The cases of each ``@table`` (``tests.checks.cases.table``) in ``module``, by check."""
+    found: dict[str, list[Case]] = {}
+    for test in vars(module).values():
+        for mark in getattr(test, "pytestmark", ()):
+            if mark.name == "parametrize" and mark.args[0] == "case":
+                for case in mark.args[1]:
+                    if isinstance(case, Case):
+                        found.setdefault(case.check, []).append(case)
+    return found
+
+
+@pytest.mark.parametrize("declared", REGISTRY, ids=[d.name for d in REGISTRY])
+def test_every_registered_check_has_a_table_of_cases(declared: Declared):
+    """A check is added with a table (one ``@table`` in tests/checks/test_<family>.py, its
+    family being the module of its function) with at least a passing and a failing case."""
+    family = declared.judge.__module__.rsplit(".", 1)[-1]
+    path = HERE / f"test_{family}.py"
+    cases = _tables(importlib.import_module(f"tests.checks.test_{family}")).get(declared.name, []) \
+        if path.exists() else []
+    if not cases and declared.name in TOLERATED and TOLERATED[declared.name].exists():
+        pytest.skip(f"{declared.name}: tested in {TOLERATED[declared.name].name}, no table yet (tolerated)")
+    assert cases, f"{declared.name} has no table of cases in {path.relative_to(HERE.parent.parent)}"
+    outcomes = {case.expect for case in cases}
+    assert {PASS, FAIL} <= outcomes, f"the table of {declared.name} needs a passing and a failing case"

@@ -8,7 +8,9 @@ included.
 
 from __future__ import annotations
 
+import socket
 import time
+import urllib.request
 
 import prometheus_client
 import pytest
@@ -163,3 +165,32 @@ def test_an_unknown_provider_is_refused_before_the_metrics_port_is_taken(harness
     harness.start(mode="observe", metrics_port=port, providers=["openai"])  # the port is still free
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
         assert b"ctxguard_calls_total" in page.read()
+
+
+def test_every_labelled_series_exists_at_zero_from_instrument():
+    registry = CollectorRegistry()
+    ctxguard.instrument(registry=registry, digest_key="k")
+    for check in CHECK_NAMES:
+        for outcome in ("pass", "fail", "skip"):
+            assert registry.get_sample_value("ctxguard_checks_total", {"check": check, "outcome": outcome}) == 0
+        assert registry.get_sample_value("ctxguard_violations_total", {"check": check, "provider": "openai"}) == 0
+        assert registry.get_sample_value("ctxguard_blocked_total", {"check": check}) == 0
+    for kind in ("system", "pinned", "fact"):
+        assert registry.get_sample_value("ctxguard_evictions_total", {"kind": kind}) == 0
+    assert registry.get_sample_value("ctxguard_calls_total", {"provider": "openai", "operation": "chat"}) == 0
+    assert registry.get_sample_value("ctxguard_guard_errors_total", {"where": "checks"}) == 0
+    assert registry.get_sample_value("ctxguard_messages_dropped_total", {"role": "user"}) == 0
+    assert registry.get_sample_value("ctxguard_summary_lossy_total") == 0
+
+
+def test_metrics_port_serves_on_loopback():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    registry = CollectorRegistry()
+    ctxguard.instrument(registry=registry, digest_key="k", metrics_port=port)
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert "ctxguard_checks_total" in body
+    ctxguard.uninstrument()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)

@@ -1,0 +1,69 @@
+"""Token counting (ctxguard/tokens.py): calibration from reported usage, and the models a tokenizer is exact for."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxguard.tokens import Calibration, EstimateCounter
+
+
+def test_calibration_from_reported_usage(harness, llm, client):
+    from ctxguard.testing import Reply
+
+    harness.start(mode="observe")
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "hello there"}]
+    for _ in range(Calibration.MIN_REPORTS):
+        llm.script(Reply(text="a", input_tokens=30))
+        client.chat.completions.create(model="gpt-4o", messages=messages)
+        first = harness.spans()[-1].attributes
+        assert first["ctxguard.payload.tokens_source"] in ("tiktoken", "estimate")  # not enough reports yet
+    client.chat.completions.create(model="gpt-4o", messages=messages)
+    calibrated = harness.spans()[-1].attributes
+    assert calibrated["ctxguard.payload.tokens_source"] == "calibrated"
+    assert calibrated["ctxguard.payload.tokens"] == 30  # the count the provider reported for it
+    c = Calibration()
+    for _ in range(Calibration.MIN_REPORTS):
+        c.observe("m", 100, 100_000)
+    assert c.factor("m") == 4.0  # bounded
+
+
+def _calibrated(reports: list[float], *, exact: bool = False) -> float | None:
+    c = Calibration(exact=lambda model: exact)
+    for ratio in reports:
+        c.observe("m", 1000, round(1000 * ratio))
+    return c.factor("m")
+
+
+def test_calibration_waits_for_enough_reports():
+    assert _calibrated([1.2] * (Calibration.MIN_REPORTS - 1)) is None
+    assert _calibrated([1.2] * Calibration.MIN_REPORTS) == 1.2
+
+
+@pytest.mark.parametrize("odd", [0.003, 100.0], ids=["10 tokens for 3000", "a hundredfold"])
+@pytest.mark.parametrize("at", ["first", "among them", "last"])
+def test_one_odd_report_never_moves_the_factor_outside_the_others(odd, at):
+    normal = [1.18, 1.2, 1.21, 1.19, 1.22, 1.2]
+    reports = {"first": [odd, *normal], "among them": [*normal[:3], odd, *normal[3:]], "last": [*normal, odd]}[at]
+    factor = _calibrated(reports)
+    assert factor is not None and min(normal) <= factor <= max(normal)
+
+
+def test_calibration_follows_the_model_over_its_last_reports():
+    """Old reports age out: a model that changed how it counts is followed, not averaged forever."""
+    assert _calibrated([2.0] * 20 + [1.1] * Calibration.WINDOW) == 1.1
+
+
+def test_an_exact_tokenizer_bounds_how_low_a_calibrated_count_goes():
+    assert _calibrated([0.5] * 6, exact=True) == Calibration.EXACT_FLOOR
+    assert _calibrated([0.5] * 6, exact=False) == 0.5
+    assert _calibrated([1.3] * 6, exact=True) == 1.3  # counting more than the tokenizer is believed
+
+
+def test_a_tokenizer_is_exact_only_for_the_models_that_use_it():
+    from ctxguard.tokens import TiktokenCounter, default_counter
+
+    counter = default_counter()
+    assert not EstimateCounter().exact("gpt-4")
+    if isinstance(counter, TiktokenCounter):  # the offline cl100k_base: GPT-4 and 3.5, not 4o (o200k)
+        assert counter.exact("gpt-4") and counter.exact("gpt-3.5-turbo")
+        assert not counter.exact("gpt-4o") and not counter.exact("claude-sonnet-4-5") and not counter.exact("")
