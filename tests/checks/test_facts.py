@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from ctxguard.facts.matching import LARGE_TEXT
-from ctxguard.payload import Reply
+from ctxguard.payload import Answer
 from ctxguard.policy import Policy
 from tests.checks.cases import (
     FAIL,
@@ -137,7 +137,7 @@ def test_fact_scoped(case: Case) -> None:
 def answered(id: str, text: str, answer: str | None, *facts: Fact, expect: str, says: str = "",
              view: str | None = None, unanswered: str = "") -> Case:
     base = case("answer_consistent", id, text, *facts, view=view, expect=expect, says=says)
-    reply = Reply(text=answer) if answer is not None else None
+    reply = Answer(text=answer) if answer is not None else None
     return Case(base.check, id, base.payload, base.ctx, expect, says, (reply, unanswered))
 
 
