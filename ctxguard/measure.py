@@ -15,7 +15,7 @@ from sys import getsizeof
 from .cache import ENTRY_BYTES, TwoGenerationCache, text_bytes
 from .digest import Digester
 from .memo import Memo
-from .payload import Item, Message, Payload, RequestView
+from .payload import TOOL_REFS, Item, Message, Payload, RequestView
 from .tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, Calibration, TokenCounter
 
 __all__ = ["MESSAGE_BYTES", "Measurer", "TwoGenerationCache"]
@@ -37,6 +37,14 @@ def _common(items: list[Item], kept: list[Item]) -> int:
 #: What a measured message keeps beside its text and refs: its Item tuple, the Message, its
 #: digest, its token count and role (``Message.size``).
 MESSAGE_BYTES = 320
+
+
+def _tool_refs(refs: tuple[str, ...]) -> tuple[str, ...]:
+    """The tool refs among ``refs`` (``payload.TOOL_REFS``), for ``tool_pairs_intact``: read once per
+    message, when it is first measured, so that the check reads no other ref. ``refs`` itself when
+    they all are (a tool call or result message, most often): no second tuple."""
+    tools = tuple(ref for ref in refs if ref.startswith(TOOL_REFS))
+    return refs if len(tools) == len(refs) else tools
 
 
 def _message_bytes(item: Item, message: Message) -> int:
@@ -78,7 +86,10 @@ class Measurer:
         tokens = self.counter.count(text) + MESSAGE_OVERHEAD + cost
         # getsizeof: a str's real size (1, 2 or 4 bytes a character, and its header).
         size = MESSAGE_BYTES + getsizeof(text) + (getsizeof(refs) + sum(map(getsizeof, refs)) if refs else 0)
-        message = Message(role, text, digest, tokens, source, size)
+        tools = _tool_refs(refs) if refs else ()
+        if tools and tools is not refs:
+            size += getsizeof(tools)  # its own tuple; the strings are the refs'
+        message = Message(role, text, digest, tokens, source, size, tools=tools)
         self._messages.put(item, message)
         return message
 
@@ -146,4 +157,5 @@ class Measurer:
             unreadable=view.unreadable,
             reply_room=view.reply_room,
             extends=extends,
+            tool_results=view.tool_results,
         )
