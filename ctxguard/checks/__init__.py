@@ -11,7 +11,7 @@ from ..payload import Payload
 __all__ = ["CHECKS", "CHECK_NAMES", "Context", "Outcome", "Skip", "run_checks"]
 
 
-from . import budget, facts, pinned, structure
+from . import budget, facts, pinned, structure, tools
 from .base import Check, Context, Outcome, Skip
 
 CHECKS: dict[str, Check] = {
@@ -25,6 +25,7 @@ CHECKS: dict[str, Check] = {
     "fact_current": facts.fact_current,
     "fact_forgotten": facts.fact_forgotten,
     "fact_scoped": facts.fact_scoped,
+    "tool_pairs_intact": tools.tool_pairs_intact,
 }
 
 #: Every check name of the contract (SPEC §3), implemented here or not: the
@@ -41,6 +42,7 @@ CHECK_NAMES: tuple[str, ...] = (
     "fact_forgotten",
     "fact_scoped",
     "answer_consistent",
+    "tool_pairs_intact",
     "wire_intact",
 )
 
