@@ -90,6 +90,10 @@ CHAT_CASES = {
     "one exchange's result trimmed before the next call": (
         chat(calls("call_a"), calls("call_b"), result("call_b"), ANSWER),
         ["tool call call_a (message 2) has no result right after it"]),
+    "results after the next call's": (
+        chat(calls("call_a"), calls("call_b"), result("call_b"), result("call_a"), ANSWER),
+        ["tool call call_a (message 2) has no result right after it",
+         "tool result call_a (message 5) answers no call right before it"]),
     "a result twice": (
         chat(calls("call_a"), result("call_a"), result("call_a"), ANSWER),
         ["tool result call_a (message 4) answers no call right before it"]),
@@ -312,8 +316,8 @@ def test_the_verdict_is_the_same_through_a_memo() -> None:
     memo = Memo()
     history = [calls("call_a"), result("call_a"), ANSWER, USER, calls("call_b", "call_c"), result("call_b"),
                result("call_c"), ANSWER]
-    for end in range(len(history) + 1):
-        for start in (0, 1, 4):
+    for start in (0, 1, 4):  # each history grows one message a call, as a chat's does
+        for end in range(start, len(history) + 1):
             kwargs = chat(*history[start:end])
             remembered = tool_pairs_intact(payload("chat", kwargs, memo), CTX)
             assert remembered == tool_pairs_intact(payload("chat", kwargs), CTX)
@@ -350,7 +354,8 @@ def claude_conversation(rng: random.Random, turns: int) -> list[dict[str, Any]]:
 
 
 def trim(rng: random.Random, messages: list[dict[str, Any]], how: str) -> list[dict[str, Any]]:
-    """What history trimmers do: keep a tail, drop a window, or drop messages here and there."""
+    """What history trimmers do: keep a tail, drop a window, or drop messages here and there; and
+    what other history editors do: insert a message (a reminder, a summary), swap two."""
     n = len(messages)
     if how == "tail":
         return messages[rng.randrange(n + 1):]
@@ -358,10 +363,16 @@ def trim(rng: random.Random, messages: list[dict[str, Any]], how: str) -> list[d
         a = rng.randrange(n + 1)
         b = rng.randrange(a, n + 1)
         return messages[:a] + messages[b:]
+    if how == "insert":
+        at = rng.randrange(n + 1)
+        return [*messages[:at], {"role": "user", "content": "(earlier turns summarised)"}, *messages[at:]]
+    if how == "swap" and n > 1:
+        at = rng.randrange(n - 1)
+        return [*messages[:at], messages[at + 1], messages[at], *messages[at + 2:]]
     return [m for m in messages if rng.random() > 0.2]
 
 
-HOW = st.sampled_from(["tail", "window", "scattered"])
+HOW = st.sampled_from(["tail", "window", "scattered", "insert", "swap"])
 
 
 @settings(max_examples=300, deadline=None)
