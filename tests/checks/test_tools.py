@@ -101,6 +101,9 @@ CHAT_CASES = {
         chat(result("call_a"), calls("call_a"), ANSWER),
         ["tool result call_a (message 2) answers no call right before it",
          "tool call call_a (message 3) has no result right after it"]),
+    "an id of 40 characters is whole": (
+        chat(calls("call_" + "x" * 35), ANSWER),
+        [f"tool call call_{'x' * 35} (message 2) has no result right after it"]),
     "a long id is cut": (
         chat(calls("call_" + "x" * 100), ANSWER),
         [f"tool call call_{'x' * 34}… (message 2) has no result right after it"]),
