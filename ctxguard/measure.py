@@ -15,7 +15,7 @@ from sys import getsizeof
 from .cache import ENTRY_BYTES, TwoGenerationCache, str_bytes, text_bytes
 from .digest import Digester
 from .memo import Memo
-from .payload import Item, Message, Payload, RequestView, message_key
+from .payload import TOOL_REFS, Item, Message, Payload, RequestView, message_key
 from .tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, Calibration, TokenCounter
 
 __all__ = ["MESSAGE_BYTES", "Measurer", "TwoGenerationCache"]
@@ -37,6 +37,14 @@ def _common(items: list[Item], kept: list[Item]) -> int:
 #: What a measured message keeps beside its text and refs: its Item tuple, the Message, its
 #: digest, key, token count and role (``Message.size``).
 MESSAGE_BYTES = 370
+
+
+def _tool_refs(refs: tuple[str, ...]) -> tuple[str, ...]:
+    """The tool refs among ``refs`` (``payload.TOOL_REFS``), for ``tool_pairs_intact``: read once per
+    message, when it is first measured, so that the check reads no other ref. ``refs`` itself when
+    they all are (a tool call or result message, most often): no second tuple."""
+    tools = tuple(ref for ref in refs if ref.startswith(TOOL_REFS))
+    return refs if len(tools) == len(refs) else tools
 
 
 def _message_bytes(item: Item, message: Message) -> int:
@@ -77,7 +85,10 @@ class Measurer:
             digest = self.digester.texts((role, "\x1f", text, "\x1f", "\x1e".join(refs)))
         tokens = self.counter.count(text) + MESSAGE_OVERHEAD + cost
         size = MESSAGE_BYTES + str_bytes(text) + (getsizeof(refs) + sum(map(str_bytes, refs)) if refs else 0)
-        message = Message(role, text, digest, tokens, source, size, message_key(role, digest))
+        tools = _tool_refs(refs) if refs else ()
+        if tools and tools is not refs:
+            size += getsizeof(tools)  # its own tuple; the strings are the refs'
+        message = Message(role, text, digest, tokens, source, size, message_key(role, digest), tools=tools)
         self._messages.put(item, message)
         return message
 
@@ -145,4 +156,5 @@ class Measurer:
             unreadable=view.unreadable,
             reply_room=view.reply_room,
             extends=extends,
+            tool_results=view.tool_results,
         )

@@ -11,7 +11,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["KEY_BYTES", "ROLES", "SYSTEM_ROLES", "Item", "Message", "Payload", "Answer", "RequestView", "message_key"]
+__all__ = [
+    "KEY_BYTES",
+    "ROLES",
+    "SYSTEM_ROLES",
+    "TOOL_CALL",
+    "TOOL_ELSEWHERE",
+    "TOOL_REFS",
+    "TOOL_RESULT",
+    "Answer",
+    "Item",
+    "Message",
+    "Payload",
+    "RequestView",
+    "message_key",
+    "tool_ref",
+]
 
 #: Roles that carry the application's instruction.
 SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -44,6 +59,30 @@ def message_key(role: str, digest: str) -> bytes:
 #: a flat estimate), 0 for text only. The digest covers role, text and refs, not cost.
 Item = tuple[str, str, tuple[str, ...], str, int]
 
+#: Tool exchanges in the neutral form: one ref per tool call a message makes and per tool result it
+#: carries, whatever the provider calls them (OpenAI ``tool_calls`` / role ``tool`` /
+#: ``function_call`` items, Anthropic ``tool_use`` / ``tool_result`` blocks, Gemini
+#: ``function_call`` / ``function_response`` parts). ``tool_ref`` writes them:
+#: ``id:tool_call=<id>`` for a call with an id, ``id:tool_call:<name>`` for one known by its
+#: function's name only (Gemini, legacy ``function_call``), ``id:tool_call:<name>=<id>`` for both;
+#: results likewise. A result answers the call with its id when both carry one, else the call with
+#: its name (``checks.tools``).
+TOOL_CALL = "id:tool_call"
+TOOL_RESULT = "id:tool_result"
+#: A message that stands for items the provider holds (an OpenAI ``item_reference``): calls and
+#: results may be there that the payload does not show.
+TOOL_ELSEWHERE = "id:tool_elsewhere"
+#: What every tool ref begins with (``Message.tools`` keeps the refs that do).
+TOOL_REFS = "id:tool_"
+
+
+def tool_ref(kind: str, call_id: str | None, name: str | None = None) -> str:
+    """``tool_ref(TOOL_CALL, "call_1")`` -> ``"id:tool_call=call_1"``; with ``name`` (and no id, or
+    an id as well) ``"id:tool_call:get_weather"`` / ``"id:tool_call:get_weather=call_1"``."""
+    ref = kind if name is None else f"{kind}:{name}"
+    # Without a name the id is the key, even an empty one (a malformed call, answered by nothing).
+    return f"{ref}={call_id or ''}" if call_id or name is None else ref
+
 
 @dataclass
 class RequestView:
@@ -66,6 +105,10 @@ class RequestView:
     history_elsewhere: str | None = None
     #: Why the messages could not be read at all, if so.
     unreadable: str | None = None
+    #: Where the API wants a tool call's results: ``"next"``, in the messages right after the call's
+    #: (Chat Completions, Anthropic, Gemini); ``"later"``, anywhere after it (the Responses API pairs
+    #: by call id whatever comes between). Read by ``tool_pairs_intact``.
+    tool_results: str = "next"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +123,9 @@ class Message:
     size: int = 0
     #: ``message_key(role, digest)``: what the conversation memory keeps of it (set by the measurer).
     key: bytes = b""
+    #: Its tool refs (``TOOL_REFS``), set by the measurer; the shared empty tuple for a message
+    #: without any, which is most of them: one pointer a message, no new object.
+    tools: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -114,6 +160,8 @@ class Payload:
     #: The digest of the payload this one continues, if known: the previous call measured with the
     #: same memo, all of whose messages this one begins with (``measure``).
     extends: str | None = None
+    #: ``RequestView.tool_results``.
+    tool_results: str = "next"
     #: The first message (set from ``messages``, which is never changed after construction).
     head: Message | None = field(init=False)
     #: The instruction at the head, if the head is one.

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from ..payload import Payload
 from ..violations import Violation
-from . import budget, facts, pinned, structure, wire
+from . import budget, facts, pinned, structure, tools, wire
 from .base import UNLISTED, AnswerCheck, Check, Context, Declared, Outcome, Skip, WireCheck
 
 __all__ = [
@@ -42,6 +42,7 @@ REGISTRY: tuple[Declared, ...] = (
     Declared("fact_forgotten", "before", facts.fact_forgotten, "deleted and expired facts are not sent"),
     Declared("fact_scoped", "before", facts.fact_scoped, "no other conversation's fact is sent"),
     Declared("answer_consistent", "answer", facts.answer_consistent, "the answer does not state a stale value"),
+    Declared("tool_pairs_intact", "before", tools.tool_pairs_intact, "no tool call is cut from its result"),
     Declared("wire_intact", "wire", wire.wire_intact, "what was inspected is what the SDK sent"),
 )
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..memo import Memo
-from ..payload import Answer, Item, RequestView
+from ..payload import TOOL_CALL, TOOL_RESULT, Answer, Item, RequestView, tool_ref
 from ..tokens import NON_TEXT_PART
 from ._image import ANTHROPIC_HIGH_RES, ANTHROPIC_STANDARD, anthropic_tokens, size_of_base64
 from ._read import Unread, canonical, family, items, schemas, structured_parts
@@ -121,10 +121,16 @@ def _blocks(content: Any, texts: list[str], refs: list[str], model: str | None) 
             tool_input = _get(block, "input")
             text = tool_input if isinstance(tool_input, str) else canonical(tool_input)
             texts.append(f"{_text(_get(block, 'name') or '')} {text}")
-            refs.append(f"id:tool_use={_text(_get(block, 'id'))}")
+            if kind == "tool_use":
+                refs.append(tool_ref(TOOL_CALL, _str(_get(block, "id"))))
+            else:  # a server tool's result is in the same assistant message: nothing to pair
+                refs.append(f"id:{kind}={_text(_get(block, 'id'))}")
         elif kind == "tool_result" or (isinstance(kind, str) and kind.endswith("_tool_result")):
             cost += _blocks(_get(block, "content"), texts, refs, model)
-            refs.append(f"id:tool_result={_text(_get(block, 'tool_use_id'))}")
+            if kind == "tool_result":
+                refs.append(tool_ref(TOOL_RESULT, _str(_get(block, "tool_use_id"))))
+            else:
+                refs.append(f"id:{kind}={_text(_get(block, 'tool_use_id'))}")
         elif kind in ("image", "document"):
             source = _get(block, "source")
             ref = data = None

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..memo import Memo
-from ..payload import Answer, Item, RequestView
+from ..payload import TOOL_CALL, TOOL_RESULT, Answer, Item, RequestView, tool_ref
 from ..tokens import NON_TEXT_PART
 from ._image import gemini_tokens, size_of_base64, size_of_bytes
 from ._read import Unread, canonical, items, schemas, unread_if_one_shot
@@ -64,10 +64,12 @@ def _parts(parts: Any, texts: list[str], refs: list[str], model: str | None) -> 
             texts.append(text)
         elif call is not None:
             texts.append(f"{_get(call, 'name') or ''} {canonical(_get(call, 'args'))}")
-            refs.append(f"id:function_call={_get(call, 'name')}")
+            # By name, and by id too when given: the SDK's own automatic function calling (and
+            # ``Part.from_function_response``) answers without one.
+            refs.append(tool_ref(TOOL_CALL, _str(_get(call, "id")), _str(_get(call, "name")) or ""))
         elif result is not None:
             texts.append(canonical(_get(result, "response")))
-            refs.append(f"id:function_response={_get(result, 'name')}")
+            refs.append(tool_ref(TOOL_RESULT, _str(_get(result, "id")), _str(_get(result, "name")) or ""))
         elif blob is not None:
             data = _get(blob, "data")
             raw = data if isinstance(data, bytes) else str(data).encode()

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..cache import TwoGenerationCache, str_bytes, text_bytes
 from ..memo import Memo
-from ..payload import Answer, Item, RequestView
+from ..payload import TOOL_CALL, TOOL_ELSEWHERE, TOOL_RESULT, Answer, Item, RequestView, tool_ref
 from ..tokens import NON_TEXT_PART
 from ._image import openai_tokens, size_of_url
 from ._read import as_int as _int
@@ -114,17 +114,34 @@ def _chat_item(message: Any, model: str | None) -> Item:
         function = _get(call, "function")
         if function is not None:
             texts.append(f"{_text(_get(function, 'name') or '')} {_text(_get(function, 'arguments') or '')}")
-        call_id = _str(_get(call, "id"))
-        if call_id:
-            refs.append("id:" + call_id)
+        refs.append(tool_ref(TOOL_CALL, _str(_get(call, "id"))))
     function_call = _get(message, "function_call")
     if function_call is not None:
-        texts.append(f"{_text(_get(function_call, 'name') or '')} {_text(_get(function_call, 'arguments') or '')}")
-    for key in ("tool_call_id", "name"):
-        value = _str(_get(message, key))
-        if value:
-            refs.append(f"id:{key}={value}")
-    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message", cost)
+        called = _text(_get(function_call, "name") or "")
+        texts.append(f"{called} {_text(_get(function_call, 'arguments') or '')}")
+        refs.append(tool_ref(TOOL_CALL, None, called))  # legacy function calling: paired by name
+    role = _role(_get(message, "role"), "other")
+    # Only with their key: a bare ``{"role": "tool", "content": ...}`` reads as the plain message it
+    # is (``_read.items`` reads those inline, with no refs).
+    call_id = _str(_get(message, "tool_call_id"))
+    name = _str(_get(message, "name"))
+    if call_id:
+        refs.append(tool_ref(TOOL_RESULT, call_id))
+    elif name and role == "function":
+        refs.append(tool_ref(TOOL_RESULT, None, name))  # legacy function calling: paired by name
+    if name:
+        refs.append(f"id:name={name}")
+    return (role, "\n".join(texts), tuple(refs), "message", cost)
+
+
+#: Responses API items that call a tool the app runs, each answered by an item of its type plus
+#: ``_output`` with the same ``call_id`` (the SDK's input item types). Calls the service runs
+#: itself (web search, file search, MCP, code interpreter, image generation) carry their results
+#: and are not paired.
+_CALLS = frozenset({
+    "function_call", "custom_tool_call", "computer_call", "local_shell_call", "shell_call", "apply_patch_call",
+})
+_RESULTS = frozenset(f"{kind}_output" for kind in _CALLS)
 
 
 def _response_item(item: Any, model: str | None) -> Item:
@@ -149,11 +166,19 @@ def _response_item(item: Any, model: str | None) -> Item:
             texts.append(value)
     output = _get(item, "output")
     cost = _parts(output, texts, refs, model) if output is not None else 0
-    for key in ("call_id", "id"):
-        value = _str(_get(item, key))
-        if value:
-            refs.append(f"id:{key}={value}")
     kind_name = kind if isinstance(kind, str) else "item"
+    call_id = _str(_get(item, "call_id"))
+    if kind_name in _CALLS:
+        refs.append(tool_ref(TOOL_CALL, call_id))
+    elif kind_name in _RESULTS:
+        refs.append(tool_ref(TOOL_RESULT, call_id))
+    elif call_id:
+        refs.append(f"id:call_id={call_id}")
+    item_id = _str(_get(item, "id"))
+    if item_id:
+        refs.append(f"id:id={item_id}")
+    if kind_name == "item_reference" or (kind is None and item_id and _get(item, "call_id") is None):
+        refs.append(TOOL_ELSEWHERE)  # a stored item by its id: it may be any call or result
     refs.append(f"id:type={kind_name}")
     is_result = kind_name.endswith("_output") or output is not None
     return ("tool" if is_result else "assistant", "\n".join(texts), tuple(refs), "message", cost)
@@ -339,6 +364,7 @@ class OpenAIAdapter:
         for key in ("previous_response_id", "conversation"):
             if _get(kwargs, key) is not None:
                 view.history_elsewhere = f"history is provider-managed ({key})"
+        view.tool_results = "later"  # paired by call id wherever the output is (docs/design.md)
         instructions = _get(kwargs, "instructions")
         if isinstance(instructions, str) and instructions:
             view.items.append(("system", instructions, (), "instructions", 0))

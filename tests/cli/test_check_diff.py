@@ -23,7 +23,7 @@ import ctxguard
 from ctxguard.capture import read_capture
 from ctxguard.cli import main
 from ctxguard.offline import CAPTURED_PROVIDERS, Checker
-from ctxguard.testing import FakeLLM, record
+from ctxguard.testing import FakeLLM, Reply, record
 from ctxguard.testing.plugin import GuardHarness
 
 SYSTEM = {"role": "system", "content": "You are the order assistant of Acme Shop."}
@@ -180,6 +180,41 @@ def test_check_finds_the_same_flip_point_as_the_live_guard(
         "checked 8 requests in 2 conversations: 1 with violations",
     ]
     assert live_flip == 4  # deque(maxlen=6): the system prompt falls out before the fourth call
+
+
+def agent_turns(client: openai.OpenAI, llm: FakeLLM, turns: int, keep: int) -> None:
+    """An agent loop whose trimmer keeps the last ``keep`` messages, blind to tool exchanges."""
+    lookup = Reply(tool_calls=[{"function": {"name": "lookup", "arguments": {"order": "A-1041"}}}])
+    llm.script(*[lookup, "It shipped."] * turns)
+    history: list[dict] = []
+    for n in range(1, turns + 1):
+        history.append({"role": "user", "content": f"where is order A-104{n}?"})
+        message = client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, *history[-keep:]]).choices[0].message
+        history.append(message.model_dump(exclude_none=True))
+        history.extend({"role": "tool", "tool_call_id": call.id, "content": "shipped"} for call in message.tool_calls)
+        reply = client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, *history[-keep:]])
+        history.append({"role": "assistant", "content": reply.choices[0].message.content})
+
+
+def test_check_finds_a_trimmed_tool_exchange_where_the_live_guard_did(
+    tmp_path: Path, llm: FakeLLM, client: openai.OpenAI, harness: GuardHarness
+):
+    harness.start(mode="observe")
+    path = tmp_path / "cap.jsonl"
+    with record(str(path)), ctxguard.conversation("agent"):
+        agent_turns(client, llm, 3, keep=5)
+    live = [tuple(s.attributes.get("ctxguard.violations", ())) for s in harness.spans()]
+    # Turn 4 sends [system, tool result, answer, user, call, result]: the first result's call was cut.
+    assert live == [(), (), (), ("tool_pairs_intact",), (), ("tool_pairs_intact",)]
+    out = run_cli("check", str(path))
+    assert out.returncode == 1, out.stderr
+    assert out.stdout.splitlines()[0] == "agent: first violation at turn 4: tool_pairs_intact"
+    out = run_cli("check", str(path), "--json")
+    first = json.loads(out.stdout)["conversations"][0]["first_violation"]
+    call_id = llm.responses[0].tool_call_ids[0]
+    assert first["violations"] == [{"check": "tool_pairs_intact", "fact_id": None, "stage": None,
+                                    "detail": f"tool result {call_id} (message 1) answers no call right before it"}]
+    assert "shipped" not in out.stdout and "A-104" not in out.stdout
 
 
 def test_check_judges_facts_from_the_captured_fact_events(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
