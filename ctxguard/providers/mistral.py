@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..memo import Memo
-from ..payload import Answer, Item, RequestView
+from ..payload import TOOL_CALL, TOOL_RESULT, Answer, Item, RequestView, tool_ref
 from ..tokens import NON_TEXT_PART
 from ._image import Size, size_of_url
 from ._read import as_int as _int
@@ -132,15 +132,15 @@ def _message_item(message: Any, model: str | None) -> Item:
             # the body, where the object is raw JSON, can match.
             texts.append(_text(_get(function, "name") or ""))
             texts.append(_text(_get(function, "arguments") or ""))
-        call_id = _str(_get(call, "id"))
-        if call_id:
-            refs.append("id:" + call_id)
+        refs.append(tool_ref(TOOL_CALL, _str(_get(call, "id"))))
     if _get(message, "prefix") is True:  # the start of the answer, which the model continues
         refs.append("id:prefix")
-    for key in ("tool_call_id", "name"):
-        value = _str(_get(message, key))
-        if value:
-            refs.append(f"id:{key}={value}")
+    call_id = _str(_get(message, "tool_call_id"))
+    if call_id:
+        refs.append(tool_ref(TOOL_RESULT, call_id))
+    name = _str(_get(message, "name"))
+    if name:
+        refs.append(f"id:name={name}")
     return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message", cost)
 
 

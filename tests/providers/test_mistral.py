@@ -321,7 +321,7 @@ def test_chunks_tool_calls_and_prefix_read_alike_as_dicts_and_sdk_models(harness
     assert dicts["ctxguard.message.hashes"][1] == message_digest(
         "user", "what is in this parcel?", (image, "https://example.com/invoice.pdf"))
     assert dicts["ctxguard.message.hashes"][2] == message_digest(
-        "assistant", 'lookup\n{"order": "A-1041"}', ("id:D681PevKs",))  # the SDK's UNSET content is no content
+        "assistant", 'lookup\n{"order": "A-1041"}', ("id:tool_call=D681PevKs",))  # the SDK's UNSET content is no content
     assert dicts["ctxguard.message.hashes"][4] == message_digest("assistant", "Your parcel", ("id:prefix",))
     assert PNG[:24] not in str(dict(dicts))
     assert PNG in llm.requests[0].body.decode()  # the SDK did send it
@@ -450,3 +450,13 @@ def test_unsupported_version_logs_one_warning_and_is_left_untouched(harness, mon
     assert all(Chat.__dict__[name] is fn for name, fn in originals.items())
     warnings = [r for r in caplog.records if "mistralai" in r.getMessage()]
     assert len(warnings) == 1 and "not supported" in warnings[0].getMessage()
+
+
+def test_a_tool_result_whose_call_was_trimmed_fails_tool_pairs_intact(harness, llm, mistral):
+    """Mistral writes its tool exchanges in the neutral form: a trimmer's cut is caught."""
+    harness.start(mode="observe")
+    mistral.chat.complete(model=MODEL, messages=[
+        SYSTEM, {"role": "user", "content": "where is it?"},
+        {"role": "tool", "content": "shipped", "tool_call_id": "D681PevKs"}])
+    a = only_guard_span(harness).attributes
+    assert list(a["ctxguard.violations"]) == ["tool_pairs_intact"]
