@@ -321,7 +321,7 @@ def test_chunks_tool_calls_and_prefix_read_alike_as_dicts_and_sdk_models(harness
     assert dicts["ctxguard.message.hashes"][1] == message_digest(
         "user", "what is in this parcel?", (image, "https://example.com/invoice.pdf"))
     assert dicts["ctxguard.message.hashes"][2] == message_digest(
-        "assistant", 'lookup\n{"order": "A-1041"}', ("id:tool_call=D681PevKs",))  # the SDK's UNSET content is no content
+        "assistant", 'lookup\n{"order": "A-1041"}', ("id:tool_call=D681PevKs",))  # UNSET content: none
     assert dicts["ctxguard.message.hashes"][4] == message_digest("assistant", "Your parcel", ("id:prefix",))
     assert PNG[:24] not in str(dict(dicts))
     assert PNG in llm.requests[0].body.decode()  # the SDK did send it
