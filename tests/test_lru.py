@@ -1,0 +1,167 @@
+"""``BoundedLRU`` (ctxguard/cache.py): the one LRU every per-conversation memory is kept in."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ctxguard.cache import BoundedLRU
+
+
+def by_len(key: str, value: str) -> int:
+    return len(value)
+
+
+def test_the_least_recently_put_goes_first_and_is_handed_back():
+    lru: BoundedLRU[str, int] = BoundedLRU(3)
+    assert [lru.put(k, i) for i, k in enumerate("abc")] == [(), (), ()]
+    assert lru.put("d", 3) == [("a", 0)]
+    assert list(lru) == ["b", "c", "d"] and len(lru) == 3
+
+
+def test_a_get_is_a_use_a_look_is_not():
+    lru: BoundedLRU[str, int] = BoundedLRU(3)
+    for i, k in enumerate("abc"):
+        lru.put(k, i)
+    assert lru.get("a") == 0  # a is now the most recent: b is the oldest
+    assert lru.peek("b") == 1 and lru["b"] == 1 and "b" in lru  # looks: b stays the oldest
+    assert lru.get("x") is None and lru.get("x", -1) == -1 and lru.peek("x") is None
+    assert lru.put("d", 3) == [("b", 1)]
+    assert list(lru) == ["c", "a", "d"]
+
+
+def test_putting_a_kept_key_replaces_its_value_and_makes_it_the_most_recent():
+    lru: BoundedLRU[str, int] = BoundedLRU(2)
+    lru.put("a", 0)
+    lru.put("b", 1)
+    assert lru.put("a", 10) == ()
+    assert list(lru.items()) == [("b", 1), ("a", 10)]
+    assert lru.put("c", 2) == [("b", 1)]
+
+
+def test_a_byte_budget_drops_the_oldest_until_it_fits_and_hands_them_all_back_oldest_first():
+    lru: BoundedLRU[str, str] = BoundedLRU(100, 10, by_len)
+    for k in "abcd":
+        assert lru.put(k, "xx") == ()
+    assert lru.bytes == 8
+    assert lru.put("e", "xxxxxx") == [("a", "xx"), ("b", "xx")]  # 14 bytes: two must go
+    assert list(lru) == ["c", "d", "e"] and lru.bytes == 10  # exactly the budget is within it
+
+
+def test_an_entry_heavier_than_the_budget_is_not_kept_and_costs_the_others_nothing():
+    lru: BoundedLRU[str, str] = BoundedLRU(100, 10, by_len)
+    lru.put("a", "xxxx")
+    lru.put("b", "xxxx")
+    assert lru.put("big", "x" * 11) == (("big", "x" * 11),)
+    assert list(lru) == ["a", "b"] and lru.bytes == 8
+    assert lru.put("a", "x" * 11) == (("a", "x" * 11),)  # a kept key given a value too heavy: gone
+    assert list(lru) == ["b"] and lru.bytes == 4
+
+
+def test_keep_newest_keeps_the_entry_just_used_even_alone_over_the_budget():
+    lru: BoundedLRU[str, str] = BoundedLRU(100, 10, by_len, keep_newest=True)
+    lru.put("a", "xxxx")
+    lru.put("b", "xxxx")
+    assert lru.put("big", "x" * 11) == [("a", "xxxx"), ("b", "xxxx")]
+    assert list(lru) == ["big"] and lru.bytes == 11
+    assert lru.put("c", "x") == [("big", "x" * 11)]
+
+
+class Box:
+    """A value that grows in place, weighing what it says."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+def box_size(key: str, box: Box) -> int:
+    return box.size
+
+
+def test_an_entry_grown_in_place_is_counted_and_the_oldest_make_room_for_it():
+    lru: BoundedLRU[str, Box] = BoundedLRU(100, 10, box_size, keep_newest=True)
+    a, b, c = Box(3), Box(3), Box(3)
+    for k, box in zip("abc", (a, b, c)):
+        lru.put(k, box)
+    assert lru.resized("x", 100) == () and lru.bytes == 9  # not kept: nothing to count
+    c.size += 3
+    assert lru.resized("c", 3) == [("a", a)]
+    assert lru.bytes == 9
+    c.size += 10
+    assert lru.resized("c", 10) == [("b", b)]  # alone over the budget, and kept: it is the newest
+    assert list(lru) == ["c"] and lru.bytes == 16
+    c.size -= 16
+    assert lru.resized("c", -16) == () and lru.bytes == 0
+
+
+def test_without_keep_newest_an_entry_grown_alone_over_the_budget_goes_alone():
+    lru: BoundedLRU[str, Box] = BoundedLRU(100, 10, box_size)
+    a, b = Box(3), Box(3)
+    lru.put("a", a)
+    lru.put("b", b)
+    b.size = 11
+    assert lru.resized("b", 8) == (("b", b),)
+    assert list(lru) == ["a"] and lru.bytes == 3
+
+
+def test_pop_popitem_and_clear_give_back_their_bytes():
+    lru: BoundedLRU[str, str] = BoundedLRU(100, 100, by_len)
+    for k, v in (("a", "x"), ("b", "xx"), ("c", "xxx"), ("d", "xxxx")):
+        lru.put(k, v)
+    assert lru.pop("b") == "xx" and lru.bytes == 8
+    assert lru.pop("b", None) is None and lru.bytes == 8
+    assert lru.popitem(last=False) == ("a", "x") and lru.bytes == 7
+    assert lru.popitem() == ("d", "xxxx") and lru.bytes == 3
+    lru.clear()
+    assert not lru and lru.bytes == 0
+    try:
+        lru.pop("a")
+    except KeyError:
+        pass
+    else:
+        raise AssertionError("pop of a missing key without a default must raise")
+
+
+def test_a_cap_lowered_at_run_time_is_held_at_the_next_put():
+    lru: BoundedLRU[int, int] = BoundedLRU(10)
+    for i in range(10):
+        lru.put(i, i)
+    lru.max_entries = 3
+    assert lru.put(10, 10) == [(i, i) for i in range(8)]
+    assert list(lru) == [8, 9, 10]
+
+
+ops = st.lists(st.tuples(st.sampled_from(["put", "get", "pop"]), st.integers(0, 7), st.integers(0, 6)),
+               max_size=60)
+
+
+@given(ops=ops, max_entries=st.integers(1, 5), max_bytes=st.integers(0, 12), keep_newest=st.booleans())
+def test_it_behaves_as_a_list_in_recency_order(ops, max_entries, max_bytes, keep_newest):
+    """Against the plainest model of the rules: a list of (key, size), least recently used first."""
+    lru: BoundedLRU[int, int] = BoundedLRU(max_entries, max_bytes, lambda k, v: v, keep_newest=keep_newest)
+    model: list[tuple[int, int]] = []
+    for op, key, size in ops:
+        found = next((kv for kv in model if kv[0] == key), None)
+        if op == "get":
+            assert lru.get(key) == (found[1] if found else None)
+            if found:
+                model.remove(found)
+                model.append(found)
+        elif op == "pop":
+            assert lru.pop(key, None) == (found[1] if found else None)
+            if found:
+                model.remove(found)
+        else:
+            if found:
+                model.remove(found)
+            model.append((key, size))
+            expected: list[tuple[int, int]] = []
+            if size > max_bytes and not keep_newest:
+                expected = [model.pop()]
+            else:
+                while len(model) > (1 if keep_newest else 0) and (
+                        len(model) > max_entries or sum(s for _, s in model) > max_bytes):
+                    expected.append(model.pop(0))
+            assert list(lru.put(key, size)) == expected
+        assert list(lru.items()) == model
+        assert lru.bytes == sum(s for _, s in model)
