@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -165,3 +167,106 @@ def test_it_behaves_as_a_list_in_recency_order(ops, max_entries, max_bytes, keep
             assert list(lru.put(key, size)) == expected
         assert list(lru.items()) == model
         assert lru.bytes == sum(s for _, s in model)
+
+
+# Each place that keeps one: its bound and its recency, as its callers see them.
+
+
+def test_stage_checkpoints_forget_the_least_recently_checkpointed_conversation():
+    from ctxguard.facts.stages import StageBook
+
+    book = StageBook(max_conversations=2)
+    book.put(("a", None), "selection", "x")
+    book.put(("b", None), "selection", "y")
+    book.put(("a", None), "payload", "z")  # a used again: b is the oldest
+    book.put(("c", None), "selection", "w")
+    assert book.take(("b", None)) == {}
+    assert book.take(("a", None)) == {"selection": "x", "payload": "z"}
+    assert book.take(("c", None)) == {"selection": "w"} and book.empty
+
+
+def test_conversations_with_lost_fact_writes_are_remembered_up_to_ten_thousand():
+    from ctxguard.facts import Sinks
+
+    sinks = Sinks()
+    for n in range(10_001):
+        sinks.failed((f"c{n}", None))
+    assert len(sinks.lost) == 10_000
+    assert ("c0", None) not in sinks.lost and ("c1", None) in sinks.lost and ("c10000", None) in sinks.lost
+
+
+def test_the_value_index_drops_its_least_recently_recorded_value_and_its_word():
+    from ctxguard.facts.index import ValueIndex, words
+    from ctxguard.facts.ledger import Version
+
+    index = ValueIndex(max_entries=2)
+
+    def add(scope: str, value: str) -> None:
+        index.add((scope, None), Version("f", value, value, 0))
+
+    def found(value: str) -> list[str]:
+        return [c.version.value for c in index.foreign(("me", None), [words(value)])]
+
+    add("a", "alpha-111")
+    add("b", "bravo-222")
+    add("c", "alpha-111")  # recorded again: bravo is the oldest
+    add("d", "delta-444")
+    assert len(index) == 2
+    assert found("bravo-222") == [] and found("alpha-111") == ["alpha-111"] and found("delta-444") == ["delta-444"]
+    assert "bravo" not in index._words and "bravo" not in index._by_word  # its word went with it
+
+
+def test_a_value_remembers_the_last_conversations_that_recorded_it():
+    from ctxguard.facts.index import MAX_OWNERS, ValueIndex, words
+    from ctxguard.facts.ledger import Version
+
+    index = ValueIndex()
+    for scope in ["o0", "o1", "o2", "o3", "o4", "o1"]:  # o1 again: the most recent
+        index.add((scope, None), Version("f", "alpha-111", "alpha-111", 0))
+    owners = index._values["alpha-111"].owners
+    assert len(owners) == MAX_OWNERS and list(owners) == [("o2", None), ("o3", None), ("o4", None), ("o1", None)]
+    assert [c.scope for c in index.foreign(("me", None), [words("alpha-111")])] == [("o1", None)]
+    assert [c.scope for c in index.foreign(("o1", None), [words("alpha-111")])] == [("o4", None)]
+
+
+def test_lossy_summary_notes_forget_the_least_recently_noted_conversation():
+    from ctxguard.summaries import LossyNotes
+
+    notes = LossyNotes(max_conversations=2)
+    notes.note(("a", None), ["f1"])
+    notes.note(("b", None), ["f2"])
+    notes.note(("a", None), ["f3"])  # noted again: b is the oldest
+    notes.note(("c", None), ["f4"])
+    assert notes.take(("b", None)) == ()
+    assert notes.take(("a", None)) == ("f3",) and notes.take(("c", None)) == ("f4",)
+
+
+def test_the_warning_limiter_forgets_the_least_recently_warned_conversation(monkeypatch):
+    from ctxguard.telemetry import log
+
+    monkeypatch.setattr(log, "MAX_TRACKED", 2)
+    limiter = log.WarningLimiter(clock=lambda: 0.0)
+    for _ in range(log.BURST):
+        assert limiter.take("a") is not None
+    assert limiter.take("a") is None  # a's burst spent, one held back
+    limiter.take("b")
+    limiter.take("a")  # warned again (held back): b is the oldest
+    limiter.take("c")  # b forgotten
+    assert limiter.take("a") is None  # a remembered: still out of budget
+    limiter.take("d")  # c forgotten: a is the oldest
+    limiter.take("e")  # a forgotten
+    assert limiter.take("a") == 0  # forgotten: a fresh budget, nothing said held back
+
+
+def test_capture_turn_counters_forget_the_least_recently_captured_conversation(monkeypatch, tmp_path):
+    from ctxguard import capture
+
+    monkeypatch.setattr(capture, "_MAX_TURN_COUNTERS", 2)
+    writer = capture.CaptureWriter(str(tmp_path / "capture.jsonl"))
+    for scope in ("a", "b", "a", "c", "a", "b"):
+        writer.request((scope, None), "openai", {})
+    writer.close()
+    lines = [json.loads(line) for line in (tmp_path / "capture.jsonl").read_text().splitlines()]
+    # b forgotten when c came (a was captured after it), a kept throughout: it was never the oldest
+    assert [(line["conversation_id"], line["turn"]) for line in lines] == [
+        ("a", 1), ("b", 1), ("a", 2), ("c", 1), ("a", 3), ("b", 1)]
