@@ -270,3 +270,24 @@ def test_capture_turn_counters_forget_the_least_recently_captured_conversation(m
     # b forgotten when c came (a was captured after it), a kept throughout: it was never the oldest
     assert [(line["conversation_id"], line["turn"]) for line in lines] == [
         ("a", 1), ("b", 1), ("a", 2), ("c", 1), ("a", 3), ("b", 1)]
+
+
+def test_the_ledger_forgets_the_conversation_least_recently_written_and_the_fact_least_recently_revised():
+    from datetime import datetime, timezone
+
+    from ctxguard.facts.ledger import FactEvent, MemoryLedger
+
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    ledger = MemoryLedger(max_conversations=2, max_facts=2)
+    ledger.append(FactEvent(("a", None), "city", "Pune"))
+    ledger.append(FactEvent(("b", None), "city", "Delhi"))
+    ledger.append(FactEvent(("a", None), "zip", "411001"))  # a written again: b is the oldest
+    ledger.state(("b", None), now)  # read, not written: still the oldest
+    ledger.append(FactEvent(("c", None), "city", "Goa"))
+    assert ledger.overflow == 1
+    assert ledger.state(("b", None), now).active == {}
+    assert sorted(ledger.state(("a", None), now).active) == ["city", "zip"]
+    ledger.append(FactEvent(("a", None), "city", "Mumbai"))  # city revised: zip is the least recently
+    ledger.append(FactEvent(("a", None), "name", "Asha"))
+    assert ledger.overflow == 2  # the fact dropped counted too
+    assert sorted(ledger.state(("a", None), now).active) == ["city", "name"]
