@@ -83,7 +83,7 @@ def box_size(key: str, box: Box) -> int:
 def test_an_entry_grown_in_place_is_counted_and_the_oldest_make_room_for_it():
     lru: BoundedLRU[str, Box] = BoundedLRU(100, 10, box_size, keep_newest=True)
     a, b, c = Box(3), Box(3), Box(3)
-    for k, box in zip("abc", (a, b, c)):
+    for k, box in zip("abc", (a, b, c), strict=True):
         lru.put(k, box)
     assert lru.resized("x", 100) == () and lru.bytes == 9  # not kept: nothing to count
     c.size += 3
