@@ -291,3 +291,13 @@ def test_the_ledger_forgets_the_conversation_least_recently_written_and_the_fact
     ledger.append(FactEvent(("a", None), "name", "Asha"))
     assert ledger.overflow == 2  # the fact dropped counted too
     assert sorted(ledger.state(("a", None), now).active) == ["city", "name"]
+
+
+def test_memos_dropped_for_their_bytes_no_longer_count_as_kept_messages():
+    from ctxguard.memo import MEMO_BYTES, Memos
+
+    memos = Memos(max_bytes=3 * MEMO_BYTES)  # three memos that keep nothing: each weighs MEMO_BYTES
+    for key in "abcde":
+        memos.settle(key, memos.get(key))
+    assert len(memos) == 3 and memos.kept == 3 and memos.bytes == 3 * MEMO_BYTES
+    assert "a" not in memos._memos and "c" in memos._memos
