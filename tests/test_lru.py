@@ -301,3 +301,39 @@ def test_memos_dropped_for_their_bytes_no_longer_count_as_kept_messages():
         memos.settle(key, memos.get(key))
     assert len(memos) == 3 and memos.kept == 3 and memos.bytes == 3 * MEMO_BYTES
     assert "a" not in memos._memos and "c" in memos._memos
+
+
+def _conversation_payload(n: int, digest: str, extends: str | None = None):
+    from ctxguard.digest import Digester
+    from ctxguard.payload import Message, Payload
+
+    digester = Digester(b"k")
+    messages = [Message("user", f"m{i}", digester.text(f"user\x1fm{i}"), 1) for i in range(n)]
+    return Payload("openai", "chat", "m", messages, [m.digest for m in messages], digest, 0, 0, "estimate", 0,
+                   None, False, None, None, extends=extends)
+
+
+def test_the_conversation_memory_keeps_the_conversation_just_seen_even_alone_over_its_budget():
+    from ctxguard.conversation import ConversationMemory
+
+    memory = ConversationMemory(max_bytes=4 * 1024)
+    memory.observe(("small", None), _conversation_payload(1, "s1"), pinned=False)
+    memory.observe(("big", None), _conversation_payload(1_000, "b1"), pinned=False)  # 8 KB of keys alone
+    assert len(memory) == 1 and memory.bytes > memory.max_bytes  # the small one made room, in vain
+    assert memory.observe(("big", None), _conversation_payload(1_001, "b2"), pinned=False).prev_hash == "b1"
+
+
+def test_the_conversation_memory_counts_what_a_grown_history_adds_to_it():
+    """The common case, a history resent and grown (the memo says so: ``extends``): the keys of its
+    new messages count against the budget as soon as they are kept."""
+    from ctxguard.conversation import ConversationMemory
+
+    from ctxguard.conversation import STATE_BYTES
+
+    memory = ConversationMemory(max_bytes=4 * 1024)
+    memory.observe(("old", None), _conversation_payload(1, "o1"), pinned=False)
+    memory.observe(("grows", None), _conversation_payload(1, "g1"), pinned=False)
+    assert memory.bytes == 2 * (STATE_BYTES + 8)
+    memory.observe(("grows", None), _conversation_payload(400, "g2", extends="g1"), pinned=False)
+    assert memory.bytes == STATE_BYTES + 8 * 400 and len(memory) == 1  # the old one dropped for its keys
+    assert memory.observe(("old", None), _conversation_payload(1, "o2"), pinned=False).prev_hash is None
