@@ -326,9 +326,7 @@ def test_the_conversation_memory_keeps_the_conversation_just_seen_even_alone_ove
 def test_the_conversation_memory_counts_what_a_grown_history_adds_to_it():
     """The common case, a history resent and grown (the memo says so: ``extends``): the keys of its
     new messages count against the budget as soon as they are kept."""
-    from ctxguard.conversation import ConversationMemory
-
-    from ctxguard.conversation import STATE_BYTES
+    from ctxguard.conversation import STATE_BYTES, ConversationMemory
 
     memory = ConversationMemory(max_bytes=4 * 1024)
     memory.observe(("old", None), _conversation_payload(1, "o1"), pinned=False)
