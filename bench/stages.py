@@ -33,6 +33,7 @@ from ctxguard.inspection import Verdict
 from ctxguard.intercept.answers import returned
 from ctxguard.memo import Memo
 from ctxguard.providers import openai as openai_provider
+from ctxguard.record import Trace
 
 sys.path.insert(0, str(Path(__file__).parent))
 import overhead as ov
@@ -88,7 +89,8 @@ def main() -> None:
         recorder = guard._recorder
 
         def record() -> None:
-            t = recorder.start(judged, None, None)
+            t = Trace()
+            recorder.start(t, judged, None, None)
             recorder.end(t, judged, 0.0, None, None)
 
         sent = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs)

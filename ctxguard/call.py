@@ -140,7 +140,8 @@ class Call:
         self.done = True
         stages, verdict, t = self._stages, self.verdict, self.trace
         payload = verdict.payload
-        reply = self._heard or reply  # what the provider said, not its translation
+        if self._heard is not None:
+            reply = self._heard  # what the provider said, not its translation
         if error_type is None and reply is not None and reply.error is not None:
             error_type = reply.error
         if reply is not None and reply.input_tokens:

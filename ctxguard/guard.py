@@ -143,13 +143,13 @@ class Guard:
         except Exception as exc:
             report_internal_error("checks", exc)
         recorder = self._recorder
+        t = Trace()
         try:
             pinned = verdict.ctx.pinned if verdict.ctx is not None else None
             pinned_hash = inspector.measurer.digester.text(pinned.text) if pinned is not None else None
-            t = recorder.start(verdict, over, pinned_hash)
+            recorder.start(t, verdict, over, pinned_hash)
         except Exception as exc:
             report_internal_error("telemetry", exc)
-            t = Trace()
         if recorder.capture is not None:
             t.request = kwargs  # captured from the wire, or from these if the wire is not seen
         call = Call(self._stages, provider, verdict, t)

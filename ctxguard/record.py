@@ -82,10 +82,11 @@ class Recorder:
 
     # -- before sending -------------------------------------------------
 
-    def start(self, verdict: Verdict, over: Any, pinned_hash: str | None) -> Trace:
-        """Count the before-send outcomes, log the violations and start the span (or adopt the
-        span of ``over``, another library's wrapper of this call site, if it is this call's)."""
-        t = Trace()
+    def start(self, t: Trace, verdict: Verdict, over: Any, pinned_hash: str | None) -> None:
+        """Count the before-send outcomes, log the violations and start the span into ``t`` (or
+        adopt the span of ``over``, another library's wrapper of this call site, if it is this
+        call's). ``t`` is the caller's: a failure part way leaves in it what was started (the span,
+        the context attached), so the call's end still ends and detaches them."""
         m, payload, ctx, diff = self.metrics, verdict.payload, verdict.ctx, verdict.diff
         provider = payload.provider
         cells = [m.calls_at[(provider, payload.operation)]]
@@ -119,7 +120,7 @@ class Recorder:
                 a = self._attributes(verdict, pinned_hash)
                 attr.set_attributes(theirs, {k: v for k, v in a.items() if ours_to_add(k, theirs)})
                 attr.violation_events(theirs, exported)
-                return t
+                return
             t.usage_elsewhere = records_usage(over) or inference_span(theirs, payload.model)
         # Attributes go on right after creation, through the non-validating fast path;
         # handing them to start_span would have the SDK re-validate each one.
@@ -134,7 +135,6 @@ class Recorder:
                     attr.INPUT_MESSAGES,
                     attr.content_json([{"role": msg.role, "content": msg.text} for msg in payload.messages]),
                 )
-        return t
 
     def _log(self, verdict: Verdict, exported: list[Violation]) -> None:
         scope = verdict.scope

@@ -5,7 +5,10 @@ every list of providers and checks is read from (docs/design.md)."""
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
+
+from prometheus_client import CollectorRegistry
 
 import ctxguard
 from ctxguard.call import Call
@@ -36,13 +39,11 @@ def test_no_function_is_over_60_lines_but_the_two_design_md_names():
 
 
 def test_the_call_lifecycle_stays_small():
-    import inspect
-
     assert len(inspect.getsource(Call).splitlines()) <= 150
 
 
 def test_every_provider_label_has_its_metric_series_and_every_distribution_its_docs_row():
-    metrics = Metrics(__import__("prometheus_client").CollectorRegistry(), CHECK_NAMES, LABELS)
+    metrics = Metrics(CollectorRegistry(), CHECK_NAMES, LABELS)
     assert {p for p, _ in metrics.calls_at} == set(LABELS)
     supported = (DOCS / "supported.md").read_text()
     for provider in PROVIDERS:

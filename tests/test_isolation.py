@@ -125,3 +125,21 @@ def test_failing_post_import_hook_does_not_break_import_openai():
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["ok", "1", "1.0"]
+
+
+def test_a_fault_while_the_span_starts_still_ends_it_and_restores_the_context(harness, llm, client, internal_errors,
+                                                                              monkeypatch):
+    """A telemetry fault after ctxguard's span became current (its violation events): the span still
+    ends with the call, and the app's context is the one it had before (no span left current)."""
+    from opentelemetry import trace
+
+    harness.start(mode="observe", policy=Policy(pinned=Pinned()))  # pinned_present fails: events are written
+    monkeypatch.setattr("ctxguard.telemetry.spans.violation_events", boom)
+    llm.script("same answer")
+    before = trace.get_current_span()
+    with ctxguard.conversation("c"):
+        answer(client)
+    assert trace.get_current_span() is before
+    assert len(harness.spans()) == 1
+    assert {w for w, _ in internal_errors} == {"telemetry"}
+    internal_errors.clear()
