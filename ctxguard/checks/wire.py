@@ -11,7 +11,12 @@ normalising every body would cost more than the rest of the guard.
 Active facts the payload carries elsewhere (a user message, a tool result) are
 held to the same rule through the line that carries them: the raw line of the
 message whose normalised text holds the value must be in the body. A value that
-spans a line break has no such line and is not judged (no false alarm).
+spans a line break has no such line and is not judged (no false alarm). A fact whose
+line is not in the raw body may have gone as structure rather than text (a tool call's
+object arguments, an Anthropic ``tool_use`` input): then, and only then, the body is
+decoded once and its own strings settle it. The value anywhere in them counts as sent,
+so a fact whose carrying message the SDK dropped while another part of the body still
+holds the value is not reported: the fact did reach the model.
 """
 
 from __future__ import annotations
