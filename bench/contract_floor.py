@@ -91,7 +91,7 @@ class Outputs:
         payload, ctx = verdict.payload, verdict.ctx
         assert ctx is not None and not isinstance(ctx.budget, str) and ctx.pinned is not None
         self.name = f"{payload.operation} {payload.model}"
-        self.start_attrs = guard._recorder._attributes(verdict, guard.measurer.digester.text(ctx.pinned.text))
+        self.start_attrs = guard._recorder._attributes(verdict)
         self.cells = [m.calls_at[(payload.provider, payload.operation)]]
         self.cells += [m.checks_at[(o.check, o.outcome)] for o in verdict.outcomes]
         self.observed: list[tuple[Hist, float]] = [

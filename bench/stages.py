@@ -90,7 +90,7 @@ def main() -> None:
 
         def record() -> None:
             t = Trace()
-            recorder.start(t, judged, None, None)
+            recorder.start(t, judged, None)
             recorder.end(t, judged, 0.0, None, None)
 
         sent = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs)
@@ -125,7 +125,7 @@ def main() -> None:
             ("  the same, an agent's history (tool calls and results)", mean_us(agent_remembered)),
             ("evaluate (pinned, budget, diff, facts, checks)", mean_us(evaluate)),
             ("record (span start/attributes/end, metrics, events)", mean_us(record)),
-            ("  of which: span attributes dict", mean_us(lambda: recorder._attributes(judged, None))),
+            ("  of which: span attributes dict", mean_us(lambda: recorder._attributes(judged))),
             ("  of which: bare SDK span start + end", mean_us(bare_span)),
             ("wire (body digest, wire_intact, outcome)", mean_us(wire)),
             ("  of which: keyed digest of the body", mean_us(lambda: guard.measurer.digester.bytes(body))),

@@ -81,7 +81,9 @@ class Guard:
         digester = self._inspector.measurer.digester
         #: How conversation and fact ids are exported: as they are, or keyed digests (``hash_ids``).
         self.ids = ExportedIds(digester if config.hash_ids else None)
-        self._recorder = Recorder(config, self.metrics, provider.get_tracer("ctxguard"), self.ids, WarningLimiter())
+        self._recorder = Recorder(
+            config, self.metrics, provider.get_tracer("ctxguard"), self.ids, WarningLimiter(), digester
+        )
         self.calibration = self._inspector.measurer.calibration
         self._stages = Stages(
             self._inspector, self._recorder, WireDigests(digester, max_bytes=config.cache_bytes // 8), self.calibration
@@ -145,9 +147,7 @@ class Guard:
         recorder = self._recorder
         t = Trace()
         try:
-            pinned = verdict.ctx.pinned if verdict.ctx is not None else None
-            pinned_hash = inspector.measurer.digester.text(pinned.text) if pinned is not None else None
-            recorder.start(t, verdict, over, pinned_hash)
+            recorder.start(t, verdict, over)
         except Exception as exc:
             report_internal_error("telemetry", exc)
         if recorder.capture is not None:

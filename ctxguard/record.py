@@ -20,6 +20,7 @@ from .capture import CaptureWriter
 from .checks import Context, Outcome
 from .config import Config
 from .conversation import Scope
+from .digest import Digester
 from .facts.evaluate import FactView
 from .inspection import Verdict
 from .payload import Answer
@@ -70,9 +71,17 @@ class Recorder:
     """Turns verdicts into telemetry, through the sinks it was given."""
 
     def __init__(
-        self, config: Config, metrics: Metrics, tracer: Tracer, ids: ExportedIds, warnings: WarningLimiter
+        self,
+        config: Config,
+        metrics: Metrics,
+        tracer: Tracer,
+        ids: ExportedIds,
+        warnings: WarningLimiter,
+        digester: Digester,
     ) -> None:
+        """``digester``: keys the digests the span carries beyond the payload's (the pinned block's)."""
         self.config = config
+        self.digester = digester
         self.metrics = metrics
         self.tracer = tracer
         self.ids = ids
@@ -82,7 +91,7 @@ class Recorder:
 
     # -- before sending -------------------------------------------------
 
-    def start(self, t: Trace, verdict: Verdict, over: Any, pinned_hash: str | None) -> None:
+    def start(self, t: Trace, verdict: Verdict, over: Any) -> None:
         """Count the before-send outcomes, log the violations and start the span into ``t`` (or
         adopt the span of ``over``, another library's wrapper of this call site, if it is this
         call's). ``t`` is the caller's: a failure part way leaves in it what was started (the span,
@@ -117,7 +126,7 @@ class Recorder:
                 # Another instrumentation wraps this call site and its span of the call is current:
                 # ctxguard's attributes and events go on it, so a trace shows one span per call.
                 t.span, t.adopted = theirs, True
-                a = self._attributes(verdict, pinned_hash)
+                a = self._attributes(verdict)
                 attr.set_attributes(theirs, {k: v for k, v in a.items() if ours_to_add(k, theirs)})
                 attr.violation_events(theirs, exported)
                 return
@@ -128,7 +137,7 @@ class Recorder:
         t.span = span
         t.token = otel_context.attach(trace.set_span_in_context(span))
         if span.is_recording():
-            attr.set_attributes(span, self._attributes(verdict, pinned_hash))
+            attr.set_attributes(span, self._attributes(verdict))
             attr.violation_events(span, exported)
             if self.config.capture_content:
                 span.set_attribute(
@@ -142,7 +151,7 @@ class Recorder:
                        conversation_id=self.ids.id(scope[0]) if scope is not None else None,
                        payload_hash=verdict.payload.digest, limiter=self.warnings)
 
-    def _attributes(self, verdict: Verdict, pinned_hash: str | None) -> dict[str, Any]:
+    def _attributes(self, verdict: Verdict) -> dict[str, Any]:
         payload, ctx, diff, scope = verdict.payload, verdict.ctx, verdict.diff, verdict.scope
         messages = payload.messages
         shown = messages[: attr.MESSAGE_ATTR_CAP]
@@ -189,7 +198,7 @@ class Recorder:
             a[attr.MESSAGES_DROPPED] = sum(diff.dropped.values())
             a[attr.EVICTED] = (*diff.evicted, "fact") if verdict.fact_evictions else diff.evicted
         if ctx is not None:
-            _context_attributes(a, ctx, pinned_hash)
+            _context_attributes(a, ctx, self.digester)
         if payload.reply_room is not None:
             # Thinking is drawn from max_tokens: say when it leaves the reply under a quarter.
             a[attr.BUDGET_REPLY_ROOM] = payload.reply_room
@@ -269,7 +278,7 @@ class Recorder:
         m.add(cells, ((m.duration_h, elapsed),))
 
 
-def _context_attributes(a: dict[str, Any], ctx: Context, pinned_hash: str | None) -> None:
+def _context_attributes(a: dict[str, Any], ctx: Context, digester: Digester) -> None:
     """The budget equation, the facts and the pinned block, as the checks read them."""
     if not isinstance(ctx.budget, str):
         ev = ctx.budget
@@ -287,7 +296,7 @@ def _context_attributes(a: dict[str, Any], ctx: Context, pinned_hash: str | None
         if ctx.pinned is not None:
             a[attr.PINNED_TOKENS] = ctx.pinned_tokens
             a[attr.PINNED_ENTRIES] = ctx.pinned.entries
-            a[attr.PINNED_HASH] = pinned_hash
+            a[attr.PINNED_HASH] = digester.text(ctx.pinned.text)
 
 
 def _skips(outcomes: list[Outcome]) -> tuple[str, ...]:
