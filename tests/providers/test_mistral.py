@@ -328,28 +328,15 @@ def test_chunks_tool_calls_and_prefix_read_alike_as_dicts_and_sdk_models(harness
     assert llm.bodies()[0]["messages"][2]["tool_calls"][0]["function"]["arguments"] == {"order": "A-1041"}
 
 
-def test_a_fact_carried_by_string_arguments_is_found_on_the_wire(harness, llm, mistral):
+@pytest.mark.parametrize("arguments", ['{"order": "A-1041"}', {"order": "A-1041"}], ids=["string", "object"])
+def test_a_fact_carried_by_tool_call_arguments_is_found_on_the_wire(harness, llm, mistral, arguments):
     harness.start(mode="observe")
     with ctxguard.conversation("args"):
         ctxguard.record_fact("order_id", "A-1041")
         mistral.chat.complete(model=MODEL, messages=[
             SYSTEM, {"role": "user", "content": "where is it?"},
             {"role": "assistant", "tool_calls": [{"id": "D681PevKs", "function": {
-                "name": "lookup", "arguments": '{"order": "A-1041"}'}}]},
-            {"role": "tool", "content": "shipped", "tool_call_id": "D681PevKs"}])
-    a = only_guard_span(harness).attributes
-    assert list(a["ctxguard.facts.present"]) == ["order_id@1"]
-    assert list(a["ctxguard.violations"]) == []
-
-
-def test_a_fact_carried_by_object_arguments_is_found_on_the_wire(harness, llm, mistral):
-    harness.start(mode="observe")
-    with ctxguard.conversation("args"):
-        ctxguard.record_fact("order_id", "A-1041")
-        mistral.chat.complete(model=MODEL, messages=[
-            SYSTEM, {"role": "user", "content": "where is it?"},
-            {"role": "assistant", "tool_calls": [{"id": "D681PevKs", "function": {
-                "name": "lookup", "arguments": {"order": "A-1041"}}}]},
+                "name": "lookup", "arguments": arguments}}]},
             {"role": "tool", "content": "shipped", "tool_call_id": "D681PevKs"}])
     a = only_guard_span(harness).attributes
     assert list(a["ctxguard.facts.present"]) == ["order_id@1"]
