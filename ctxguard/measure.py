@@ -8,7 +8,7 @@ entries and in bytes (a message's text counts, since the cache keeps it as its k
 
 from __future__ import annotations
 
-from itertools import accumulate
+from itertools import accumulate, compress, count
 from operator import attrgetter
 from sys import getsizeof
 
@@ -24,6 +24,7 @@ _digest_of = attrgetter("digest")
 _LARGE = 1 << 20  # characters: a message text past this is digested in pieces
 _tokens_of = attrgetter("tokens")
 _size_of = attrgetter("size")
+_tools_of = attrgetter("tools")
 
 
 def _common(items: list[Item], kept: list[Item]) -> int:
@@ -106,17 +107,24 @@ class Measurer:
         equal to this call's are not looked up again, and the payload digest resumes after them."""
         items = view.items
         start, messages, digests, sums, hasher, held, extends = 0, [], [], [0], None, 0, None
+        first_tool: int | None = None
         last = memo.measured if memo is not None else None
         if last is not None:
-            kept_items, kept_messages, kept_digests, kept_sums, kept_hasher, kept_held, kept_digest = last
+            kept_items, kept_messages, kept_digests, kept_sums, kept_hasher, kept_held, kept_digest, kept_tool = last
             start = _common(items, kept_items)
             messages, digests, sums = kept_messages[:start], kept_digests[:start], kept_sums[: start + 1]
             if start == len(kept_items):
                 hasher, held, extends = kept_hasher.copy(), kept_held, kept_digest
+            if kept_tool is not None and kept_tool < start:
+                first_tool = kept_tool  # among the messages resumed
         hit = self._messages._new.get  # inlined look-up: this loop runs once per new message per call
         message = self.message
         new = [hit(item) or message(item) for item in items[start:]]
         messages.extend(new)
+        if first_tool is None and new:
+            # The first message with tool refs, for ``tool_pairs_intact``: looked for in the new
+            # ones only (none before them has any), so a payload without any costs it nothing.
+            first_tool = next(compress(count(start), map(_tools_of, new)), None)
         sums.extend(accumulate(map(_tokens_of, new), initial=sums.pop()))  # running sums, in C
         total = sums[-1]
         digests.extend(map(_digest_of, new))  # map + attrgetter: a C loop, over the new ones only
@@ -136,7 +144,7 @@ class Measurer:
                 held += sum(map(_size_of, new))
             # Kept as they are, not copied: the view's items and the payload's lists are never
             # changed after this point (the next call slices them).
-            memo.measured = (items, messages, digests, sums, hasher, held, digest)
+            memo.measured = (items, messages, digests, sums, hasher, held, digest, first_tool)
         tools_tokens = sum(self.tokens(schema) for schema in view.tools) + view.prompt_overhead
         raw = total + REPLY_PRIMING + tools_tokens
         factor = self.calibration.factor(view.model)
@@ -157,5 +165,6 @@ class Measurer:
             unreadable=view.unreadable,
             reply_room=view.reply_room,
             extends=extends,
+            first_tool=first_tool,
             tool_results=view.tool_results,
         )

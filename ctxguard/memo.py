@@ -54,9 +54,9 @@ class Memo:
         self.read: tuple[list[dict[str, Any]], list[Item], str | None] | None = None
         #: (Items measured, their Messages, their digests, running token sums (``len + 1``),
         #: the payload digest's hasher after all of their digests, the bytes the Messages keep
-        #: (``Message.size`` summed), the payload digest). Shared with the call's Payload, which
-        #: never changes them.
-        self.measured: tuple[list[Item], list[Message], list[str], list[int], Any, int, str] | None = None
+        #: (``Message.size`` summed), the payload digest, the index of the first Message with tool
+        #: refs or None). Shared with the call's Payload, which never changes them.
+        self.measured: tuple[list[Item], list[Message], list[str], list[int], Any, int, str, int | None] | None = None
 
     @property
     def size(self) -> tuple[int, int]:

@@ -132,6 +132,9 @@ class Payload:
     #: The digest of the payload this one continues, if known: the previous call measured with the
     #: same memo, all of whose messages this one begins with (``measure``).
     extends: str | None = None
+    #: The index of the first message with tool refs (``Message.tools``), None if none has any
+    #: (set by the measurer: ``tool_pairs_intact`` reads nothing else of a payload without tools).
+    first_tool: int | None = None
     #: ``RequestView.tool_results``.
     tool_results: str = "next"
     #: The first message (set from ``messages``, which is never changed after construction).
