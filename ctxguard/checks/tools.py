@@ -6,7 +6,8 @@ providers put each message's calls and results in the neutral form (``payload.TO
 ``TOOL_RESULT`` refs, which the measurer keeps on ``Message.tools``) and say where the API wants
 the results (``Payload.tool_results``): ``"next"``, in the run of result messages right after the
 call's message (Chat Completions, Anthropic, Gemini), or ``"later"``, anywhere after it (the
-Responses API). This check reads only that.
+Responses API). This check reads only that: nothing at all of a payload without tool refs
+(``Payload.first_tool``), and of a conversation that grows, only what each call adds (``_Run``).
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from __future__ import annotations
 from sys import getsizeof
 
 from ..cache import ENTRY_BYTES, TwoGenerationCache
-from ..payload import TOOL_CALL, TOOL_RESULT, Payload
+from ..payload import TOOL_CALL, TOOL_REFS, TOOL_RESULT, Payload
 from ..violations import Violation
 from .base import Context, Skip
 
 __all__ = ["ELSEWHERE", "tool_pairs_intact"]
 
-_CALL, _RESULT = len(TOOL_CALL), len(TOOL_RESULT)
+_CALL, _RESULT, _KIND = len(TOOL_CALL), len(TOOL_RESULT), len(TOOL_REFS)
 _SHORT = 40  # characters of an id or a name in a violation's detail
 #: Why results whose call is not in the payload were not judged, when a message stands for stored
 #: items (an OpenAI ``item_reference``): their calls may be among them.
@@ -134,7 +135,7 @@ def _judge(payload: Payload, adjacent: bool, stored: bool, run: _Run | None) -> 
         previous = index
         calls: list[str] = []
         for ref in tools:
-            kind = ref[8:9]  # after "id:tool_": c(all), r(esult) or e(lsewhere)
+            kind = ref[_KIND : _KIND + 1]  # after "id:tool_": c(all), r(esult) or e(lsewhere)
             if kind == "r":
                 key = ref[_RESULT:]
                 indices = pending.get(key)
