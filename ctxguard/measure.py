@@ -24,7 +24,7 @@ _digest_of = attrgetter("digest")
 _LARGE = 1 << 20  # characters: a message text past this is digested in pieces
 _tokens_of = attrgetter("tokens")
 _size_of = attrgetter("size")
-_tools_of = attrgetter("tools")
+_tools_of = attrgetter("tool_refs")
 
 
 def _common(items: list[Item], kept: list[Item]) -> int:
@@ -90,7 +90,7 @@ class Measurer:
         tools = _tool_refs(refs) if refs else ()
         if tools and tools is not refs:
             size += getsizeof(tools)  # its own tuple; the strings are the refs'
-        message = Message(role, text, digest, tokens, source, size, tools=tools)
+        message = Message(role, text, digest, tokens, source, size, tool_refs=tools)
         self._messages.put(item, message)
         return message
 

@@ -157,7 +157,7 @@ def test_the_tool_runs_fed_ten_times_their_budget_keep_at_most_it():
     budget = tools._runs.max_bytes
     with traced() as retained:
         for i in range(10 * budget // SIZE):  # 50 orphan calls of 2,000-character ids a payload
-            messages = [Message("assistant", "", f"d{i}.{n}", 1, tools=(f"id:tool_call={i}.{n}.{'x' * 2000}",))
+            messages = [Message("assistant", "", f"d{i}.{n}", 1, tool_refs=(f"id:tool_call={i}.{n}.{'x' * 2000}",))
                         for n in range(50)]
             payload = Payload("openai", "chat", None, messages, [], f"p{i}", 0, 0, "estimate", 0, None, False,
                               None, None, first_tool=0, tool_results="later")

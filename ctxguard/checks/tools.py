@@ -3,7 +3,7 @@
 A history trimmer that cuts through a tool exchange leaves an assistant tool call whose result is
 gone, or a result whose call is gone; every provider answers that request with a 400. The
 providers put each message's calls and results in the neutral form (``payload.TOOL_CALL`` /
-``TOOL_RESULT`` refs, which the measurer keeps on ``Message.tools``) and say where the API wants
+``TOOL_RESULT`` refs, which the measurer keeps on ``Message.tool_refs``) and say where the API wants
 the results (``Payload.tool_results``): ``"next"``, in the run of result messages right after the
 call's message (Chat Completions, Anthropic, Gemini), or ``"later"``, anywhere after it (the
 Responses API). This check reads only that: nothing at all of a payload without tool refs
@@ -127,7 +127,7 @@ def _judge(payload: Payload, adjacent: bool, stored: bool, run: _Run | None) -> 
         start = payload.first_tool or 0
         previous, pending, violations = start - 1, {}, []
     for index in range(start, len(messages)):
-        tools = messages[index].tools
+        tools = messages[index].tool_refs
         if not tools:
             continue
         if adjacent and index != previous + 1:

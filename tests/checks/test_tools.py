@@ -291,9 +291,9 @@ def test_gemini(kwargs: dict[str, Any], expected: list[str] | str) -> None:
 
 def test_the_check_is_registered_and_reads_only_the_neutral_form() -> None:
     assert CHECKS["tool_pairs_intact"] is tool_pairs_intact
-    messages = [Message("assistant", "lookup {}", "d1", 5, tools=("id:tool_call=c1", "id:tool_call:lookup")),
-                Message("tool", "shipped", "d2", 5, tools=("id:tool_result=c1",)),
-                Message("user", "", "d3", 5, tools=("id:tool_result:lookup",))]
+    messages = [Message("assistant", "lookup {}", "d1", 5, tool_refs=("id:tool_call=c1", "id:tool_call:lookup")),
+                Message("tool", "shipped", "d2", 5, tool_refs=("id:tool_result=c1",)),
+                Message("user", "", "d3", 5, tool_refs=("id:tool_result:lookup",))]
     made = Payload("any", "chat", None, messages, ["d1", "d2", "d3"], "d", 15, 15, "estimate", 0, None, False,
                    None, None, first_tool=0)
     assert tool_pairs_intact(made, CTX) == []
@@ -309,7 +309,7 @@ def test_a_message_keeps_its_tool_refs_and_nothing_else() -> None:
     made = payload("chat", chat({"role": "user", "name": "ann", "content": [
         {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]},
         calls("call_a", "call_b"), result("call_a"), result("call_b"), ANSWER))
-    assert [m.tools for m in made.messages] == [
+    assert [m.tool_refs for m in made.messages] == [
         (), (), (), ("id:tool_call=call_a", "id:tool_call=call_b"), ("id:tool_result=call_a",),
         ("id:tool_result=call_b",), ()]
 
@@ -324,7 +324,7 @@ def test_the_verdict_is_the_same_through_a_memo() -> None:
         for end in range(start, len(history) + 1):
             kwargs = chat(*history[start:end])
             made = payload("chat", kwargs, memo)
-            assert made.first_tool == next((i for i, m in enumerate(made.messages) if m.tools), None)
+            assert made.first_tool == next((i for i, m in enumerate(made.messages) if m.tool_refs), None)
             assert tool_pairs_intact(made, CTX) == tool_pairs_intact(payload("chat", kwargs), CTX)
 
 
