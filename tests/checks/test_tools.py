@@ -267,6 +267,10 @@ GEMINI_CASES = {
         gemini(model_calls(("lookup", "fc-1")), responses_of(("lookup", "fc-9")), GEMINI_ANSWER),
         ["tool result fc-9 (message 3) answers no call right before it",
          "tool call fc-1 (message 2) has no result right after it"]),
+    "a response to another function": (
+        gemini(model_calls(("lookup", None)), responses_of(("track", None)), GEMINI_ANSWER),
+        ["tool result 'track' (message 3) answers no call right before it",
+         "tool call 'lookup' (message 2) has no result right after it"]),
     "two calls of one function, one response": (
         gemini(model_calls(("lookup", None), ("lookup", None)), responses_of(("lookup", None)), GEMINI_ANSWER),
         ["tool call 'lookup' (message 2) has no result right after it"]),
