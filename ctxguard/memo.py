@@ -42,6 +42,10 @@ MEMO_BYTES = 1024
 KEPT_BYTES = 300
 
 
+#: ``Memo.measured``: what the measurer keeps of a call for the next.
+Measured = tuple[list[Item], list[Message], list[str], list[int], Any, int, str, "int | None"]
+
+
 class Memo:
     """One conversation's last call (per provider and API). Each field is replaced whole, never
     edited, so a concurrent call of the same conversation reads an old or a new one, both valid."""
@@ -54,9 +58,9 @@ class Memo:
         self.read: tuple[list[dict[str, Any]], list[Item], str | None] | None = None
         #: (Items measured, their Messages, their digests, running token sums (``len + 1``),
         #: the payload digest's hasher after all of their digests, the bytes the Messages keep
-        #: (``Message.size`` summed), the payload digest). Shared with the call's Payload, which
-        #: never changes them.
-        self.measured: tuple[list[Item], list[Message], list[str], list[int], Any, int, str] | None = None
+        #: (``Message.size`` summed), the payload digest, the index of the first Message with tool
+        #: refs or None). Shared with the call's Payload, which never changes them.
+        self.measured: Measured | None = None
 
     @property
     def size(self) -> tuple[int, int]:

@@ -72,7 +72,7 @@ TOOL_RESULT = "id:tool_result"
 #: A message that stands for items the provider holds (an OpenAI ``item_reference``): calls and
 #: results may be there that the payload does not show.
 TOOL_ELSEWHERE = "id:tool_elsewhere"
-#: What every tool ref begins with (``Message.tools`` keeps the refs that do).
+#: What every tool ref begins with (``Message.tool_refs`` keeps the refs that do).
 TOOL_REFS = "id:tool_"
 
 
@@ -125,7 +125,7 @@ class Message:
     key: bytes = b""
     #: Its tool refs (``TOOL_REFS``), set by the measurer; the shared empty tuple for a message
     #: without any, which is most of them: one pointer a message, no new object.
-    tools: tuple[str, ...] = ()
+    tool_refs: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -160,6 +160,9 @@ class Payload:
     #: The digest of the payload this one continues, if known: the previous call measured with the
     #: same memo, all of whose messages this one begins with (``measure``).
     extends: str | None = None
+    #: The index of the first message with tool refs (``Message.tool_refs``), None if none has any
+    #: (set by the measurer: ``tool_pairs_intact`` reads nothing else of a payload without tools).
+    first_tool: int | None = None
     #: ``RequestView.tool_results``.
     tool_results: str = "next"
     #: The first message (set from ``messages``, which is never changed after construction).

@@ -143,3 +143,25 @@ def test_the_wire_needle_caches_fed_ten_times_their_budget_keep_at_most_it():
         kept = retained()
     assert wire._needle_cache.bytes <= 4 * BUDGET and wire._wholes.bytes <= 4 * BUDGET
     assert kept <= 8 * BUDGET + BUDGET // 4, kept
+
+
+def test_the_tool_runs_fed_ten_times_their_budget_keep_at_most_it():
+    """``tool_pairs_intact``'s runs (where each payload with tool refs left off): 1 MiB, however
+    many orphans they hold and however long their ids."""
+    from ctxguard.checks import tools
+    from ctxguard.checks.base import Context
+    from ctxguard.payload import Message, Payload
+    from ctxguard.policy import Policy
+
+    ctx = Context(Policy(), None, 0, "n/a", None, False, "n/a")
+    budget = tools._runs.max_bytes
+    with traced() as retained:
+        for i in range(10 * budget // SIZE):  # 50 orphan calls of 2,000-character ids a payload
+            messages = [Message("assistant", "", f"d{i}.{n}", 1, tool_refs=(f"id:tool_call={i}.{n}.{'x' * 2000}",))
+                        for n in range(50)]
+            payload = Payload("openai", "chat", None, messages, [], f"p{i}", 0, 0, "estimate", 0, None, False,
+                              None, None, first_tool=0, tool_results="later")
+            assert len(tools.tool_pairs_intact(payload, ctx)) == 50
+            del messages, payload
+        kept = retained()
+    assert tools._runs.bytes <= budget and kept <= budget, kept

@@ -5,6 +5,7 @@ conversations."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -266,6 +267,10 @@ GEMINI_CASES = {
         gemini(model_calls(("lookup", "fc-1")), responses_of(("lookup", "fc-9")), GEMINI_ANSWER),
         ["tool result fc-9 (message 3) answers no call right before it",
          "tool call fc-1 (message 2) has no result right after it"]),
+    "a response to another function": (
+        gemini(model_calls(("lookup", None)), responses_of(("track", None)), GEMINI_ANSWER),
+        ["tool result 'track' (message 3) answers no call right before it",
+         "tool call 'lookup' (message 2) has no result right after it"]),
     "two calls of one function, one response": (
         gemini(model_calls(("lookup", None), ("lookup", None)), responses_of(("lookup", None)), GEMINI_ANSWER),
         ["tool call 'lookup' (message 2) has no result right after it"]),
@@ -290,17 +295,17 @@ def test_gemini(kwargs: dict[str, Any], expected: list[str] | str) -> None:
 
 def test_the_check_is_registered_and_reads_only_the_neutral_form() -> None:
     assert CHECKS["tool_pairs_intact"] is tool_pairs_intact
-    messages = [Message("assistant", "lookup {}", "d1", 5, tools=("id:tool_call=c1", "id:tool_call:lookup")),
-                Message("tool", "shipped", "d2", 5, tools=("id:tool_result=c1",)),
-                Message("user", "", "d3", 5, tools=("id:tool_result:lookup",))]
+    messages = [Message("assistant", "lookup {}", "d1", 5, tool_refs=("id:tool_call=c1", "id:tool_call:lookup")),
+                Message("tool", "shipped", "d2", 5, tool_refs=("id:tool_result=c1",)),
+                Message("user", "", "d3", 5, tool_refs=("id:tool_result:lookup",))]
     made = Payload("any", "chat", None, messages, ["d1", "d2", "d3"], "d", 15, 15, "estimate", 0, None, False,
-                   None, None)
+                   None, None, first_tool=0)
     assert tool_pairs_intact(made, CTX) == []
     made.tool_results = "later"
     assert tool_pairs_intact(made, CTX) == []
     del messages[1]
     later = Payload("any", "chat", None, messages, ["d1", "d3"], "d", 10, 10, "estimate", 0, None, False, None, None,
-                    tool_results="later")
+                    first_tool=0, tool_results="later")
     assert [v.detail for v in tool_pairs_intact(later, CTX)] == ["tool call c1 (message 0) has no result after it"]
 
 
@@ -308,7 +313,7 @@ def test_a_message_keeps_its_tool_refs_and_nothing_else() -> None:
     made = payload("chat", chat({"role": "user", "name": "ann", "content": [
         {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]},
         calls("call_a", "call_b"), result("call_a"), result("call_b"), ANSWER))
-    assert [m.tools for m in made.messages] == [
+    assert [m.tool_refs for m in made.messages] == [
         (), (), (), ("id:tool_call=call_a", "id:tool_call=call_b"), ("id:tool_result=call_a",),
         ("id:tool_result=call_b",), ()]
 
@@ -319,11 +324,12 @@ def test_the_verdict_is_the_same_through_a_memo() -> None:
     memo = Memo()
     history = [calls("call_a"), result("call_a"), ANSWER, USER, calls("call_b", "call_c"), result("call_b"),
                result("call_c"), ANSWER]
-    for start in (0, 1, 4):  # each history grows one message a call, as a chat's does
+    for start in (0, 1, 4, 2):  # each history grows one message a call, as a chat's does
         for end in range(start, len(history) + 1):
             kwargs = chat(*history[start:end])
-            remembered = tool_pairs_intact(payload("chat", kwargs, memo), CTX)
-            assert remembered == tool_pairs_intact(payload("chat", kwargs), CTX)
+            made = payload("chat", kwargs, memo)
+            assert made.first_tool == next((i for i, m in enumerate(made.messages) if m.tool_refs), None)
+            assert tool_pairs_intact(made, CTX) == tool_pairs_intact(payload("chat", kwargs), CTX)
 
 
 # -- random trims against independent oracles ----------------------------------------------
@@ -398,3 +404,52 @@ def test_random_trims_of_a_claude_conversation_agree_with_the_orphan_oracle(seed
     orphans = [p for p in anthropic_problems(messages) if p.startswith(("tool_use", "tool_result"))]
     assert not isinstance(found, Skip)
     assert bool(found) == bool(orphans), (messages, found)
+
+
+# -- a growing conversation is judged from where its previous call left off ------------------
+
+CHAT_PARTS = [USER, ANSWER, calls("c1"), calls("c2", "c3"), result("c1"), result("c2"), result("c3"),
+              {"role": "assistant", "content": None, "function_call": {"name": "lookup", "arguments": "{}"}},
+              {"role": "function", "name": "lookup", "content": "shipped"}]
+RESPONSES_PARTS = [SAID, REASONING, fc("c1"), fc("c2"), fco("c1"), fco("c2"), {"type": "item_reference", "id": "x"}]
+
+
+@settings(max_examples=200, deadline=None)
+@given(picks=st.lists(st.integers(0, 99), max_size=14), api=st.sampled_from(["chat", "responses"]),
+       flips=st.sets(st.integers(0, 13)))
+def test_a_growing_conversation_is_judged_as_if_afresh(picks: list[int], api: str, flips: set[int]) -> None:
+    """Each call's payload begins with all of the previous one's messages: the check resumes from
+    its previous run, and must find what it finds when it reads the whole payload."""
+    memo = Memo()
+    parts = CHAT_PARTS if api == "chat" else RESPONSES_PARTS
+    grown = [parts[pick % len(parts)] for pick in picks]
+    for end in range(len(grown) + 1):
+        if api == "chat":
+            kwargs = chat(*grown[:end])
+        else:  # now and then with previous_response_id: the same messages, judged otherwise
+            kwargs = responses(*grown[:end], **({"previous_response_id": "resp_1"} if end in flips else {}))
+        afresh = tool_pairs_intact(payload(api, kwargs), CTX)
+        assert tool_pairs_intact(payload(api, kwargs, memo), CTX) == afresh, grown[:end]
+        assert tool_pairs_intact(payload(api, kwargs, memo), CTX) == afresh, grown[:end]  # the same again
+
+
+def test_a_growing_conversation_is_read_from_where_its_previous_call_left_off() -> None:
+    """Not read again: a payload that begins with all of the previous call's messages is judged on
+    what it adds, from the state the previous call ended in (its orphans included)."""
+    memo = Memo()
+    earlier = payload("chat", chat(calls("call_a"), ANSWER), memo)
+    orphan = "tool call call_a (message 2) has no result right after it"
+    found = tool_pairs_intact(earlier, CTX)
+    assert isinstance(found, list) and [v.detail for v in found] == [orphan]
+    found.clear()  # what a check returns is the caller's: the state kept is not changed with it
+    again = tool_pairs_intact(payload("chat", chat(calls("call_a"), ANSWER), memo), CTX)
+    assert isinstance(again, list) and [v.detail for v in again] == [orphan]
+    again.clear()
+    later = payload("chat", chat(calls("call_a"), ANSWER, USER, calls("call_b")), memo)
+    assert later.extends == earlier.digest
+    n = len(earlier.messages)
+    blank = dataclasses.replace(later, messages=[Message("user", "", "d", 1)] * n + later.messages[n:])
+    assert [v.detail for v in tool_pairs_intact(blank, CTX)] == [
+        orphan, "tool call call_b (message 5) has no result right after it"]
+    assert tool_pairs_intact(dataclasses.replace(later, extends=None, first_tool=5), CTX) == [
+        v for v in tool_pairs_intact(blank, CTX) if "call_b" in v.detail]
