@@ -25,11 +25,12 @@ the readings, and the objects around them), least recently used conversations dr
 
 from __future__ import annotations
 
+import sys
 import threading
-from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
+from .cache import BoundedLRU
 from .payload import Item, Message
 
 __all__ = ["KEPT_BYTES", "MEMO_BYTES", "Memo", "Memos"]
@@ -70,41 +71,50 @@ class Memo:
         return 1 + copies + readings, MEMO_BYTES + KEPT_BYTES * (copies + readings) + 2 * held
 
 
+def _held(key: Hashable, entry: tuple[Memo, int, int]) -> int:
+    return entry[2]
+
+
 class Memos:
     """``Memo`` per key, least recently used first out, bounded by the messages and bytes they keep."""
 
     def __init__(self, max_messages: int = 100_000, max_bytes: int = 12 * 1024 * 1024) -> None:
         self.max_messages = max_messages
-        self.max_bytes = max_bytes
-        self._memos: OrderedDict[Hashable, tuple[Memo, int, int]] = OrderedDict()
+        # key -> (memo, its size and bytes as last settled); bounded by messages below, each memo one.
+        self._memos: BoundedLRU[Hashable, tuple[Memo, int, int]] = BoundedLRU(sys.maxsize, max_bytes, _held)
         self._kept = 0
-        self._bytes = 0
         self._lock = threading.Lock()
+
+    @property
+    def max_bytes(self) -> int:
+        return self._memos.max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int) -> None:
+        self._memos.max_bytes = value
 
     def get(self, key: Hashable) -> Memo:
         with self._lock:
             found = self._memos.get(key)
             if found is not None:
-                self._memos.move_to_end(key)
                 return found[0]
             memo = Memo()
-            self._memos[key] = (memo, 0, 0)
+            self._memos.put(key, (memo, 0, 0))
             return memo
 
     def settle(self, key: Hashable, memo: Memo) -> None:
         """Account for what ``memo`` keeps now; drop the oldest memos while over a bound."""
         size, held = memo.size
         with self._lock:
-            found = self._memos.get(key)
+            found = self._memos.peek(key)
             if found is None or found[0] is not memo:
                 return  # dropped meanwhile: what it keeps goes with it
             self._kept += size - found[1]
-            self._bytes += held - found[2]
-            self._memos[key] = (memo, size, held)
-            while (self._kept > self.max_messages or self._bytes > self.max_bytes) and self._memos:
-                _, (_, dropped, dropped_bytes) = self._memos.popitem(last=False)
+            for _, (_, dropped, _) in self._memos.put(key, (memo, size, held)):
                 self._kept -= dropped
-                self._bytes -= dropped_bytes
+            while self._kept > self.max_messages and self._memos:
+                _, (_, dropped, _) = self._memos.popitem(last=False)
+                self._kept -= dropped
 
     @property
     def kept(self) -> int:
@@ -113,7 +123,7 @@ class Memos:
     @property
     def bytes(self) -> int:
         """What the memos keep, as ``Memo.size`` counts it: at most ``max_bytes``."""
-        return self._bytes
+        return self._memos.bytes
 
     def __len__(self) -> int:
         return len(self._memos)

@@ -15,10 +15,11 @@ conversations total at most ``max_bytes`` (least recently used dropped first).
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
-from collections import OrderedDict
 from collections.abc import Hashable
 
+from .cache import BoundedLRU
 from .digest import Digester
 
 __all__ = ["MIN_BYTES", "WireDigests"]
@@ -40,23 +41,33 @@ def common_prefix(a: bytes, b: bytes, start: int) -> int:
     return lo
 
 
+def _body_bytes(scope: Hashable, kept: tuple[bytes, int, hashlib.blake2b]) -> int:
+    return len(kept[0])
+
+
 class WireDigests:
     """``digest(scope, body)``: the keyed digest of ``body``, resumed from ``scope``'s last body."""
 
     def __init__(self, digester: Digester, max_bytes: int = 16 * 1024 * 1024) -> None:
         self.digester = digester
-        self.max_bytes = max_bytes
-        self._kept: OrderedDict[Hashable, tuple[bytes, int, hashlib.blake2b]] = OrderedDict()
-        self._size = 0
+        # Bounded by bytes alone: each body kept is at least MIN_BYTES.
+        self._kept: BoundedLRU[Hashable, tuple[bytes, int, hashlib.blake2b]] = BoundedLRU(
+            sys.maxsize, max_bytes, _body_bytes)
         self._lock = threading.Lock()
 
+    @property
+    def max_bytes(self) -> int:
+        return self._kept.max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int) -> None:
+        self._kept.max_bytes = value
+
     def digest(self, scope: Hashable | None, body: bytes) -> str:
-        if scope is None or len(body) < MIN_BYTES or len(body) > self.max_bytes:
+        if scope is None or len(body) < MIN_BYTES or len(body) > self._kept.max_bytes:
             return self.digester.bytes(body)
         with self._lock:
             kept = self._kept.pop(scope, None)
-            if kept is not None:
-                self._size -= len(kept[0])
         start, hasher = 0, None
         if kept is not None:
             previous, offset, state = kept
@@ -72,9 +83,5 @@ class WireDigests:
         resume = hasher.copy()  # the next body of this conversation likely shares at least this much
         hasher.update(view[shared:])
         with self._lock:
-            self._kept[scope] = (body, shared, resume)
-            self._size += len(body)
-            while self._size > self.max_bytes and self._kept:
-                _, (old, _, _) = self._kept.popitem(last=False)
-                self._size -= len(old)
+            self._kept.put(scope, (body, shared, resume))
         return hasher.hexdigest()
