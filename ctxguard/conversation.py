@@ -197,17 +197,13 @@ def _dropped(prev_keys: bytes, now_keys: bytes) -> tuple[int, dict[str, int]]:
     return sum(remaining.values()), dropped
 
 
-def _state_bytes(scope: Scope, state: ConversationState) -> int:
-    return state.size
-
-
 class ConversationMemory:
     """LRU of conversation states, at most ``max_conversations`` of them and ``max_bytes`` as
     ``_resize`` counts them (the most recent one is kept even if it alone weighs more)."""
 
     def __init__(self, max_conversations: int = 10_000, max_bytes: int = 12 * 1024 * 1024) -> None:
         self._states: BoundedLRU[Scope, ConversationState] = BoundedLRU(
-            max_conversations, max_bytes, _state_bytes, keep_newest=True)
+            max_conversations, max_bytes, attrgetter("size"), keep_newest=True)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Hashable
+from operator import attrgetter
 from typing import Any
 
 from .cache import BoundedLRU
@@ -71,8 +72,15 @@ class Memo:
         return 1 + copies + readings, MEMO_BYTES + KEPT_BYTES * (copies + readings) + 2 * held
 
 
-def _held(key: Hashable, entry: tuple[Memo, int, int]) -> int:
-    return entry[2]
+class _Kept:
+    """A memo as ``Memos`` counted it when it was last settled (under its lock)."""
+
+    __slots__ = ("held", "memo", "size")
+
+    def __init__(self, memo: Memo) -> None:
+        self.memo = memo
+        self.size = 0
+        self.held = 0
 
 
 class Memos:
@@ -80,8 +88,8 @@ class Memos:
 
     def __init__(self, max_messages: int = 100_000, max_bytes: int = 12 * 1024 * 1024) -> None:
         self.max_messages = max_messages
-        # key -> (memo, its size and bytes as last settled); bounded by messages below, each memo one.
-        self._memos: BoundedLRU[Hashable, tuple[Memo, int, int]] = BoundedLRU(sys.maxsize, max_bytes, _held)
+        # Bounded by their bytes, and by their messages below (each memo counting one).
+        self._memos: BoundedLRU[Hashable, _Kept] = BoundedLRU(sys.maxsize, max_bytes, attrgetter("held"))
         self._kept = 0
         self._lock = threading.Lock()
 
@@ -97,9 +105,9 @@ class Memos:
         with self._lock:
             found = self._memos.get(key)
             if found is not None:
-                return found[0]
+                return found.memo
             memo = Memo()
-            self._memos.put(key, (memo, 0, 0))
+            self._memos.put(key, _Kept(memo))
             return memo
 
     def settle(self, key: Hashable, memo: Memo) -> None:
@@ -107,14 +115,16 @@ class Memos:
         size, held = memo.size
         with self._lock:
             found = self._memos.peek(key)
-            if found is None or found[0] is not memo:
+            if found is None or found.memo is not memo:
                 return  # dropped meanwhile: what it keeps goes with it
-            self._kept += size - found[1]
-            for _, (_, dropped, _) in self._memos.put(key, (memo, size, held)):
-                self._kept -= dropped
+            self._kept += size - found.size
+            found.size = size
+            grown, found.held = held - found.held, held
+            if grown:
+                for _, dropped in self._memos.resized(key, grown):
+                    self._kept -= dropped.size
             while self._kept > self.max_messages and self._memos:
-                _, (_, dropped, _) = self._memos.popitem(last=False)
-                self._kept -= dropped
+                self._kept -= self._memos.popitem(last=False)[1].size
 
     @property
     def kept(self) -> int:

@@ -18,6 +18,7 @@ import hashlib
 import sys
 import threading
 from collections.abc import Hashable
+from operator import attrgetter
 
 from .cache import BoundedLRU
 from .digest import Digester
@@ -41,8 +42,14 @@ def common_prefix(a: bytes, b: bytes, start: int) -> int:
     return lo
 
 
-def _body_bytes(scope: Hashable, kept: tuple[bytes, int, hashlib.blake2b]) -> int:
-    return len(kept[0])
+class _Kept:
+    """A conversation's last body, the offset its hasher state is at, that state, and the body's
+    length as counted. Replaced field by field under the lock, read under it."""
+
+    __slots__ = ("body", "offset", "size", "state")
+
+    def __init__(self, body: bytes, offset: int, state: hashlib.blake2b) -> None:
+        self.body, self.offset, self.state, self.size = body, offset, state, len(body)
 
 
 class WireDigests:
@@ -50,9 +57,8 @@ class WireDigests:
 
     def __init__(self, digester: Digester, max_bytes: int = 16 * 1024 * 1024) -> None:
         self.digester = digester
-        # Bounded by bytes alone: each body kept is at least MIN_BYTES.
-        self._kept: BoundedLRU[Hashable, tuple[bytes, int, hashlib.blake2b]] = BoundedLRU(
-            sys.maxsize, max_bytes, _body_bytes)
+        # Bounded by the bodies' lengths alone: each body kept is at least MIN_BYTES.
+        self._kept: BoundedLRU[Hashable, _Kept] = BoundedLRU(sys.maxsize, max_bytes, attrgetter("size"))
         self._lock = threading.Lock()
 
     @property
@@ -67,10 +73,11 @@ class WireDigests:
         if scope is None or len(body) < MIN_BYTES or len(body) > self._kept.max_bytes:
             return self.digester.bytes(body)
         with self._lock:
-            kept = self._kept.pop(scope, None)
+            kept = self._kept.get(scope)
+            last = (kept.body, kept.offset, kept.state) if kept is not None else None
         start, hasher = 0, None
-        if kept is not None:
-            previous, offset, state = kept
+        if last is not None:
+            previous, offset, state = last
             if offset <= len(body) and body.startswith(memoryview(previous)[:offset]):
                 start, hasher = offset, state.copy()
             shared = common_prefix(previous, body, start)
@@ -83,5 +90,11 @@ class WireDigests:
         resume = hasher.copy()  # the next body of this conversation likely shares at least this much
         hasher.update(view[shared:])
         with self._lock:
-            self._kept.put(scope, (body, shared, resume))
+            if kept is not None and self._kept.peek(scope) is kept:  # still kept: brought up to date
+                grown, kept.size = len(body) - kept.size, len(body)
+                kept.body, kept.offset, kept.state = body, shared, resume
+                if grown:
+                    self._kept.resized(scope, grown)
+            else:
+                self._kept.put(scope, _Kept(body, shared, resume))
         return hasher.hexdigest()

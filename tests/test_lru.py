@@ -9,9 +9,7 @@ from hypothesis import strategies as st
 
 from ctxguard.cache import BoundedLRU
 
-
-def by_len(key: str, value: str) -> int:
-    return len(value)
+by_len = len
 
 
 def test_the_least_recently_put_goes_first_and_is_handed_back():
@@ -76,7 +74,7 @@ class Box:
         self.size = size
 
 
-def box_size(key: str, box: Box) -> int:
+def box_size(box: Box) -> int:
     return box.size
 
 
@@ -140,7 +138,7 @@ ops = st.lists(st.tuples(st.sampled_from(["put", "get", "pop"]), st.integers(0, 
 @given(ops=ops, max_entries=st.integers(1, 5), max_bytes=st.integers(0, 12), keep_newest=st.booleans())
 def test_it_behaves_as_a_list_in_recency_order(ops, max_entries, max_bytes, keep_newest):
     """Against the plainest model of the rules: a list of (key, size), least recently used first."""
-    lru: BoundedLRU[int, int] = BoundedLRU(max_entries, max_bytes, lambda k, v: v, keep_newest=keep_newest)
+    lru: BoundedLRU[int, int] = BoundedLRU(max_entries, max_bytes, int, keep_newest=keep_newest)
     model: list[tuple[int, int]] = []
     for op, key, size in ops:
         found = next((kv for kv in model if kv[0] == key), None)
@@ -335,3 +333,24 @@ def test_the_conversation_memory_counts_what_a_grown_history_adds_to_it():
     memory.observe(("grows", None), _conversation_payload(400, "g2", extends="g1"), pinned=False)
     assert memory.bytes == STATE_BYTES + 8 * 400 and len(memory) == 1  # the old one dropped for its keys
     assert memory.observe(("old", None), _conversation_payload(1, "o2"), pinned=False).prev_hash is None
+
+
+def test_a_body_whose_conversation_was_dropped_while_it_was_hashed_is_kept_anew(monkeypatch):
+    """Another call of another conversation can push this one out between the look-up and the
+    update (both under the lock, the hashing between them not): its body is then kept as new."""
+    from ctxguard import wiredigest
+    from ctxguard.digest import Digester
+
+    digester = Digester(b"k")
+    digests = wiredigest.WireDigests(digester, max_bytes=12_000)
+    digests.digest("a", b"a" * 5_000)
+    real = wiredigest.common_prefix
+
+    def meanwhile(a: bytes, b: bytes, start: int) -> int:
+        monkeypatch.setattr(wiredigest, "common_prefix", real)
+        digests.digest("b", b"b" * 7_500)  # a, 5,000 bytes, must make room: dropped
+        return real(a, b, start)
+
+    monkeypatch.setattr(wiredigest, "common_prefix", meanwhile)
+    assert digests.digest("a", b"a" * 4_500) == digester.bytes(b"a" * 4_500)
+    assert list(digests._kept) == ["b", "a"] and digests._kept.bytes == 12_000
