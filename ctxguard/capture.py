@@ -27,12 +27,12 @@ import json
 import os
 import sys
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import IO, Any
 
+from .cache import BoundedLRU
 from .conversation import Scope
 from .facts.ledger import FactEvent
 from .providers._read import SENTINELS, jsonable
@@ -91,14 +91,12 @@ class CaptureWriter:
         self.redact = redact
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._lock = threading.Lock()
-        self._turns: OrderedDict[Scope | None, int] = OrderedDict()  # bounded (LRU)
+        self._turns: BoundedLRU[Scope | None, int] = BoundedLRU(_MAX_TURN_COUNTERS)
 
     def request(self, scope: Scope | None, provider: str, body: Any, model: str | None = None) -> None:
         with self._lock:
-            turn = self._turns.pop(scope, 0) + 1
-            self._turns[scope] = turn
-            if len(self._turns) > _MAX_TURN_COUNTERS:
-                self._turns.popitem(last=False)
+            turn = self._turns.get(scope, 0) + 1
+            self._turns.put(scope, turn)
         line: dict[str, Any] = {"conversation_id": scope[0] if scope is not None else None, "turn": turn,
                                 "ts": _now(), "provider": provider, "body": body}
         if scope is not None and scope[1] is not None:

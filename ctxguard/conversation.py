@@ -14,13 +14,14 @@ import functools
 import inspect
 import sys
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Set
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, TypeVar
 
+from .cache import BoundedLRU
 from .payload import KEY_BYTES, ROLES, SYSTEM_ROLES, Message, Payload, message_key
 from .wiredigest import common_prefix
 
@@ -201,44 +202,51 @@ class ConversationMemory:
     ``_resize`` counts them (the most recent one is kept even if it alone weighs more)."""
 
     def __init__(self, max_conversations: int = 10_000, max_bytes: int = 12 * 1024 * 1024) -> None:
-        self.max_conversations = max_conversations
-        self.max_bytes = max_bytes
-        self._states: OrderedDict[Scope, ConversationState] = OrderedDict()
-        self._bytes = 0
+        self._states: BoundedLRU[Scope, ConversationState] = BoundedLRU(
+            max_conversations, max_bytes, attrgetter("size"), keep_newest=True)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._states)
 
     @property
+    def max_conversations(self) -> int:
+        return self._states.max_entries
+
+    @max_conversations.setter
+    def max_conversations(self, value: int) -> None:
+        self._states.max_entries = value
+
+    @property
+    def max_bytes(self) -> int:
+        return self._states.max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int) -> None:
+        self._states.max_bytes = value
+
+    @property
     def bytes(self) -> int:
         """What the states keep, as ``_resize`` counts it."""
-        return self._bytes
+        return self._states.bytes
 
     def _state(self, scope: Scope) -> ConversationState:
         """``scope``'s state, made if new (under the lock)."""
-        state = self._states.get(scope)
+        state = self._states.peek(scope)
         if state is None:
-            state = self._states[scope] = ConversationState()
-            self._resize(state)
+            state = ConversationState()
+            self._states.put(scope, state)
+            self._resize(scope, state)
         return state
 
-    def _resize(self, state: ConversationState) -> None:
+    def _resize(self, scope: Scope, state: ConversationState) -> None:
         """Count what ``state`` keeps now; forget the least recently used while over a bound."""
         facts = len(state.facts_carried) + len(state.facts_evicted)
         if state.fact_locations is not None:
             facts += len(state.fact_locations)
         size = STATE_BYTES + len(state.prev_keys) + FACT_BYTES * facts
-        self._bytes += size - state.size
-        state.size = size
-        self._forget()
-
-    def _forget(self) -> None:
-        """Forget the least recently used conversations while over a bound (never the most recent)."""
-        states = self._states
-        while len(states) > 1 and (len(states) > self.max_conversations or self._bytes > self.max_bytes):
-            _, dropped = states.popitem(last=False)
-            self._bytes -= dropped.size
+        grown, state.size = size - state.size, size
+        self._states.resized(scope, grown)
 
     def observe(self, scope: Scope, payload: Payload, *, pinned: bool) -> Diff:
         """Record this payload for ``scope`` and return what changed since the last one."""
@@ -248,8 +256,6 @@ class ConversationMemory:
             state = self._states.get(scope)
             if state is None:
                 state = self._state(scope)
-            else:
-                self._states.move_to_end(scope)
             prev_hash = state.prev_hash
             dropped: dict[str, int] = {}
             kept = len(state.prev_keys) // KEY_BYTES
@@ -260,9 +266,7 @@ class ConversationMemory:
                 if added:
                     state.prev_keys += _keys(messages[kept:])
                     state.size += KEY_BYTES * added  # what _resize counts
-                    self._bytes += KEY_BYTES * added
-                    if self._bytes > self.max_bytes:
-                        self._forget()
+                    self._states.resized(scope, KEY_BYTES * added)
             else:
                 keys = _keys(messages)
                 if prev_hash is None:
@@ -272,7 +276,7 @@ class ConversationMemory:
                 else:
                     added, dropped = _changes(state.prev_keys, keys)
                 state.prev_keys = keys
-                self._resize(state)
+                self._resize(scope, state)
             evicted: list[str] = []
             if system is not None or any(m.role in SYSTEM_ROLES for m in messages):
                 state.had_system, state.system_evicted = True, False
@@ -305,5 +309,5 @@ class ConversationMemory:
             # An empty set is the shared empty frozenset: most conversations carry no fact.
             state.facts_evicted = (state.facts_evicted | gone) - present or _NO_FACTS
             state.facts_carried = (state.facts_carried | present) & active or _NO_FACTS
-            self._resize(state)
+            self._resize(scope, state)
             return len(gone)

@@ -25,11 +25,13 @@ the readings, and the objects around them), least recently used conversations dr
 
 from __future__ import annotations
 
+import sys
 import threading
-from collections import OrderedDict
 from collections.abc import Hashable
+from operator import attrgetter
 from typing import Any
 
+from .cache import BoundedLRU
 from .payload import Item, Message
 
 __all__ = ["KEPT_BYTES", "MEMO_BYTES", "Memo", "Memos"]
@@ -74,41 +76,59 @@ class Memo:
         return 1 + copies + readings, MEMO_BYTES + KEPT_BYTES * (copies + readings) + 2 * held
 
 
+class _Kept:
+    """A memo as ``Memos`` counted it when it was last settled (under its lock)."""
+
+    __slots__ = ("held", "memo", "size")
+
+    def __init__(self, memo: Memo) -> None:
+        self.memo = memo
+        self.size = 0
+        self.held = 0
+
+
 class Memos:
     """``Memo`` per key, least recently used first out, bounded by the messages and bytes they keep."""
 
     def __init__(self, max_messages: int = 100_000, max_bytes: int = 12 * 1024 * 1024) -> None:
         self.max_messages = max_messages
-        self.max_bytes = max_bytes
-        self._memos: OrderedDict[Hashable, tuple[Memo, int, int]] = OrderedDict()
+        # Bounded by their bytes, and by their messages below (each memo counting one).
+        self._memos: BoundedLRU[Hashable, _Kept] = BoundedLRU(sys.maxsize, max_bytes, attrgetter("held"))
         self._kept = 0
-        self._bytes = 0
         self._lock = threading.Lock()
+
+    @property
+    def max_bytes(self) -> int:
+        return self._memos.max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int) -> None:
+        self._memos.max_bytes = value
 
     def get(self, key: Hashable) -> Memo:
         with self._lock:
             found = self._memos.get(key)
             if found is not None:
-                self._memos.move_to_end(key)
-                return found[0]
+                return found.memo
             memo = Memo()
-            self._memos[key] = (memo, 0, 0)
+            self._memos.put(key, _Kept(memo))
             return memo
 
     def settle(self, key: Hashable, memo: Memo) -> None:
         """Account for what ``memo`` keeps now; drop the oldest memos while over a bound."""
         size, held = memo.size
         with self._lock:
-            found = self._memos.get(key)
-            if found is None or found[0] is not memo:
+            found = self._memos.peek(key)
+            if found is None or found.memo is not memo:
                 return  # dropped meanwhile: what it keeps goes with it
-            self._kept += size - found[1]
-            self._bytes += held - found[2]
-            self._memos[key] = (memo, size, held)
-            while (self._kept > self.max_messages or self._bytes > self.max_bytes) and self._memos:
-                _, (_, dropped, dropped_bytes) = self._memos.popitem(last=False)
-                self._kept -= dropped
-                self._bytes -= dropped_bytes
+            self._kept += size - found.size
+            found.size = size
+            grown, found.held = held - found.held, held
+            if grown:
+                for _, dropped in self._memos.resized(key, grown):
+                    self._kept -= dropped.size
+            while self._kept > self.max_messages and self._memos:
+                self._kept -= self._memos.popitem(last=False)[1].size
 
     @property
     def kept(self) -> int:
@@ -117,7 +137,7 @@ class Memos:
     @property
     def bytes(self) -> int:
         """What the memos keep, as ``Memo.size`` counts it: at most ``max_bytes``."""
-        return self._bytes
+        return self._memos.bytes
 
     def __len__(self) -> int:
         return len(self._memos)

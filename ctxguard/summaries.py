@@ -11,9 +11,9 @@ conversation puts on its span (``ctxguard.summary.lossy``: fact ids, never value
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable
 
+from .cache import BoundedLRU
 from .conversation import Scope
 from .facts.ledger import Version
 from .facts.matching import MIN_MATCH_CHARS, normalise
@@ -57,16 +57,20 @@ class LossyNotes:
     """Per conversation, the fact ids the last supplied summary lost, until a call takes them."""
 
     def __init__(self, max_conversations: int = 10_000) -> None:
-        self.max_conversations = max_conversations
-        self._notes: OrderedDict[Scope, tuple[str, ...]] = OrderedDict()
+        self._notes: BoundedLRU[Scope, tuple[str, ...]] = BoundedLRU(max_conversations)
         self._lock = threading.Lock()
+
+    @property
+    def max_conversations(self) -> int:
+        return self._notes.max_entries
+
+    @max_conversations.setter
+    def max_conversations(self, value: int) -> None:
+        self._notes.max_entries = value
 
     def note(self, scope: Scope, fact_ids: Iterable[str]) -> None:
         with self._lock:
-            self._notes[scope] = tuple(fact_ids)
-            self._notes.move_to_end(scope)
-            if len(self._notes) > self.max_conversations:
-                self._notes.popitem(last=False)
+            self._notes.put(scope, tuple(fact_ids))
 
     def take(self, scope: Scope) -> tuple[str, ...]:
         if not self._notes:  # the common case: no builder, or no lossy summary

@@ -15,10 +15,12 @@ conversations total at most ``max_bytes`` (least recently used dropped first).
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
-from collections import OrderedDict
 from collections.abc import Hashable
+from operator import attrgetter
 
+from .cache import BoundedLRU
 from .digest import Digester
 
 __all__ = ["MIN_BYTES", "WireDigests"]
@@ -40,26 +42,42 @@ def common_prefix(a: bytes, b: bytes, start: int) -> int:
     return lo
 
 
+class _Kept:
+    """A conversation's last body, the offset its hasher state is at, that state, and the body's
+    length as counted. Replaced field by field under the lock, read under it."""
+
+    __slots__ = ("body", "offset", "size", "state")
+
+    def __init__(self, body: bytes, offset: int, state: hashlib.blake2b) -> None:
+        self.body, self.offset, self.state, self.size = body, offset, state, len(body)
+
+
 class WireDigests:
     """``digest(scope, body)``: the keyed digest of ``body``, resumed from ``scope``'s last body."""
 
     def __init__(self, digester: Digester, max_bytes: int = 16 * 1024 * 1024) -> None:
         self.digester = digester
-        self.max_bytes = max_bytes
-        self._kept: OrderedDict[Hashable, tuple[bytes, int, hashlib.blake2b]] = OrderedDict()
-        self._size = 0
+        # Bounded by the bodies' lengths alone: each body kept is at least MIN_BYTES.
+        self._kept: BoundedLRU[Hashable, _Kept] = BoundedLRU(sys.maxsize, max_bytes, attrgetter("size"))
         self._lock = threading.Lock()
 
+    @property
+    def max_bytes(self) -> int:
+        return self._kept.max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int) -> None:
+        self._kept.max_bytes = value
+
     def digest(self, scope: Hashable | None, body: bytes) -> str:
-        if scope is None or len(body) < MIN_BYTES or len(body) > self.max_bytes:
+        if scope is None or len(body) < MIN_BYTES or len(body) > self._kept.max_bytes:
             return self.digester.bytes(body)
         with self._lock:
-            kept = self._kept.pop(scope, None)
-            if kept is not None:
-                self._size -= len(kept[0])
+            kept = self._kept.get(scope)
+            last = (kept.body, kept.offset, kept.state) if kept is not None else None
         start, hasher = 0, None
-        if kept is not None:
-            previous, offset, state = kept
+        if last is not None:
+            previous, offset, state = last
             if offset <= len(body) and body.startswith(memoryview(previous)[:offset]):
                 start, hasher = offset, state.copy()
             shared = common_prefix(previous, body, start)
@@ -72,9 +90,11 @@ class WireDigests:
         resume = hasher.copy()  # the next body of this conversation likely shares at least this much
         hasher.update(view[shared:])
         with self._lock:
-            self._kept[scope] = (body, shared, resume)
-            self._size += len(body)
-            while self._size > self.max_bytes and self._kept:
-                _, (old, _, _) = self._kept.popitem(last=False)
-                self._size -= len(old)
+            if kept is not None and self._kept.peek(scope) is kept:  # still kept: brought up to date
+                grown, kept.size = len(body) - kept.size, len(body)
+                kept.body, kept.offset, kept.state = body, shared, resume
+                if grown:
+                    self._kept.resized(scope, grown)
+            else:
+                self._kept.put(scope, _Kept(body, shared, resume))
         return hasher.hexdigest()

@@ -48,7 +48,7 @@ def test_every_digest_equals_the_digest_of_the_whole_body(start: bytes, steps: l
     for scope, edit in steps:
         bodies[scope] = apply(bodies[scope], edit)
         assert digests.digest(scope, bodies[scope]) == DIGESTER.bytes(bodies[scope])
-        assert digests._size <= budget and digests._size == sum(len(k[0]) for k in digests._kept.values())
+        assert digests._kept.bytes <= budget and digests._kept.bytes == sum(len(k.body) for k in digests._kept.values())
 
 
 @given(a=st.binary(max_size=200), b=st.binary(max_size=200))
@@ -68,7 +68,8 @@ def test_a_growing_conversation_resumes_instead_of_rehashing(harness, llm: FakeL
             history.append({"role": "assistant", "content": f"answer {turn}"})
     spans = [s.attributes["ctxguard.wire.hash"] for s in harness.spans()]
     assert spans == [DIGESTER.bytes(r.body) for r in llm.requests]
-    body, resumed_at, _ = harness.guard._stages.wire_digests._kept[("grow", None)]
+    kept = harness.guard._stages.wire_digests._kept[("grow", None)]
+    body, resumed_at = kept.body, kept.offset
     assert body == llm.requests[-1].body
     assert resumed_at > len(body) * 0.9  # the last body shared all but its new message with the one before
 
@@ -77,7 +78,7 @@ def test_kept_bodies_stay_within_their_budget_least_recent_first():
     digests = WireDigests(DIGESTER, max_bytes=10_000)
     for scope in ("a", "b", "c"):
         digests.digest(scope, bytes([ord(scope)]) * 4_500)
-    assert list(digests._kept) == ["b", "c"] and digests._size == 9_000
+    assert list(digests._kept) == ["b", "c"] and digests._kept.bytes == 9_000
     digests.digest("b", b"b" * 4_600)  # b is now the most recent
     digests.digest("d", b"d" * 4_500)
     assert list(digests._kept) == ["b", "d"]

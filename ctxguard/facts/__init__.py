@@ -11,12 +11,12 @@ import functools
 import inspect
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar
 
 from .._isolation import guarded, report_internal_error
+from ..cache import BoundedLRU
 from ..conversation import Scope, current_conversation
 from .index import ValueIndex
 from .ledger import FactEvent, FactState, Ledger, MemoryLedger, Version, reduce
@@ -66,8 +66,9 @@ class Sinks:
         self.index = ValueIndex()
         self.clock: Callable[[], datetime] = clock or _utc_now
         self.down_until = 0.0
-        # Conversations whose fact writes were lost: judging them would raise false alarms.
-        self.lost: OrderedDict[Scope, None] = OrderedDict()
+        # Conversations whose fact writes were lost: judging them would raise false alarms. The
+        # first to have lost one go first out past 10,000 (losing another does not move it up).
+        self.lost: BoundedLRU[Scope, None] = BoundedLRU(10_000)
         self.capture: FactCapture | None = None  # set while a capture file records fact events
         self._lock = threading.Lock()
 
@@ -90,10 +91,8 @@ class Sinks:
     def failed(self, scope: Scope | None = None) -> None:
         with self._lock:
             self.down_until = time.monotonic() + RETRY_AFTER_S
-            if scope is not None:
-                self.lost[scope] = None
-                while len(self.lost) > 10_000:
-                    self.lost.popitem(last=False)
+            if scope is not None and scope not in self.lost:
+                self.lost.put(scope, None)
 
     def write(self, event: FactEvent) -> None:
         """Append, unless the ledger is known to be down; a lost write taints its conversation."""

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 import threading
-from collections import OrderedDict
 from typing import NamedTuple
 
+from ..cache import BoundedLRU
 from ..conversation import Scope
 from .ledger import Version
 
@@ -51,7 +51,7 @@ class _Value:
     def __init__(self, word: str, value_words: frozenset[str]) -> None:
         self.word = word
         self.words = value_words
-        self.owners: OrderedDict[Scope, Version] = OrderedDict()  # most recent last
+        self.owners: BoundedLRU[Scope, Version] = BoundedLRU(MAX_OWNERS)  # most recent last
 
 
 class ValueIndex:
@@ -59,11 +59,18 @@ class ValueIndex:
     that recorded it. Bounded: ``max_entries`` values, ``MAX_OWNERS`` conversations each."""
 
     def __init__(self, max_entries: int = 100_000) -> None:
-        self.max_entries = max_entries
-        self._values: OrderedDict[str, _Value] = OrderedDict()  # normalised value -> entry, oldest first
+        self._values: BoundedLRU[str, _Value] = BoundedLRU(max_entries)  # normalised value -> entry, oldest first
         self._by_word: dict[str, set[str]] = {}
         self._words: set[str] = set()  # the keys of _by_word, as a set for fast intersections
         self._lock = threading.Lock()
+
+    @property
+    def max_entries(self) -> int:
+        return self._values.max_entries
+
+    @max_entries.setter
+    def max_entries(self, value: int) -> None:
+        self._values.max_entries = value
 
     def __len__(self) -> int:
         return len(self._values)
@@ -77,23 +84,16 @@ class ValueIndex:
             entry = self._values.get(norm)
             if entry is None:
                 word = min(candidates, key=lambda w: (len(self._by_word.get(w, ())), -len(w)))
-                entry = self._values[norm] = _Value(word, frozenset(candidates))
+                entry = _Value(word, frozenset(candidates))
                 self._by_word.setdefault(word, set()).add(norm)
                 self._words.add(word)
-                while len(self._values) > self.max_entries:
-                    old, gone = self._values.popitem(last=False)
+                for old, gone in self._values.put(norm, entry):
                     bucket = self._by_word[gone.word]
                     bucket.discard(old)
                     if not bucket:
                         del self._by_word[gone.word]
                         self._words.discard(gone.word)
-            else:
-                self._values.move_to_end(norm)
-            owners = entry.owners
-            owners[scope] = version
-            owners.move_to_end(scope)
-            if len(owners) > MAX_OWNERS:
-                owners.popitem(last=False)
+            entry.owners.put(scope, version)
 
     def foreign(self, scope: Scope, message_words: list[frozenset[str]]) -> list[Candidate]:
         """Values recorded in another conversation whose index word is in one of the messages:

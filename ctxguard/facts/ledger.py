@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Any, Protocol
 
+from ..cache import BoundedLRU
 from ..conversation import Scope
 from .matching import normalise
 
@@ -161,37 +161,38 @@ class MemoryLedger:
     def __init__(self, max_conversations: int = 10_000, max_facts: int = 1_000, max_revisions: int = 32) -> None:
         if min(max_conversations, max_facts, max_revisions) <= 0:
             raise ValueError("MemoryLedger limits must be positive")
-        self.max_conversations = max_conversations
-        self.max_facts = max_facts
+        self.max_facts = max_facts  # read when a conversation's first fact is kept
         self.max_revisions = max_revisions
         self.overflow = 0
         self._arrival = itertools.count(1)
         self._lock = threading.Lock()
-        # scope -> fact_id -> events (insertion order = least recently revised first)
-        self._facts: OrderedDict[Scope, OrderedDict[str, list[FactEvent]]] = OrderedDict()
+        # scope -> fact_id -> events (least recently revised first)
+        self._facts: BoundedLRU[Scope, BoundedLRU[str, list[FactEvent]]] = BoundedLRU(max_conversations)
         self._cache: dict[Scope, FactState] = {}
+
+    @property
+    def max_conversations(self) -> int:
+        return self._facts.max_entries
+
+    @max_conversations.setter
+    def max_conversations(self, value: int) -> None:
+        self._facts.max_entries = value
 
     def append(self, event: FactEvent) -> None:
         with self._lock:
             event = FactEvent(**{**event.__dict__, "arrival": next(self._arrival)})
             facts = self._facts.get(event.scope)
             if facts is None:
-                facts = self._facts[event.scope] = OrderedDict()
-                if len(self._facts) > self.max_conversations:
-                    dropped, _ = self._facts.popitem(last=False)
+                facts = BoundedLRU(self.max_facts)
+                for dropped, _ in self._facts.put(event.scope, facts):
                     self._cache.pop(dropped, None)
                     self.overflow += 1
-            else:
-                self._facts.move_to_end(event.scope)
             revisions = facts.pop(event.fact_id, [])
             revisions.append(event)
             if len(revisions) > self.max_revisions:
                 del revisions[: len(revisions) - self.max_revisions]
                 self.overflow += 1
-            facts[event.fact_id] = revisions
-            if len(facts) > self.max_facts:
-                facts.popitem(last=False)
-                self.overflow += 1
+            self.overflow += len(facts.put(event.fact_id, revisions))
             self._cache.pop(event.scope, None)
 
     @property
@@ -204,7 +205,7 @@ class MemoryLedger:
             cached = self._cache.get(scope)
             if cached is not None and (cached.next_expiry is None or now < cached.next_expiry):
                 return cached
-            facts = self._facts.get(scope)
+            facts = self._facts.peek(scope)
             if not facts:
                 return FactState()
             state = reduce([e for revisions in facts.values() for e in revisions], now)

@@ -9,8 +9,8 @@ call is simply not considered.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 
+from ..cache import BoundedLRU
 from ..conversation import Scope
 
 __all__ = ["STAGES", "StageBook"]
@@ -25,9 +25,16 @@ class StageBook:
     """Pending checkpoints per conversation (LRU-bounded)."""
 
     def __init__(self, max_conversations: int = 10_000) -> None:
-        self.max_conversations = max_conversations
-        self._pending: OrderedDict[Scope, dict[str, str]] = OrderedDict()
+        self._pending: BoundedLRU[Scope, dict[str, str]] = BoundedLRU(max_conversations)
         self._lock = threading.Lock()
+
+    @property
+    def max_conversations(self) -> int:
+        return self._pending.max_entries
+
+    @max_conversations.setter
+    def max_conversations(self, value: int) -> None:
+        self._pending.max_entries = value
 
     def put(self, scope: Scope, stage: str, norm_text: str) -> None:
         if len(norm_text) > MAX_CHECKPOINT_CHARS:
@@ -35,11 +42,8 @@ class StageBook:
         with self._lock:
             stages = self._pending.get(scope)
             if stages is None:
-                stages = self._pending[scope] = {}
-                if len(self._pending) > self.max_conversations:
-                    self._pending.popitem(last=False)
-            else:
-                self._pending.move_to_end(scope)
+                stages = {}
+                self._pending.put(scope, stages)
             stages[stage] = norm_text
 
     @property

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
+from ..cache import BoundedLRU
 from ..violations import Violation
 
 __all__ = ["BURST", "MAX_IDS", "RATE", "WarningLimiter", "log_violations"]
@@ -35,7 +35,7 @@ class WarningLimiter:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._buckets: OrderedDict[str | None, list[float]] = OrderedDict()  # id -> [tokens, at, held back]
+        self._buckets: BoundedLRU[str | None, list[float]] = BoundedLRU(MAX_TRACKED)  # id -> [tokens, at, held back]
         self._lock = threading.Lock()
 
     def take(self, conversation_id: str | None) -> int | None:
@@ -44,11 +44,9 @@ class WarningLimiter:
         with self._lock:
             bucket = self._buckets.get(conversation_id)
             if bucket is None:
-                bucket = self._buckets[conversation_id] = [float(BURST), now, 0.0]
-                if len(self._buckets) > MAX_TRACKED:
-                    self._buckets.popitem(last=False)
+                bucket = [float(BURST), now, 0.0]
+                self._buckets.put(conversation_id, bucket)
             else:
-                self._buckets.move_to_end(conversation_id)
                 bucket[0] = min(float(BURST), bucket[0] + (now - bucket[1]) * RATE)
                 bucket[1] = now
             if bucket[0] < 1.0:
