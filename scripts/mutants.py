@@ -94,7 +94,10 @@ def mutants(path: Path) -> Iterator[tuple[int, str, Key]]:
             elif isinstance(node, ast.Constant) and type(node.value) is bool and id(node) not in strict:
                 yield where[0], f"{node.value} -> {not node.value}", ("true", *where, 0)
             for field in ("body", "orelse", "finalbody"):
-                for st in getattr(node, field, None) or ():
+                statements = getattr(node, field, None)
+                if not isinstance(statements, list):
+                    continue  # a conditional expression's or a lambda's body is one expression
+                for st in statements:
                     deletable = isinstance(st, ast.AugAssign) or (
                         isinstance(st, ast.Expr) and not isinstance(st.value, ast.Constant)
                     )
