@@ -242,8 +242,11 @@ def evaluate(
     system_tokens: int,
     tools_tokens: int,
     max_output_tokens: int | None,
+    request_window: int | None = None,
 ) -> BudgetEval | str:
-    """Measure one request; returns the reason as a string when it cannot be judged.
+    """Measure one request; returns the reason as a string when it cannot be judged. The window:
+    ``budget.window`` if set, else the one the request sets (``request_window``: Ollama's
+    ``num_ctx``), else the model table's (``window_for``).
 
     >>> ev = evaluate(Budget(window=1000), model="m", input_tokens=900, system_tokens=0, tools_tokens=0,
     ...               max_output_tokens=200)
@@ -253,7 +256,9 @@ def evaluate(
     ...          max_output_tokens=None)
     "unknown context window for model 'my-finetune-v7' (set Budget(window=...))"
     """
-    window = budget.window if budget.window is not None else window_for(model)
+    window = budget.window if budget.window is not None else request_window
+    if window is None:
+        window = window_for(model)
     if window is None:
         return f"unknown context window for model {model!r} (set Budget(window=...))"
     if window <= 0:

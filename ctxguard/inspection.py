@@ -135,6 +135,7 @@ class Inspector:
             system_tokens=(system.tokens if system is not None else 0) + pinned_tokens,
             tools_tokens=payload.tools_tokens,
             max_output_tokens=payload.max_output_tokens,
+            request_window=payload.window,
         )
         if scope is not None and payload.history_elsewhere is None and payload.unreadable is None:
             try:

@@ -186,4 +186,5 @@ class Measurer:
             extends=extends,
             first_tool=first_tool,
             tool_results=view.tool_results,
+            window=view.window,
         )

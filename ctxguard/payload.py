@@ -109,6 +109,9 @@ class RequestView:
     #: (Chat Completions, Anthropic, Gemini); ``"later"``, anywhere after it (the Responses API pairs
     #: by call id whatever comes between). Read by ``tool_pairs_intact``.
     tool_results: str = "next"
+    #: The context window the request itself sets, in tokens, when the API lets it (Ollama's
+    #: ``options.num_ctx``): it, not the model table's, is what the server holds the prompt to.
+    window: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +166,8 @@ class Payload:
     #: The index of the first message with tool refs (``Message.tool_refs``), None if none has any
     #: (set by the measurer: ``tool_pairs_intact`` reads nothing else of a payload without tools).
     first_tool: int | None = None
+    #: ``RequestView.window``.
+    window: int | None = None
     #: ``RequestView.tool_results``.
     tool_results: str = "next"
     #: The first message (set from ``messages``, which is never changed after construction).

@@ -51,3 +51,30 @@ def test_budget_evaluate_derives_the_missing_terms_from_the_request():
 ])
 def test_window_table_resolves_snapshots_and_never_guesses(model, window):
     assert window_for(model) == window
+
+
+def test_a_window_the_request_sets_is_used_before_the_table_and_after_budget_window():
+    """Ollama's ``num_ctx``: the server holds the prompt to it, whatever the model's own window."""
+    terms = {"input_tokens": 3000, "system_tokens": 0, "tools_tokens": 0, "max_output_tokens": 100}
+    ev = budget_mod.evaluate(Budget(), model="gpt-4o", request_window=2048, **terms)
+    assert not isinstance(ev, str) and ev.breakdown.window == 2048 and ev.headroom < 0
+    ev = budget_mod.evaluate(Budget(), model="llama3.2", request_window=2048, **terms)  # not in the table
+    assert not isinstance(ev, str) and ev.breakdown.window == 2048
+    ev = budget_mod.evaluate(Budget(window=8192), model="gpt-4o", request_window=2048, **terms)
+    assert not isinstance(ev, str) and ev.breakdown.window == 8192  # the user's own setting wins
+    ev = budget_mod.evaluate(Budget(), model="gpt-4o", **terms)
+    assert not isinstance(ev, str) and ev.breakdown.window == 128_000
+
+
+def test_the_request_window_reaches_the_verdict():
+    from ctxguard.config import Config
+    from ctxguard.guard import inspector_for
+    from ctxguard.payload import RequestView
+    from ctxguard.policy import Policy
+
+    inspector = inspector_for(Config(digest_key=b"k" * 16), None)
+    view = RequestView("ollama", "chat", "llama3.2", [("user", "hello " * 3000, (), "message", 0)], window=2048)
+    payload = inspector.measurer.measure(view)
+    assert payload.window == 2048
+    verdict = inspector.inspect(payload, None, Policy())
+    assert verdict.ctx is not None and verdict.ctx.budget.breakdown.window == 2048
