@@ -32,6 +32,7 @@ from .digest import Digester
 from .inspection import Inspector, Verdict
 from .measure import Measurer
 from .memo import Memos
+from .payload import Payload
 from .policy import Policy
 from .providers import LABELS
 from .providers.base import Provider
@@ -128,17 +129,21 @@ class Guard:
         return scope
 
     def before(
-        self, provider: Provider, api: str, kwargs: Mapping[str, Any], over: Any = None, *, may_block: bool = True
+        self, provider: Provider, api: str, kwargs: Mapping[str, Any], over: Any = None, *, may_block: bool = True,
+        instance: Any = None,
     ) -> Call | None:
         """Inspect a request about to be sent, record the verdict and start its call. Raises only
         ``ContextViolation`` (enforce, when it ``may_block``). ``over``: another library's wrapper
-        over ctxguard's at this call site, if any."""
+        over ctxguard's at this call site, if any; ``instance``: the call site's object (the SDK's
+        resource or client), whose ``identity`` says which provider the call reaches."""
         started = _perf()
         scope = self._scope(kwargs)
         inspector = self._inspector
         payload = inspector.measure(provider, api, kwargs, scope)
         if payload is None:
             return None
+        if instance is not None and provider.identity is not None:
+            _identify(payload, provider, instance)
         verdict = Verdict(payload, scope)
         try:
             inspector.evaluate(verdict, self.policy)
@@ -157,6 +162,26 @@ class Guard:
             call.block()
         call.elapsed += _perf() - started
         return call
+
+
+_LABELS = frozenset(LABELS)
+
+
+def _identify(payload: Payload, provider: Provider, instance: Any) -> None:
+    """The provider and server the call reaches (``Provider.identity``); a label outside the
+    fixed set is never used (the metric series exist for those alone)."""
+    try:
+        found = provider.identity(instance) if provider.identity is not None else None
+    except Exception as exc:
+        report_internal_error("normalise", exc)
+        return
+    if found is None:
+        return
+    label, address, port = found
+    if label is not None and label in _LABELS:
+        payload.provider = label
+    if address is not None:
+        payload.server = (address, port)
 
 
 def inspector_for(config: Config, facts: facts_mod.Sinks) -> Inspector:

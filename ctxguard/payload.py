@@ -168,6 +168,9 @@ class Payload:
     first_tool: int | None = None
     #: ``RequestView.window``.
     window: int | None = None
+    #: ``(address, port)`` of the server the SDK client talks to, when known (set by the guard
+    #: from the provider's ``identity``): ``server.address`` / ``server.port`` on the span.
+    server: tuple[str, int | None] | None = None
     #: ``RequestView.tool_results``.
     tool_results: str = "next"
     #: The first message (set from ``messages``, which is never changed after construction).

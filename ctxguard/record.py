@@ -23,7 +23,7 @@ from .conversation import Scope
 from .digest import Digester
 from .facts.evaluate import FactView
 from .inspection import Verdict
-from .payload import Answer
+from .payload import Answer, Payload
 from .summaries import LOSSY
 from .telemetry import spans as attr
 from .telemetry.ids import ExportedIds
@@ -169,10 +169,7 @@ class Recorder:
         }
         if len(messages) > attr.MESSAGE_ATTR_CAP:
             a[attr.MESSAGE_TRUNCATED] = True
-        if payload.model:
-            a[attr.REQUEST_MODEL] = payload.model
-        if payload.max_output_tokens is not None:
-            a[attr.REQUEST_MAX_TOKENS] = payload.max_output_tokens
+        _request_attributes(a, payload)
         if scope is not None:
             a[attr.CONVERSATION_ID] = scope[0]
             lossy = LOSSY.take(scope)
@@ -199,11 +196,6 @@ class Recorder:
             a[attr.EVICTED] = (*diff.evicted, "fact") if verdict.fact_evictions else diff.evicted
         if ctx is not None:
             _context_attributes(a, ctx, self.digester)
-        if payload.reply_room is not None:
-            # Thinking is drawn from max_tokens: say when it leaves the reply under a quarter.
-            a[attr.BUDGET_REPLY_ROOM] = payload.reply_room
-            if payload.max_output_tokens:
-                a[attr.BUDGET_REPLY_ROOM_LOW] = payload.reply_room * 4 < payload.max_output_tokens
         return self.ids.attributes(a, verdict.facts)
 
     def blocked(self, verdict: Verdict) -> None:
@@ -276,6 +268,23 @@ class Recorder:
         m = self.metrics
         cells, t.cells = t.cells, []
         m.add(cells, ((m.duration_h, elapsed),))
+
+
+def _request_attributes(a: dict[str, Any], payload: Payload) -> None:
+    """What the request asked for, and of whom."""
+    if payload.model:
+        a[attr.REQUEST_MODEL] = payload.model
+    if payload.server is not None:
+        a[attr.SERVER_ADDRESS] = payload.server[0]
+        if payload.server[1] is not None:
+            a[attr.SERVER_PORT] = payload.server[1]
+    if payload.max_output_tokens is not None:
+        a[attr.REQUEST_MAX_TOKENS] = payload.max_output_tokens
+    if payload.reply_room is not None:
+        # Thinking is drawn from max_tokens: say when it leaves the reply under a quarter.
+        a[attr.BUDGET_REPLY_ROOM] = payload.reply_room
+        if payload.max_output_tokens:
+            a[attr.BUDGET_REPLY_ROOM_LOW] = payload.reply_room * 4 < payload.max_output_tokens
 
 
 def _context_attributes(a: dict[str, Any], ctx: Context, digester: Digester) -> None:

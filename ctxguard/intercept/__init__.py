@@ -81,7 +81,7 @@ def _sync_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
         guard = _guard_for()
         if guard is None:
             return wrapped(*args, **kwargs)
-        call = guard.before(provider, api, _request(provider, args, kwargs), patched.wrapped_over())
+        call = guard.before(provider, api, _request(provider, args, kwargs), patched.wrapped_over(), instance=instance)
         if call is None:
             return wrapped(*args, **kwargs)
         token = IN_FLIGHT.set(call)
@@ -105,7 +105,7 @@ def _async_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
         guard = _guard_for()
         if guard is None:
             return await wrapped(*args, **kwargs)
-        call = guard.before(provider, api, _request(provider, args, kwargs), patched.wrapped_over())
+        call = guard.before(provider, api, _request(provider, args, kwargs), patched.wrapped_over(), instance=instance)
         if call is None:
             return await wrapped(*args, **kwargs)
         token = IN_FLIGHT.set(call)

@@ -72,7 +72,8 @@ class CallStarter(Protocol):
     """Starts calls: the active guard."""
 
     def before(
-        self, provider: Provider, api: str, kwargs: Mapping[str, Any], over: Any = None, *, may_block: bool = True
+        self, provider: Provider, api: str, kwargs: Mapping[str, Any], over: Any = None, *, may_block: bool = True,
+        instance: Any = None,
     ) -> Observed | None:
         """Inspect a request about to be sent; None if ctxguard could not (the call goes through)."""
         ...

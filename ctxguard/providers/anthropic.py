@@ -16,6 +16,7 @@ from typing import Any
 from ..memo import Memo
 from ..payload import TOOL_CALL, TOOL_RESULT, Answer, Item, RequestView, tool_ref
 from ..tokens import NON_TEXT_PART
+from . import identity
 from ._image import ANTHROPIC_HIGH_RES, ANTHROPIC_STANDARD, anthropic_tokens, size_of_base64
 from ._read import Unread, canonical, family, items, schemas, structured_parts
 from ._read import as_int as _int
@@ -299,6 +300,8 @@ PROVIDER = Provider(
     label="anthropic",
     adapter=ADAPTER,
     sites=SITES,
+    routes=identity.ROUTES,
+    identity=identity.resource_identity,
     http_results=HTTP_RESULTS,
     wire_apis=(("/messages", "messages"),),
     final_reply=ADAPTER.final_reply,

@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 from ..memo import Memo
 from ..payload import Answer, RequestView
 
-__all__ = ["Adapter", "CallSite", "Kind", "Provider", "StreamReader"]
+__all__ = ["Adapter", "CallSite", "Identity", "Kind", "Provider", "StreamReader"]
 
 #: How a call site answers, declared (never guessed from a class name):
 #: ``sync``: returns the answer, a stream or an HTTP-holding result;
@@ -56,6 +56,10 @@ class CallSite:
     api: str
     kind: Kind = "sync"
 
+
+#: Who a call reaches, read off its call site's ``instance``: ``(label, server address, server
+#: port)``; a None label keeps the record's own (``ctxguard.providers.identity``).
+Identity = tuple["str | None", "str | None", "int | None"]
 
 #: Reads a provider's answer off the HTTP response another SDK got for it: ``(read a whole
 #: body, a stream reader)``, or None when that provider's wire format is not read here.
@@ -105,6 +109,9 @@ class Provider:
     #: A captured request body (with the capture line's model) as its call site would have seen
     #: it: ``(api, kwargs)``; None: its captures are not judged offline.
     offline: Callable[[Mapping[str, Any], str | None], tuple[str, Mapping[str, Any]]] | None = None
+    #: The identity of a call, read off its call site's ``instance`` (the SDK's resource or client):
+    #: the provider its client reaches (one of ``routes``) and the server's address and port.
+    identity: Callable[[Any], Identity | None] | None = None
 
     @property
     def labels(self) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from ..cache import TwoGenerationCache, str_bytes, text_bytes
 from ..memo import Memo
 from ..payload import TOOL_CALL, TOOL_ELSEWHERE, TOOL_RESULT, Answer, Item, RequestView, tool_ref
 from ..tokens import NON_TEXT_PART
+from . import identity
 from ._image import openai_tokens, size_of_url
 from ._read import as_int as _int
 from ._read import as_str as _str
@@ -500,6 +501,8 @@ PROVIDER = Provider(
     label="openai",
     adapter=ADAPTER,
     sites=SITES,
+    routes=identity.ROUTES,
+    identity=identity.resource_identity,
     http_results=HTTP_RESULTS,
     wire_apis=(("/chat/completions", "chat.completions"), ("/responses", "responses")),
     offline=as_call,

@@ -20,6 +20,8 @@ __all__ = ["MESSAGE_ATTR_CAP", "set_attributes"]
 # OpenTelemetry GenAI semantic conventions.
 OPERATION = "gen_ai.operation.name"
 PROVIDER = "gen_ai.provider.name"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
 REQUEST_MODEL = "gen_ai.request.model"
 REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
 RESPONSE_MODEL = "gen_ai.response.model"

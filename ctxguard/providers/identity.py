@@ -1,0 +1,124 @@
+"""Who answers a call: the provider behind an SDK client, by the client's class and its host.
+
+The openai SDK reaches Azure, Groq, DeepSeek, xAI and many more; the anthropic SDK reaches
+Vertex AI, Bedrock and Foundry. A call's ``provider`` label (``gen_ai.provider.name``) is the
+provider it reaches, read off the client its call site belongs to:
+
+1. the client's class (``AzureOpenAI``, ``AnthropicVertex``, ... or a subclass of one);
+2. else its base URL's host, when the host is a known provider's (``HOSTS``, ``SUFFIXES``);
+3. else the SDK's own label, with ``server.address`` / ``server.port`` on the span.
+
+Labels come from a fixed table: a host never becomes a label (docs/supported.md, "Provider
+identity").
+
+>>> by_host("api.groq.com"), by_host("my-rg.openai.azure.com"), by_host("llm.internal")
+('groq', 'azure.ai.openai', None)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Identity
+
+__all__ = ["CLASSES", "HOSTS", "ROUTES", "SUFFIXES", "by_host", "client_identity", "resource_identity"]
+
+#: Client classes (without their ``Async`` prefix) that name the provider they reach.
+CLASSES: dict[str, str] = {
+    "AzureOpenAI": "azure.ai.openai",
+    "BedrockOpenAI": "aws.bedrock",
+    "AnthropicVertex": "gcp.vertex_ai",
+    "AnthropicGoogleCloud": "gcp.vertex_ai",
+    "AnthropicBedrock": "aws.bedrock",
+    "AnthropicBedrockMantle": "aws.bedrock",
+    "AnthropicAWS": "aws.bedrock",
+    "AnthropicFoundry": "azure.ai.inference",
+}
+
+#: OpenAI-compatible hosts -> the provider's ``gen_ai.provider.name`` (the conventions' value
+#: where they have one; LiteLLM's provider name where they do not).
+HOSTS: dict[str, str] = {
+    "api.openai.com": "openai",
+    "api.anthropic.com": "anthropic",
+    "api.groq.com": "groq",
+    "api.deepseek.com": "deepseek",
+    "api.x.ai": "x_ai",
+    "api.perplexity.ai": "perplexity",
+    "api.mistral.ai": "mistral_ai",
+    "openrouter.ai": "openrouter",
+    "api.together.xyz": "together_ai",
+    "api.together.ai": "together_ai",
+    "api.fireworks.ai": "fireworks_ai",
+    "generativelanguage.googleapis.com": "gcp.gemini",
+}
+
+#: Host suffixes of providers whose hosts are per customer.
+SUFFIXES: tuple[tuple[str, str], ...] = (
+    (".openai.azure.com", "azure.ai.openai"),
+    (".services.ai.azure.com", "azure.ai.inference"),
+    (".models.ai.azure.com", "azure.ai.inference"),
+    (".cognitiveservices.azure.com", "azure.ai.openai"),
+)
+
+
+#: Every label a client may be given here (each SDK's own among them): a fixed set.
+ROUTES: tuple[str, ...] = tuple(dict.fromkeys([*CLASSES.values(), *HOSTS.values(), *(label for _, label in SUFFIXES)]))
+
+
+def by_host(host: str) -> str | None:
+    """The provider a host belongs to, if it is a known one."""
+    host = host.lower().rstrip(".")
+    label = HOSTS.get(host)
+    if label is None:
+        label = next((label for suffix, label in SUFFIXES if host.endswith(suffix)), None)
+    return label
+
+
+def _by_class(cls: type) -> str | None:
+    for base in cls.__mro__:
+        label = CLASSES.get(base.__name__.removeprefix("Async"))
+        if label is not None:
+            return label
+    return None
+
+
+#: Per client class: its label or None (classes are few; a program makes a handful).
+_classes: dict[type, str | None] = {}
+#: Per base URL object (kept, so its id is not reused while cached): its identity.
+_urls: dict[int, tuple[Any, Identity]] = {}
+_MAX = 256
+
+
+def client_identity(client: Any) -> Identity | None:
+    """``(label or None, server address, server port)`` of a Stainless SDK client (openai,
+    anthropic): its class first, then its ``base_url``'s host. None if it has no ``base_url``."""
+    cls = type(client)
+    named = _classes.get(cls, "")
+    if named == "":
+        named = _by_class(cls)
+        if len(_classes) < _MAX:
+            _classes[cls] = named
+    url = getattr(client, "base_url", None)
+    if url is None:
+        return (named, None, None) if named is not None else None
+    kept = _urls.get(id(url))
+    if kept is not None and kept[0] is url:
+        found = kept[1]
+    else:
+        host = str(getattr(url, "host", "") or "")
+        port = getattr(url, "port", None)
+        if port is None:
+            port = 443 if getattr(url, "scheme", "https") == "https" else 80
+        found = (by_host(host) if host else None, host or None, port if host else None)
+        if len(_urls) >= _MAX:
+            _urls.clear()
+        _urls[id(url)] = (url, found)
+    if named is not None:
+        return (named, found[1], found[2])
+    return found
+
+
+def resource_identity(instance: Any) -> Identity | None:
+    """The identity of the client a Stainless resource (``client.chat.completions``) belongs to."""
+    client = getattr(instance, "_client", None)
+    return client_identity(client) if client is not None else None

@@ -1,0 +1,123 @@
+"""Provider identity (ctxguard/providers/identity.py): a call is labelled with the provider its
+SDK client reaches — by the client's class (AzureOpenAI, AnthropicVertex, ...) or by a known
+host — and carries ``server.address`` / ``server.port``; an unknown host stays the SDK's own label
+and never becomes a label value. Driven with the real SDKs over loopback HTTP."""
+
+from __future__ import annotations
+
+import sys
+from urllib.parse import urlsplit
+
+import openai
+import pytest
+
+from ctxguard.providers import LABELS
+from ctxguard.providers.identity import ROUTES, by_host, client_identity, resource_identity
+from ctxguard.testing import FakeLLM
+from tests.conftest import only_guard_span
+
+MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}]
+# The openai SDK's own HTTP package (httpx on 1.x, httpx2 on 3.x).
+httpx = sys.modules[openai.DefaultHttpxClient.__mro__[1].__module__.split(".")[0]]
+
+
+def _redirected(llm: FakeLLM):  # type: ignore[no-untyped-def]
+    """An HTTP client that sends every request to FakeLLM, whatever host its URL names (the
+    SDK still believes it talks to that host: its base URL is the provider's)."""
+    fake = urlsplit(llm.base_url)
+
+    class Redirect(httpx.HTTPTransport):  # type: ignore[misc,name-defined]
+        def handle_request(self, request):  # type: ignore[no-untyped-def]
+            request.url = request.url.copy_with(scheme="http", host=fake.hostname, port=fake.port)
+            return super().handle_request(request)
+
+    return openai.DefaultHttpxClient(transport=Redirect())
+
+
+def test_a_plain_openai_client_is_openai_with_the_server_it_talks_to(harness, llm):
+    harness.start(mode="observe")
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client:
+        client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    span = only_guard_span(harness)
+    fake = urlsplit(llm.base_url)
+    assert span.attributes["gen_ai.provider.name"] == "openai"
+    assert (span.attributes["server.address"], span.attributes["server.port"]) == (fake.hostname, fake.port)
+    assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 1
+
+
+def test_an_azure_client_is_azure_ai_openai(harness, llm):
+    harness.start(mode="observe")
+    root = llm.base_url.removesuffix("/v1")
+    with openai.AzureOpenAI(azure_endpoint=root, api_key="t", api_version="2024-10-21", max_retries=0) as client:
+        client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    assert "/openai/deployments/gpt-4o/chat/completions" in llm.requests[-1].path
+    span = only_guard_span(harness)
+    assert span.attributes["gen_ai.provider.name"] == "azure.ai.openai"
+    assert harness.metric("ctxguard_calls_total", provider="azure.ai.openai", operation="chat") == 1
+    assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 0
+
+
+@pytest.mark.parametrize(("base_url", "label"), [
+    ("https://api.groq.com/openai/v1", "groq"),
+    ("https://api.deepseek.com/v1", "deepseek"),
+    ("https://api.x.ai/v1", "x_ai"),
+    ("https://api.perplexity.ai", "perplexity"),
+    ("https://api.mistral.ai/v1", "mistral_ai"),
+    ("https://openrouter.ai/api/v1", "openrouter"),
+    ("https://api.together.xyz/v1", "together_ai"),
+    ("https://api.fireworks.ai/inference/v1", "fireworks_ai"),
+    ("https://generativelanguage.googleapis.com/v1beta/openai", "gcp.gemini"),
+    ("https://my-resource.openai.azure.com/openai/v1", "azure.ai.openai"),
+])
+def test_the_openai_sdk_pointed_at_a_known_host_is_that_provider(harness, llm, base_url, label):
+    harness.start(mode="observe")
+    with openai.OpenAI(base_url=base_url, api_key="t", max_retries=0, http_client=_redirected(llm)) as client:
+        client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    assert llm.requests, "the request reached the fake"
+    span = only_guard_span(harness)
+    assert span.attributes["gen_ai.provider.name"] == label
+    assert span.attributes["server.address"] == urlsplit(base_url).hostname
+    assert span.attributes["server.port"] == 443
+    assert harness.metric("ctxguard_calls_total", provider=label, operation="chat") == 1
+
+
+def test_an_unknown_host_stays_openai_and_never_becomes_a_label(harness, llm):
+    harness.start(mode="observe")
+    base = "https://llm-gateway.internal.example:8443/v1"
+    with openai.OpenAI(base_url=base, api_key="t", max_retries=0, http_client=_redirected(llm)) as client:
+        client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    span = only_guard_span(harness)
+    assert span.attributes["gen_ai.provider.name"] == "openai"
+    assert (span.attributes["server.address"], span.attributes["server.port"]) == ("llm-gateway.internal.example", 8443)
+    assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 1
+    providers = {s.labels["provider"] for f in harness.registry.collect() for s in f.samples if "provider" in s.labels}
+    assert providers and providers <= set(LABELS)
+
+
+def test_every_label_given_here_is_in_the_fixed_label_set():
+    assert set(ROUTES) <= set(LABELS)
+    assert by_host("API.GROQ.COM.") == "groq" and by_host("example.com") is None
+
+
+def test_the_anthropic_sdk_on_vertex_bedrock_and_foundry_is_labelled_by_its_client_class():
+    anthropic = pytest.importorskip("anthropic")
+    vertex = anthropic.AnthropicVertex(region="us-east5", project_id="p", access_token="t")
+    assert resource_identity(vertex.messages)[0] == "gcp.vertex_ai"
+    assert resource_identity(anthropic.Anthropic(api_key="t").messages) == ("anthropic", "api.anthropic.com", 443)
+    bedrock = anthropic.AnthropicBedrock(aws_access_key="a", aws_secret_key="s", aws_region="us-east-1")
+    assert resource_identity(bedrock.messages)[0] == "aws.bedrock"
+    if hasattr(anthropic, "AnthropicFoundry"):
+        foundry = anthropic.AnthropicFoundry(api_key="t", resource="my-resource")
+        assert resource_identity(foundry.messages)[0] == "azure.ai.inference"
+
+
+def test_a_subclass_of_a_named_client_keeps_its_identity_and_a_moved_base_url_is_read_again():
+    class MyAzure(openai.AzureOpenAI):
+        pass
+
+    client = MyAzure(azure_endpoint="https://x.openai.azure.com", api_key="t", api_version="2024-10-21")
+    assert client_identity(client)[0] == "azure.ai.openai"
+    plain = openai.OpenAI(api_key="t", base_url="https://api.groq.com/openai/v1")
+    assert client_identity(plain)[:2] == ("groq", "api.groq.com")
+    plain.base_url = "https://api.deepseek.com/v1"
+    assert client_identity(plain)[:2] == ("deepseek", "api.deepseek.com")
