@@ -185,8 +185,13 @@ def own(side: str, guard: Any, tracer: Any, send: Callable[[Any], tuple[Any, byt
     from ctxguard.providers import openai as openai_provider
 
 
+    import openai
+
+    # The call site's object, as the wrapper passes it: its client's identity is read per call.
+    resource = openai.OpenAI(api_key="bench", base_url="http://127.0.0.1:9/v1").chat.completions
+
     def guarded(kwargs: dict[str, Any], body: bytes, response: Any) -> None:
-        call = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs)
+        call = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs, instance=resource)
         call.wire(body)
         returned(call, openai_provider.SITES[0], response)
 
