@@ -73,7 +73,7 @@ def _message_item(message: Any, model: str | None) -> Item:
     texts: list[str] = []
     refs: list[str] = []
     content = _get(message, "content")
-    if content is not None:
+    if content:  # the SDK drops an empty one before sending
         texts.append(_text(content))
     thinking = _str(_get(message, "thinking"))
     if thinking:  # a previous answer's thinking, sent back: the template may show it to the model
