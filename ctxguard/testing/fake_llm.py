@@ -489,6 +489,13 @@ class _Server(ThreadingHTTPServer):
                 conn.shutdown(socket.SHUT_RDWR)
 
 
+def _streamed(kind: str, payload: Mapping[str, Any]) -> bool:
+    """Whether the answer streams: Gemini by its path, Ollama unless told not to, the rest when asked."""
+    if kind == _OLLAMA:
+        return payload.get("stream") is not False
+    return kind == _STREAM_GENERATE or (kind != _GENERATE and payload.get("stream") is True)
+
+
 class _Handler(BaseHTTPRequestHandler):
     """Translate one HTTP exchange into a RecordedRequest and a rendered Reply."""
 
@@ -603,9 +610,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
 
         ctx = replace(ctx, reply=reply)
-        stream = kind == _STREAM_GENERATE or (kind != _GENERATE and payload.get("stream") is True)
-        if kind == _OLLAMA:
-            stream = payload.get("stream") is not False  # Ollama streams unless told not to
+        stream = _streamed(kind, payload)
         if reply.status != 200:
             self._send_error(ctx, req, reply.status, _error_body(ctx, reply.status, reply.text or None))
         elif reply.stream_failure == "error" and not stream:
@@ -614,10 +619,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif stream:
             events = _STREAMS[kind](ctx)
             fake._served(ctx.served(req, 200, stream=True))
-            if kind == _OLLAMA:
-                self._send_ndjson(ctx, events)
-            else:
-                self._send_sse(ctx, events)
+            self._send_sse(ctx, events)
         else:
             answer = _BODIES[kind](ctx)
             fake._served(ctx.served(req, 200))
@@ -671,6 +673,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_sse(self, ctx: _Ctx, events: Iterable[_Event | _Drop]) -> None:
         """Write events one by one, one HTTP chunk each, so clients see a genuinely
         incremental stream (and can tell a cut connection from the end of the body)."""
+        if ctx.kind == _OLLAMA:
+            self._send_ndjson(ctx, events)
+            return
         separators = (", ", ": ") if ctx.kind in _GEMINI else (",", ":")
         try:
             self._start(ctx, 200, "text/event-stream; charset=utf-8")
