@@ -122,7 +122,9 @@ def _function_schema(function: Callable[..., Any]) -> str | None:
 def _tools(tools: Any, view: RequestView) -> None:
     """Tool schemas as they are sent: dicts and the SDK's ``Tool`` as their JSON, Python functions as
     the schema the SDK makes of them. The chat template renders them into the prompt."""
-    for tool in elements(tools, "tools"):
+    if not isinstance(tools, (list, tuple)):  # never iterated: a generator is the SDK's to consume
+        return
+    for tool in tools:
         schema = _function_schema(tool) if callable(tool) else canonical(tool)
         if schema is not None:
             view.tools.append(schema)

@@ -352,6 +352,11 @@ def test_tools_count_as_the_sdk_sends_them_and_a_format_costs_nothing(harness, l
     assert sent[3]["format"] == schema
     served = [r.input_tokens for r in llm.responses]
     assert served[1] > served[0] and served[3] == served[0]
+    # Tools given as a generator are the SDK's to consume: left unread, sent whole.
+    client.chat(model=MODEL, messages=HISTORY[1:], tools=(t for t in [tool]))
+    last = guard_spans(harness)[-1].attributes
+    assert list(last["ctxguard.violations"]) == ["system_at_head"]  # the messages were still judged
+    assert llm.bodies()[-1]["tools"][0]["function"]["name"] == "lookup"
 
 
 def test_images_and_thinking_are_read_as_sent(harness, llm, client):
