@@ -105,6 +105,7 @@ def instrument(
     capture_redact: Redact | None = None,
     span: str = "auto",
     hash_ids: bool = False,
+    ollama_num_ctx: int | None = None,
 ) -> Guard | None:
     """Guard every call of the installed (or later imported) LLM SDKs.
 
@@ -160,6 +161,11 @@ def instrument(
     ``hash_ids`` (or ``CTXGUARD_HASH_IDS=1``): conversation and fact ids go into spans and logs
     as keyed digests (the key of the payload digests), for apps whose ids are personal data;
     see ``ctxguard.telemetry.ids`` and docs/privacy.md.
+
+    ``ollama_num_ctx`` (or ``CTXGUARD_OLLAMA_NUM_CTX``): the context window an Ollama server gives
+    a request that sets no ``options.num_ctx`` (default 4096, Ollama's own below 24 GiB of VRAM;
+    set your server's ``OLLAMA_CONTEXT_LENGTH``): the budget judges those requests against it, since
+    the server silently drops what does not fit (docs/budget.md).
     """
     global _guard, _server, _tracing
     if Config.disabled():
@@ -180,6 +186,7 @@ def instrument(
             capture_path=capture_path,
             span=span,
             hash_ids=hash_ids,
+            ollama_num_ctx=ollama_num_ctx,
         )
         tracing = _start_tracing(otlp_endpoint) if tracer_provider is None else None
         try:

@@ -22,9 +22,11 @@ __all__ = [
     "ENV_MAX_CONVERSATIONS",
     "ENV_METRICS_PORT",
     "ENV_MODE",
+    "ENV_OLLAMA_NUM_CTX",
     "ENV_SPAN",
     "Config",
     "Mode",
+    "OLLAMA_NUM_CTX",
     "SpanChoice",
 ]
 
@@ -52,6 +54,12 @@ CACHE_BYTES = 64 * 1024 * 1024
 #: ``auto`` (default): ctxguard's attributes go on another instrumentation's span of the same
 #: call when there is one; ``own``: ctxguard always records a span of its own.
 ENV_SPAN = "CTXGUARD_SPAN"
+#: The context window, in tokens, an Ollama server gives a request that sets no ``options.num_ctx``
+#: (its ``OLLAMA_CONTEXT_LENGTH``, or a Modelfile's ``num_ctx``); default ``OLLAMA_NUM_CTX``.
+ENV_OLLAMA_NUM_CTX = "CTXGUARD_OLLAMA_NUM_CTX"
+#: Ollama's own default since 0.15.5 on a machine with less than 24 GiB of VRAM (32768 from 24 GiB,
+#: 262144 from 48 GiB): the smallest of its defaults, so a prompt over it is never passed as fitting.
+OLLAMA_NUM_CTX = 4096
 
 logger = logging.getLogger("ctxguard")
 
@@ -129,6 +137,12 @@ class Config:
     capture_path: str | None = None
     span: SpanChoice = "auto"
     hash_ids: bool = False
+    ollama_num_ctx: int = OLLAMA_NUM_CTX
+
+    @property
+    def server_windows(self) -> dict[str, int]:
+        """``provider`` label -> the window its server holds a request to when the request sets none."""
+        return {"ollama": self.ollama_num_ctx}
 
     @staticmethod
     def disabled() -> bool:
@@ -145,11 +159,14 @@ class Config:
         capture_path: str | None = None,
         span: str = "auto",
         hash_ids: bool = False,
+        ollama_num_ctx: int | None = None,
     ) -> Config:
         if mode not in ("observe", "enforce"):
             raise ValueError(f"mode must be 'observe' or 'enforce', got {mode!r}")
         if span not in ("auto", "own"):
             raise ValueError(f"span must be 'auto' or 'own', got {span!r}")
+        if ollama_num_ctx is not None and ollama_num_ctx <= 0:
+            raise ValueError(f"ollama_num_ctx must be a positive number of tokens, got {ollama_num_ctx!r}")
         mode = _choice(ENV_MODE, ("observe", "enforce")) or mode
         span = _choice(ENV_SPAN, ("auto", "own")) or span
         key = _digest_key(digest_key)
@@ -169,6 +186,10 @@ class Config:
         if cache_bytes is not None and cache_bytes <= 0:
             _ignored(ENV_CACHE_BYTES, str(cache_bytes), "a positive number of bytes")
             cache_bytes = None
+        num_ctx = _int(ENV_OLLAMA_NUM_CTX)
+        if num_ctx is not None and num_ctx <= 0:
+            _ignored(ENV_OLLAMA_NUM_CTX, str(num_ctx), "a positive number of tokens")
+            num_ctx = None
         return cls(
             mode="enforce" if mode == "enforce" else "observe",
             digest_key=key.encode() if isinstance(key, str) else key,
@@ -179,4 +200,5 @@ class Config:
             capture_path=os.environ.get(ENV_CAPTURE_PATH, "").strip() or capture_path,
             span="own" if span == "own" else "auto",
             hash_ids=bool(hash_ids) if hashed is None else hashed,
+            ollama_num_ctx=num_ctx or ollama_num_ctx or OLLAMA_NUM_CTX,
         )

@@ -192,4 +192,4 @@ def inspector_for(config: Config, facts: facts_mod.Sinks) -> Inspector:
     # CTXGUARD_MAX_CONVERSATIONS raised past its share is honoured for conversations of ~25 messages.
     remembered = max(budget * 3 // 16, config.max_conversations * CONVERSATION_BYTES)
     memory = ConversationMemory(config.max_conversations, max_bytes=remembered)
-    return Inspector(measurer, memory, Memos(max_bytes=budget * 3 // 16), facts, budget)
+    return Inspector(measurer, memory, Memos(max_bytes=budget * 3 // 16), facts, budget, config.server_windows)

@@ -76,8 +76,12 @@ class Inspector:
         memos: Memos,
         facts: facts_mod.Sinks,
         cache_bytes: int,
+        server_windows: Mapping[str, int] | None = None,
     ) -> None:
+        """``server_windows``: ``provider`` label -> the context window its server holds a request to
+        when the request sets none (``Config.server_windows``: Ollama's default ``num_ctx``)."""
         self.measurer = measurer
+        self.server_windows: Mapping[str, int] = server_windows or {}
         self.memory = memory
         self.memos = memos
         self.facts = facts
@@ -94,6 +98,8 @@ class Inspector:
             key = (scope, provider.label, api)
             memo = self.memos.get(key) if scope is not None else None
             view = provider.adapter.normalise(api, kwargs, memo)
+            if view.window is None:
+                view.window = self.server_windows.get(view.provider)
         except Exception as exc:
             report_internal_error("normalise", exc)
             return None

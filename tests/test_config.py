@@ -29,6 +29,8 @@ def test_env_overrides(monkeypatch):
     ("CTXGUARD_MAX_CONVERSATIONS", "lots", "max_conversations", 10_000),
     ("CTXGUARD_CACHE_BYTES", "0", "cache_bytes", 64 * 1024 * 1024),
     ("CTXGUARD_CACHE_BYTES", "64MiB", "cache_bytes", 64 * 1024 * 1024),
+    ("CTXGUARD_OLLAMA_NUM_CTX", "0", "ollama_num_ctx", 4096),
+    ("CTXGUARD_OLLAMA_NUM_CTX", "4k", "ollama_num_ctx", 4096),
 ])
 def test_a_mistyped_variable_is_one_warning_and_the_codes_value(monkeypatch, caplog, variable, value, field, expected):
     """The environment never makes instrument() raise into the app: the operator's typo is named

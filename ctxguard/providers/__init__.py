@@ -13,6 +13,7 @@ from .base import Provider
 from .google_genai import PROVIDER as GOOGLE_GENAI
 from .litellm import PROVIDER as LITELLM
 from .mistral import PROVIDER as MISTRAL
+from .ollama import PROVIDER as OLLAMA
 from .openai import PROVIDER as OPENAI
 
 __all__ = ["BY_DISTRIBUTION", "BY_LABEL", "LABELS", "PROVIDERS", "Provider"]
@@ -23,6 +24,7 @@ PROVIDERS: tuple[Provider, ...] = (
     GOOGLE_GENAI,
     LITELLM,
     MISTRAL,
+    OLLAMA,
 )
 
 BY_DISTRIBUTION: dict[str, Provider] = {p.distribution: p for p in PROVIDERS}

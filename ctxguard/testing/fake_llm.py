@@ -1,4 +1,4 @@
-"""A loopback fake LLM server that speaks the OpenAI, Anthropic, Gemini and Mistral wire formats.
+"""A loopback fake LLM server that speaks the OpenAI, Anthropic, Gemini, Mistral and Ollama wire formats.
 
 Tests that mock the SDK objects never exercise what ctxguard actually depends
 on: the bytes the real SDKs put on the wire and the way they parse replies,
@@ -22,8 +22,13 @@ parsing bugs and a fake with fixed usage hides calibration bugs:
   the server really sent;
 * streams carry each provider's framing (OpenAI's ``obfuscation`` padding and
   usage-only last chunk, Anthropic's ``ping`` and cumulative ``message_delta``
-  usage, the full Responses event sequence, Gemini's ``usageMetadata``) over
-  chunked HTTP, and can fail midway the way real streams fail;
+  usage, the full Responses event sequence, Gemini's ``usageMetadata``, Ollama's
+  NDJSON lines ending with ``done``) over chunked HTTP, and can fail midway the way
+  real streams fail;
+* Ollama holds the prompt to its context window (``options.num_ctx``, else
+  :attr:`FakeLLM.ollama_num_ctx`) as its server does: the oldest messages but the
+  system ones are dropped, then the prompt is cut, and ``prompt_eval_count`` never
+  exceeds the window (:attr:`ServedResponse.truncated_tokens` says how much went);
 * errors carry each provider's error body.
 
 Only the standard library is used so importing this module never drags a
@@ -77,6 +82,8 @@ _GEMINI = (_GENERATE, _STREAM_GENERATE)
 # same path under this prefix (``FakeLLM.mistral_base_url``). Its kind is a name, not a path suffix.
 _MISTRAL_PREFIX = "/mistral"
 _MISTRAL = "mistral:/chat/completions"
+# Ollama's native chat API: ``POST /api/chat``; it streams NDJSON unless the body says ``"stream": false``.
+_OLLAMA = "/api/chat"
 
 # Error bodies per status, worded as each service words them, so SDK code that
 # branches on the type (or on the exception class chosen from the status) sees
@@ -130,7 +137,7 @@ _MISTRAL_ERRORS: dict[int, tuple[str, str | None, str]] = {
 # fails after the first byte; when it happens before (a non-streaming request)
 # it arrives as this HTTP status instead.
 _FAILURE_STATUS = {_CHAT: 500, _RESPONSES: 500, _MESSAGES: 529, _GENERATE: 503, _STREAM_GENERATE: 503,
-                   _MISTRAL: 500}
+                   _MISTRAL: 500, _OLLAMA: 500}
 _RESPONSES_FAILURE = ("An error occurred while processing your request. You can retry your request, or contact "
                       "us through our help center at help.openai.com if the error persists.")
 
@@ -155,6 +162,18 @@ _ANTHROPIC_STOP_REASONS: dict[str, str] = {
 # ``tool_calls``. A stream it breaks off ends with a chunk whose finish reason is ``error``.
 _MISTRAL_FINISH_REASONS: dict[str, str] = {"function_call": "tool_calls"}
 _MISTRAL_BROKEN = "error"
+# Ollama's ``done_reason``: ``stop`` (tool calls too: it has no reason of their own), ``length``
+# (``num_predict`` reached); ``load`` / ``unload`` answer requests without messages.
+_OLLAMA_DONE_REASONS: dict[str, str] = {"tool_calls": "stop", "function_call": "stop", "content_filter": "stop"}
+# Ollama's error bodies are ``{"error": "<text>"}``, nothing else.
+_OLLAMA_ERRORS: dict[int, str] = {
+    400: "invalid request",
+    404: 'model "{model}" not found, try pulling it first',
+    500: "an error was encountered while running the model: unexpected EOF",
+}
+#: The context window an Ollama server gives a request without ``options.num_ctx``: its default below
+#: 24 GiB of VRAM (0.15.5 and later).
+OLLAMA_NUM_CTX = 4096
 # Responses has no finish reason: a cut answer is an ``incomplete`` response.
 _INCOMPLETE_REASONS: dict[str, str] = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -301,6 +320,8 @@ class ServedResponse:
     for Anthropic ``input_tokens + cache_read_input_tokens``; reasoning included, so
     for Gemini ``candidatesTokenCount + thoughtsTokenCount``).  A stream cut by a
     scripted ``stream_failure`` never reported its final usage: those are None.
+    ``truncated_tokens``: prompt tokens the server dropped to fit its context window (Ollama,
+    which does so silently: its ``prompt_eval_count`` is what it kept).
     """
 
     request: RecordedRequest
@@ -318,6 +339,7 @@ class ServedResponse:
     tool_call_ids: tuple[str, ...] = ()
     error_type: str | None = None
     failure: str | None = None
+    truncated_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -467,6 +489,13 @@ class _Server(ThreadingHTTPServer):
                 conn.shutdown(socket.SHUT_RDWR)
 
 
+def _streamed(kind: str, payload: Mapping[str, Any]) -> bool:
+    """Whether the answer streams: Gemini by its path, Ollama unless told not to, the rest when asked."""
+    if kind == _OLLAMA:
+        return payload.get("stream") is not False
+    return kind == _STREAM_GENERATE or (kind != _GENERATE and payload.get("stream") is True)
+
+
 class _Handler(BaseHTTPRequestHandler):
     """Translate one HTTP exchange into a RecordedRequest and a rendered Reply."""
 
@@ -548,12 +577,13 @@ class _Handler(BaseHTTPRequestHandler):
         n, serial = fake._record(req)
 
         route = self.path.split("?", 1)[0].rstrip("/")
-        kinds = (_CHAT, _RESPONSES, _MESSAGES, _GENERATE, _STREAM_GENERATE)
+        kinds = (_CHAT, _RESPONSES, _MESSAGES, _GENERATE, _STREAM_GENERATE, _OLLAMA)
         kind = next((s for s in kinds if route.endswith(s)), None)
         if kind == _CHAT and route.startswith(_MISTRAL_PREFIX + "/"):
             kind = _MISTRAL
         # Filled in as the request is understood: an unknown route is answered the OpenAI way.
-        ctx = _Ctx(n=n, serial=serial, nonce=fake._nonce, kind=kind or _CHAT, reply=Reply(), payload={}, route=route)
+        ctx = _Ctx(n=n, serial=serial, nonce=fake._nonce, kind=kind or _CHAT, reply=Reply(), payload={}, route=route,
+                   ollama_num_ctx=fake.ollama_num_ctx)
         if kind is None or self.command != "POST":
             message = f"Invalid URL ({self.command} {self.path.split('?', 1)[0]})"
             error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
@@ -568,6 +598,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(ctx, req, 400, _error_body(ctx, 400, f"Invalid JSON body: {exc}"))
             return
         ctx = replace(ctx, payload=payload)
+        if kind == _OLLAMA and not payload.get("model"):  # checked before any model is looked for
+            self._send_error(ctx, req, 400, _error_body(ctx, 400, "model is required"))
+            return
 
         try:
             reply = fake._next_reply(req, n)
@@ -577,7 +610,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
 
         ctx = replace(ctx, reply=reply)
-        stream = kind == _STREAM_GENERATE or (kind != _GENERATE and payload.get("stream") is True)
+        stream = _streamed(kind, payload)
         if reply.status != 200:
             self._send_error(ctx, req, reply.status, _error_body(ctx, reply.status, reply.text or None))
         elif reply.stream_failure == "error" and not stream:
@@ -612,16 +645,20 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("request-id", ctx.request_id)
         elif ctx.kind == _MISTRAL:
             self.send_header("x-kong-request-id", ctx.request_id)  # its gateway's, as its 401 body names it
-        elif ctx.kind not in _GEMINI:
+        elif ctx.kind not in (*_GEMINI, _OLLAMA):  # Ollama sends no request id
             self.send_header("x-request-id", ctx.request_id)
 
     def _send_json(self, ctx: _Ctx, status: int, obj: Any, *, drop: bool = False) -> None:
-        # OpenAI and Gemini indent their JSON bodies; Anthropic sends them compact, Mistral without spaces.
-        indent = None if ctx.kind in (_MESSAGES, _MISTRAL) else 2
-        separators = (",", ":") if ctx.kind == _MISTRAL else None
-        data = json.dumps(obj, indent=indent, separators=separators, ensure_ascii=False).encode()
+        # OpenAI and Gemini indent their JSON bodies; Anthropic sends them compact, Mistral and Ollama
+        # without spaces (Ollama's Go encoder HTML-escaped, too).
+        if ctx.kind == _OLLAMA:
+            data = _go_json(obj).encode()
+        else:
+            indent = None if ctx.kind in (_MESSAGES, _MISTRAL) else 2
+            separators = (",", ":") if ctx.kind == _MISTRAL else None
+            data = json.dumps(obj, indent=indent, separators=separators, ensure_ascii=False).encode()
         try:
-            self._start(ctx, status, "application/json")
+            self._start(ctx, status, "application/json; charset=utf-8" if ctx.kind == _OLLAMA else "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if drop:
@@ -636,6 +673,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_sse(self, ctx: _Ctx, events: Iterable[_Event | _Drop]) -> None:
         """Write events one by one, one HTTP chunk each, so clients see a genuinely
         incremental stream (and can tell a cut connection from the end of the body)."""
+        if ctx.kind == _OLLAMA:
+            self._send_ndjson(ctx, events)
+            return
         separators = (", ", ": ") if ctx.kind in _GEMINI else (",", ":")
         try:
             self._start(ctx, 200, "text/event-stream; charset=utf-8")
@@ -651,6 +691,25 @@ class _Handler(BaseHTTPRequestHandler):
                 text = data if isinstance(data, str) else json.dumps(data, separators=separators, ensure_ascii=False)
                 frame = (f"event: {event}\ndata: {text}\n\n" if event else f"data: {text}\n\n").encode()
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
+
+    def _send_ndjson(self, ctx: _Ctx, events: Iterable[_Event | _Drop]) -> None:
+        """Ollama's stream: one JSON object a line, one HTTP chunk each."""
+        try:
+            self._start(ctx, 200, "application/x-ndjson")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.flush()
+            for item in events:
+                if isinstance(item, _Drop):
+                    self._drop()
+                    return
+                line = (_go_json(item[1]) + "\n").encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
@@ -679,6 +738,8 @@ class _Ctx:
     reply: Reply
     payload: dict[str, Any]
     route: str = ""
+    #: The window an Ollama request without ``options.num_ctx`` gets (``FakeLLM.ollama_num_ctx``).
+    ollama_num_ctx: int = OLLAMA_NUM_CTX
 
     def ident(self, tag: str, alphabet: str, length: int, i: int = 0) -> str:
         # Seeded by the server instance and its request serial (which, unlike ``n``,
@@ -757,10 +818,16 @@ class _Ctx:
         return "incomplete" if self.finish in _INCOMPLETE_REASONS else "completed"
 
     @property
+    def ollama_done(self) -> str:
+        return _OLLAMA_DONE_REASONS.get(self.finish, self.finish)
+
+    @property
     def finish_word(self) -> str:
         """How the answering API says why the answer ended."""
         if self.kind == _CHAT:
             return self.finish
+        if self.kind == _OLLAMA:
+            return self.ollama_done
         if self.kind == _RESPONSES:
             return self.response_status
         if self.kind == _MISTRAL:
@@ -793,7 +860,17 @@ class _Ctx:
         scripted = self.reply.input_tokens
         if scripted is not None:
             return scripted
+        if self.kind == _OLLAMA:
+            return self.ollama_prompt[0]
         return max(_prompt_tokens(self.kind, self.payload), self.reply.cached_tokens)
+
+    @cached_property
+    def ollama_prompt(self) -> tuple[int, int]:
+        """(``prompt_eval_count``, tokens dropped) of an Ollama request held to its window."""
+        options = self.payload.get("options")
+        window = options.get("num_ctx") if isinstance(options, dict) else None
+        window = window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
+        return _ollama_prompt(self.payload, window or self.ollama_num_ctx)
 
     @property
     def cached_tokens(self) -> int:
@@ -822,6 +899,7 @@ class _Ctx:
         failed = self.reply.stream_failure is not None
         error_type = None
         finish_reasons = () if failed else (self.finish_word,)
+        ollama = self.kind == _OLLAMA
         if self.reply.stream_failure == "error" and self.kind == _MISTRAL:
             # No error body: the broken stream says why it ended with its last chunk's finish reason.
             error_type, finish_reasons = _MISTRAL_BROKEN, (_MISTRAL_BROKEN,)
@@ -831,7 +909,7 @@ class _Ctx:
             request=req,
             status=status,
             request_id=self.request_id,
-            id=self.id,
+            id=None if ollama else self.id,  # an Ollama answer has no id
             model=self.model,
             stream=stream,
             finish_reasons=finish_reasons,
@@ -840,9 +918,10 @@ class _Ctx:
             output_tokens=None if failed else self.output_tokens,
             cached_tokens=self.cached_tokens,
             reasoning_tokens=self.reasoning_tokens,
-            tool_call_ids=() if self.kind in _GEMINI else tuple(c.id for c in self.calls),
+            tool_call_ids=() if self.kind in (*_GEMINI, _OLLAMA) else tuple(c.id for c in self.calls),
             error_type=error_type,
             failure=self.reply.stream_failure,
+            truncated_tokens=self.ollama_prompt[1] if ollama and self.reply.input_tokens is None else 0,
         )
 
 
@@ -869,6 +948,9 @@ def _error_body(ctx: _Ctx, status: int, message: str | None) -> tuple[dict[str, 
             code_name
     if ctx.kind == _MISTRAL:
         return _mistral_error(ctx, status, message)
+    if ctx.kind == _OLLAMA:
+        default = _OLLAMA_ERRORS.get(status, _phrase(status).lower())
+        return {"error": message or default.format(model=model)}, "error"
     err_type, code, default = _OPENAI_ERRORS.get(
         status, ("server_error" if status >= 500 else "invalid_request_error", None, _phrase(status))
     )
@@ -1415,13 +1497,121 @@ def _mistral_error(ctx: _Ctx, status: int, message: str | None) -> tuple[dict[st
             "param": None, "code": code}, err_type
 
 
+# -- Ollama chat ----------------------------------------------------------------------------------
+
+
+def _go_json(obj: Any) -> str:
+    """JSON as Ollama's Go encoder writes it: compact, ``<``, ``>`` and ``&`` escaped (they only ever
+    occur inside strings, where the escape means the same character)."""
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _ollama_message_tokens(message: Any) -> int:
+    """A message as the chat template renders it: its text (thinking and tool calls too); each image
+    a flat cost, never its base64."""
+    if not isinstance(message, dict):
+        return _FRAME_TOKENS + _read_tokens(message)
+    images = message.get("images")
+    rest = {k: v for k, v in message.items() if k != "images"}
+    return _FRAME_TOKENS + _read_tokens(rest) + _MEDIA_TOKENS * (len(images) if isinstance(images, list) else 0)
+
+
+def _ollama_prompt(payload: Mapping[str, Any], window: int) -> tuple[int, int]:
+    """(tokens kept, tokens dropped) of a prompt held to ``window``, as Ollama's server does it: the
+    chat template drops the oldest messages but the system ones (never the last) until the prompt
+    fits; what still does not fit, the runner cuts to the window. Tools are rendered with the
+    messages; ``format`` constrains the sampling and is not in the prompt."""
+    messages = payload.get("messages")
+    messages = messages if isinstance(messages, list) else []
+    costs = [_ollama_message_tokens(m) for m in messages]
+    fixed = _schemas_tokens(payload.get("tools")) + _FRAME_TOKENS
+    full = fixed + sum(costs)
+    if full <= window:
+        return full, 0
+    system = [isinstance(m, dict) and m.get("role") == "system" for m in messages]
+    kept = fixed + sum(costs)
+    for start in range(1, len(messages)):  # drop messages[:start] but their system messages
+        kept = fixed + sum(c for i, c in enumerate(costs) if i >= start or system[i])
+        if kept <= window:
+            break
+    return min(kept, window), full - min(kept, window)
+
+
+def _ollama_created() -> str:
+    """RFC 3339 with nanoseconds, as Go writes a UTC time."""
+    now = time.time_ns()
+    fraction = f"{now % 1_000_000_000:09d}".rstrip("0")
+    seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now // 1_000_000_000))
+    return seconds + (f".{fraction}" if fraction else "") + "Z"
+
+
+def _ollama_metrics(ctx: _Ctx) -> dict[str, Any]:
+    """The counts and timings (nanoseconds) of the last object of an answer; the times grow with the
+    counts: ~1.5 ms a prompt token, ~20 ms an answer token, a warm model's load."""
+    prompt_ns, eval_ns, load_ns = ctx.input_tokens * 1_500_000, ctx.output_tokens * 20_000_000, 2_154_458
+    return {
+        "total_duration": load_ns + prompt_ns + eval_ns + 1_000_000,
+        "load_duration": load_ns,
+        "prompt_eval_count": ctx.input_tokens,
+        "prompt_eval_duration": prompt_ns,
+        "eval_count": ctx.output_tokens,
+        "eval_duration": eval_ns,
+    }
+
+
+def _ollama_calls(ctx: _Ctx) -> list[dict[str, Any]]:
+    """Tool calls, arguments as an object, no id (Ollama's calls are known by their function's name)."""
+    return [{"function": {"name": c.name, "arguments": c.input}} for c in ctx.calls]
+
+
+def _ollama_message(content: str, *, thinking: str = "", calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if thinking:
+        message["thinking"] = thinking
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _ollama_body(ctx: _Ctx) -> dict[str, Any]:
+    reply = ctx.reply
+    message = _ollama_message(reply.text or reply.refusal, thinking=reply.reasoning, calls=_ollama_calls(ctx))
+    return {"model": ctx.model, "created_at": _ollama_created(), "message": message, "done_reason": ctx.ollama_done,
+            "done": True, **_ollama_metrics(ctx)}
+
+
+def _ollama_stream(ctx: _Ctx) -> list[_Event | _Drop]:
+    """NDJSON objects: thinking pieces, text pieces, the tool calls whole in one, then an empty message
+    with ``done: true``, the reason and the counts."""
+    out = _Events()
+
+    def line(message: dict[str, Any], *, done: bool = False) -> dict[str, Any]:
+        obj: dict[str, Any] = {"model": ctx.model, "created_at": _ollama_created(), "message": message, "done": done}
+        if done:
+            obj["done_reason"] = ctx.ollama_done
+            obj.update(_ollama_metrics(ctx))
+        return obj
+
+    reply = ctx.reply
+    for piece in _split(reply.reasoning):
+        out.add(None, line(_ollama_message("", thinking=piece)), delta=True)
+    for piece in _split(reply.text or reply.refusal):
+        out.add(None, line(_ollama_message(piece)), delta=True)
+    if ctx.calls:
+        out.add(None, line(_ollama_message("", calls=_ollama_calls(ctx))), delta=True)
+    out.add(None, line(_ollama_message(""), done=True))
+    # Failing midway, the server writes an error object as the last line (the status was sent: 200).
+    return out.cut(ctx, [(None, _error_body(ctx, _FAILURE_STATUS[_OLLAMA], None)[0])])
+
+
 _BODIES: dict[str, Callable[[_Ctx], dict[str, Any]]] = {
     _CHAT: _chat_body, _RESPONSES: _responses_body, _MESSAGES: _messages_body, _GENERATE: _gemini_body,
-    _MISTRAL: _mistral_body,
+    _MISTRAL: _mistral_body, _OLLAMA: _ollama_body,
 }
 _STREAMS: dict[str, Callable[[_Ctx], list[_Event | _Drop]]] = {
     _CHAT: _chat_stream, _RESPONSES: _responses_stream, _MESSAGES: _messages_stream, _STREAM_GENERATE: _gemini_stream,
-    _MISTRAL: _mistral_stream,
+    _MISTRAL: _mistral_stream, _OLLAMA: _ollama_stream,
 }
 
 
@@ -1439,6 +1629,8 @@ def _final_usage(ctx: _Ctx, stream: bool) -> dict[str, Any] | None:
         return _anthropic_usage(ctx, ctx.output_tokens, delta=stream)
     if ctx.kind == _MISTRAL:
         return _mistral_usage(ctx)
+    if ctx.kind == _OLLAMA:
+        return _ollama_metrics(ctx)
     return _gemini_usage(ctx)
 
 
@@ -1446,7 +1638,7 @@ def _final_usage(ctx: _Ctx, stream: bool) -> dict[str, Any] | None:
 
 
 class FakeLLM:
-    """Loopback server standing in for OpenAI / Anthropic / Gemini / Mistral endpoints.
+    """Loopback server standing in for OpenAI / Anthropic / Gemini / Mistral / Ollama endpoints.
 
     Reply precedence is: scripted replies (FIFO), then the ``reply`` callable,
     then a default ``"ok N"`` that makes request ordering visible in asserts.
@@ -1481,6 +1673,9 @@ class FakeLLM:
         self._serial = 0
         self.requests: list[RecordedRequest] = []
         self.responses: list[ServedResponse] = []
+        #: The context window this server gives an Ollama request without ``options.num_ctx`` (its
+        #: ``OLLAMA_CONTEXT_LENGTH``); set it to play a server configured otherwise.
+        self.ollama_num_ctx = OLLAMA_NUM_CTX
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -1557,6 +1752,11 @@ class FakeLLM:
         """mistralai ``Mistral(server_url=...)``; the SDK appends ``/v1/chat/completions`` itself.
         Mistral's path is OpenAI's: this prefix is what makes the fake answer as Mistral does."""
         return self.origin + _MISTRAL_PREFIX
+
+    @property
+    def ollama_host(self) -> str:
+        """ollama ``Client(host=...)``; the SDK appends ``/api/chat`` itself."""
+        return self.origin
 
     # -- scripting & inspection ----------------------------------------------
 

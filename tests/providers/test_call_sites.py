@@ -78,6 +78,17 @@ def _mistral() -> list[str]:
             if not name.startswith("_") and callable(value) and name.startswith(MISTRAL_PREFIXES)]
 
 
+def _ollama() -> list[str]:
+    """Every public method of its two clients, and the module's functions bound to its default one."""
+    import ollama
+
+    # ``ollama._client`` is the default client; the module of that name holds the classes.
+    methods = [f"ollama._client.{cls.__name__}.{name}" for cls in (ollama.Client, ollama.AsyncClient)
+               for name, value in vars(cls).items() if not name.startswith("_") and callable(value)]
+    return methods + [f"ollama.{name}" for name, value in vars(ollama).items()
+                      if getattr(value, "__self__", None) is ollama._client]
+
+
 def _litellm() -> list[str]:
     import litellm
 
@@ -101,6 +112,8 @@ def _resolve(site: str):
     module_name, class_name, method = site.rsplit(".", 2) if site.count(".") > 1 else (site, "", "")
     if site.startswith("litellm."):
         return importlib.import_module("litellm"), site.removeprefix("litellm.")
+    if site.startswith("ollama.") and site.count(".") == 1:  # the default client's bound methods
+        return importlib.import_module("ollama"), site.removeprefix("ollama.")
     return getattr(importlib.import_module(module_name), class_name), method
 
 
@@ -125,12 +138,15 @@ def _sdk_sites(sdk: str) -> list[str]:
     if sdk == "mistralai":
         pytest.importorskip("mistralai.client")
         return _mistral()
+    if sdk == "ollama":
+        pytest.importorskip("ollama")
+        return _ollama()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     pytest.importorskip("litellm")
     return _litellm()
 
 
-@pytest.mark.parametrize("sdk", ["openai", "anthropic", "google-genai", "litellm", "mistralai"])
+@pytest.mark.parametrize("sdk", ["openai", "anthropic", "google-genai", "litellm", "mistralai", "ollama"])
 def test_every_call_site_is_guarded_or_left_out_with_a_reason(harness, sdk):
     sites = _sdk_sites(sdk)
     assert sites, f"no call sites found in {sdk}: the introspection is broken"
