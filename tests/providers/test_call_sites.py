@@ -78,6 +78,15 @@ def _mistral() -> list[str]:
             if not name.startswith("_") and callable(value) and name.startswith(MISTRAL_PREFIXES)]
 
 
+def _cohere() -> list[str]:
+    """Every public method of the cohere SDK's client classes (Fern's ``*Client``, ``*BaseCohere``)."""
+    def is_resource(cls) -> bool:
+        return cls.__name__.endswith(("Client", "BaseCohere"))
+
+    return [f"{module.__name__}.{cls.__name__}.{name}" for module, cls in _classes("cohere", is_resource)
+            for name, value in vars(cls).items() if not name.startswith("_") and callable(value)]
+
+
 def _litellm() -> list[str]:
     import litellm
 
@@ -125,12 +134,15 @@ def _sdk_sites(sdk: str) -> list[str]:
     if sdk == "mistralai":
         pytest.importorskip("mistralai.client")
         return _mistral()
+    if sdk == "cohere":
+        pytest.importorskip("cohere.v2.client")
+        return _cohere()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     pytest.importorskip("litellm")
     return _litellm()
 
 
-@pytest.mark.parametrize("sdk", ["openai", "anthropic", "google-genai", "litellm", "mistralai"])
+@pytest.mark.parametrize("sdk", ["openai", "anthropic", "google-genai", "litellm", "mistralai", "cohere"])
 def test_every_call_site_is_guarded_or_left_out_with_a_reason(harness, sdk):
     sites = _sdk_sites(sdk)
     assert sites, f"no call sites found in {sdk}: the introspection is broken"

@@ -11,6 +11,8 @@ import pytest
 
 pytest.importorskip("cohere.v2.client", reason="cohere is not installed (extra 'cohere')")
 
+import inspect
+
 import cohere
 import httpx
 from cohere.v2.client import AsyncV2Client, V2Client
@@ -24,6 +26,9 @@ from ctxguard.testing import FakeLLM, Reply, record
 from tests.conftest import KEY, guard_spans, message_digest, only_guard_span, replace_body
 
 MODEL = "command-a-03-2025"
+#: cohere 5.x and 6.x take no ``max_retries`` when a client is made; every release takes it per call.
+NO_RETRIES = {"max_retries": 0} if "max_retries" in inspect.signature(cohere.ClientV2.__init__).parameters else {}
+ONCE = {"request_options": {"max_retries": 0}}
 SYSTEM = {"role": "system", "content": "You are the order assistant of Acme Shop."}
 HISTORY = [SYSTEM, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
            {"role": "user", "content": "where is my order A-1041?"}]
@@ -44,11 +49,11 @@ PNG = base64.b64encode(bytes.fromhex(
 def make(llm: FakeLLM, **kwargs) -> cohere.ClientV2:
     """A client made after ``instrument()``: the SDK binds ``chat`` / ``chat_stream`` onto each client
     as it is made (its experimental-feature warnings), so a client made before is not guarded."""
-    return cohere.ClientV2(api_key="test", base_url=llm.cohere_base_url, max_retries=0, **kwargs)
+    return cohere.ClientV2(api_key="test", base_url=llm.cohere_base_url, **NO_RETRIES, **kwargs)
 
 
 def make_async(llm: FakeLLM) -> cohere.AsyncClientV2:
-    return cohere.AsyncClientV2(api_key="test", base_url=llm.cohere_base_url, max_retries=0)
+    return cohere.AsyncClientV2(api_key="test", base_url=llm.cohere_base_url, **NO_RETRIES)
 
 
 def wire_digest(body: bytes) -> str:
@@ -271,7 +276,8 @@ def _error(call) -> tuple:
     with pytest.raises(cohere.core.api_error.ApiError) as info:
         call()
     e = info.value
-    return type(e), e.status_code, e.body, str(e)
+    headers = {k: v for k, v in (e.headers or {}).items() if k != "date"}  # the second it was sent differs
+    return type(e), e.status_code, e.body, headers
 
 
 @pytest.mark.parametrize(("status", "error"), [
@@ -280,10 +286,10 @@ def _error(call) -> tuple:
 def test_sdk_errors_pass_through_unchanged(harness, status, error):
     def run() -> list[tuple]:
         with FakeLLM(seed="errors") as llm:
-            client = cohere.ClientV2(api_key="test", base_url=llm.cohere_base_url, max_retries=0)
+            client = cohere.ClientV2(api_key="test", base_url=llm.cohere_base_url, **NO_RETRIES)
             llm.script(Reply(status=status), Reply(status=status))
-            return [_error(lambda: client.chat(model=MODEL, messages=HISTORY)),
-                    _error(lambda: list(client.chat_stream(model=MODEL, messages=HISTORY)))]
+            return [_error(lambda: client.chat(model=MODEL, messages=HISTORY, **ONCE)),
+                    _error(lambda: list(client.chat_stream(model=MODEL, messages=HISTORY, **ONCE)))]
 
     plain = run()
     harness.start(mode="observe")
@@ -355,7 +361,7 @@ def drop_system_message(request) -> None:
 def test_system_message_dropped_below_the_sdk_fails_wire_intact(harness, llm):
     harness.start(mode="enforce")  # judged after sending: recorded, never blocking
     with httpx.Client(event_hooks={"request": [drop_system_message]}) as http:
-        client = cohere.ClientV2(api_key="test", base_url=llm.cohere_base_url, max_retries=0, httpx_client=http)
+        client = cohere.ClientV2(api_key="test", base_url=llm.cohere_base_url, **NO_RETRIES, httpx_client=http)
         client.chat(model=MODEL, messages=HISTORY)
     assert [m["role"] for m in llm.bodies()[0]["messages"]] == ["user", "assistant", "user"]
     a = only_guard_span(harness).attributes
@@ -482,6 +488,6 @@ def test_unsupported_version_logs_one_warning_and_is_left_untouched(harness, mon
 
 def test_the_v1_clients_v2_attribute_is_guarded_too(harness, llm):
     harness.start(mode="observe")
-    client = cohere.Client(api_key="test", base_url=llm.cohere_base_url, max_retries=0)
+    client = cohere.Client(api_key="test", base_url=llm.cohere_base_url, **NO_RETRIES)
     client.v2.chat(model=MODEL, messages=HISTORY)
     assert only_guard_span(harness).attributes["gen_ai.response.id"] == llm.responses[0].id

@@ -16,11 +16,16 @@ import pytest
 
 pytest.importorskip("cohere.v2.client", reason="cohere is not installed (extra 'cohere')")
 
+import inspect
+
 import cohere
 
 from ctxguard.testing.fake_llm import FakeLLM, Reply
 
 MODEL = "command-a-03-2025"
+#: cohere 5.x and 6.x take no ``max_retries`` when a client is made; every release takes it per call.
+NO_RETRIES = {"max_retries": 0} if "max_retries" in inspect.signature(cohere.ClientV2.__init__).parameters else {}
+ONCE = {"request_options": {"max_retries": 0}}
 MESSAGES: list[Any] = [{"role": "user", "content": "hi"}]
 UUID4 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 TOOL_CALL_ID = re.compile(r"lookup_[a-z0-9]{12}")
@@ -31,7 +36,7 @@ TOOL = {"type": "function", "function": {"name": "lookup", "description": "Look 
 
 @pytest.fixture
 def co(llm: FakeLLM) -> cohere.ClientV2:
-    return cohere.ClientV2(api_key="test", base_url=llm.cohere_base_url, max_retries=0)
+    return cohere.ClientV2(api_key="test", base_url=llm.cohere_base_url, **NO_RETRIES)
 
 
 def _post(llm: FakeLLM, payload: dict[str, Any]) -> tuple[Any, bytes]:
@@ -90,7 +95,7 @@ def test_usage_grows_with_what_was_sent(llm: FakeLLM, co: cohere.ClientV2) -> No
     for grown in (longer, with_tool, with_documents):
         assert grown[0] > short[0] and grown[1] > short[1]
     # Without the template, the same estimate as OpenAI's chat completions.
-    with openai.OpenAI(base_url=llm.base_url, api_key="test", max_retries=0) as client:
+    with openai.OpenAI(base_url=llm.base_url, api_key="test", **NO_RETRIES) as client:
         assert short[0] - 160 == client.chat.completions.create(model="gpt-4o", messages=MESSAGES).usage.prompt_tokens
     said = co.chat(model=MODEL, messages=MESSAGES)
     llm.script("a much longer answer, said in many more words than the default one")
@@ -194,7 +199,7 @@ def test_error_bodies_are_coheres(llm: FakeLLM, co: cohere.ClientV2) -> None:
                 cohere.UnprocessableEntityError, cohere.TooManyRequestsError]
     for error in expected:
         with pytest.raises(error) as info:
-            co.chat(model=MODEL, messages=MESSAGES)
+            co.chat(model=MODEL, messages=MESSAGES, **ONCE)
         served = llm.responses[-1]
         assert info.value.status_code == served.status
         assert info.value.body == {"id": served.request_id, "message": info.value.body["message"]}
@@ -203,7 +208,7 @@ def test_error_bodies_are_coheres(llm: FakeLLM, co: cohere.ClientV2) -> None:
     assert json.loads(llm.requests[1].body)["model"] == MODEL
     with pytest.raises(cohere.UnauthorizedError) as unauthorized:
         llm.script(Reply(status=401))
-        list(co.chat_stream(model=MODEL, messages=MESSAGES))  # a stream's error is raised as it starts
+        list(co.chat_stream(model=MODEL, messages=MESSAGES, **ONCE))  # a stream's error is raised as it starts
     assert unauthorized.value.body["message"] == "invalid api token"
 
 
@@ -219,7 +224,7 @@ def test_a_broken_stream_ends_with_finish_reason_error(llm: FakeLLM, co: cohere.
 
 
 def test_openai_and_cohere_answer_side_by_side(llm: FakeLLM, co: cohere.ClientV2) -> None:
-    with openai.OpenAI(base_url=llm.base_url, api_key="test", max_retries=0) as client:
+    with openai.OpenAI(base_url=llm.base_url, api_key="test", **NO_RETRIES) as client:
         assert client.chat.completions.create(model="gpt-4o", messages=MESSAGES).id.startswith("chatcmpl-")
     assert UUID4.fullmatch(co.chat(model=MODEL, messages=MESSAGES).id)
     assert [r.request.path for r in llm.responses] == ["/v1/chat/completions", "/v2/chat"]
