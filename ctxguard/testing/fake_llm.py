@@ -332,7 +332,8 @@ class ServedResponse:
     none: a chat stream without ``include_usage``); ``input_tokens`` and
     ``output_tokens`` are the totals as billed (cached prompt tokens included, so
     for Anthropic ``input_tokens + cache_read_input_tokens``; reasoning included, so
-    for Gemini ``candidatesTokenCount + thoughtsTokenCount``).  A stream cut by a
+    for Gemini ``candidatesTokenCount + thoughtsTokenCount``; for Cohere ``usage.tokens``, what
+    the model read, its prompt template included, not ``billed_units``).  A stream cut by a
     scripted ``stream_failure`` never reported its final usage: those are None.
     """
 
