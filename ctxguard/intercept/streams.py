@@ -443,6 +443,18 @@ class _AsyncStream(_Observed):
             self._self_finish(early=True)
 
 
+class _AsyncClosable(_AsyncStream):
+    """A stream closed with ``aclose`` (an async generator: cohere's ``chat_stream``); only such
+    streams get the method, so the proxy has it exactly when the stream has it."""
+
+    @transparent
+    async def aclose(self) -> Any:
+        try:
+            return await self.__wrapped__.aclose()
+        finally:
+            self._self_finish(early=True)
+
+
 class _Manager(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
     """A stream helper's context manager (``messages.stream(...)``): the request is sent on
     enter (with the call in flight, so its body is judged); the answer is read from the
@@ -515,5 +527,5 @@ def wrap_stream(stream: Any, call: Observed, reader: StreamReader, *, asynchrono
     # Some streams iterate both ways (LiteLLM's CustomStreamWrapper): the call site decides.
     cls = type(stream)
     if hasattr(cls, "__anext__") and (asynchronous or not hasattr(cls, "__next__")):
-        return _AsyncStream(stream, call, reader)
+        return (_AsyncClosable if hasattr(cls, "aclose") else _AsyncStream)(stream, call, reader)
     return _SyncStream(stream, call, reader)

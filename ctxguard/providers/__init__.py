@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .anthropic import PROVIDER as ANTHROPIC
 from .base import Provider
+from .cohere import PROVIDER as COHERE
 from .google_genai import PROVIDER as GOOGLE_GENAI
 from .litellm import PROVIDER as LITELLM
 from .mistral import PROVIDER as MISTRAL
@@ -25,6 +26,7 @@ PROVIDERS: tuple[Provider, ...] = (
     LITELLM,
     MISTRAL,
     OLLAMA,
+    COHERE,
 )
 
 BY_DISTRIBUTION: dict[str, Provider] = {p.distribution: p for p in PROVIDERS}

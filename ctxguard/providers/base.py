@@ -19,7 +19,9 @@ from ..payload import Answer, RequestView
 __all__ = ["Adapter", "CallSite", "Identity", "Kind", "Provider", "StreamReader"]
 
 #: How a call site answers, declared (never guessed from a class name):
-#: ``sync``: returns the answer, a stream or an HTTP-holding result;
+#: ``sync``: returns the answer, a stream or an HTTP-holding result; a generator function is one,
+#: sync or async (``async def`` with ``yield``: called without ``await``, it returns its async
+#: generator at once, and sends nothing until the first item is asked for; cohere's ``chat_stream``);
 #: ``async``: returns a coroutine of one of those;
 #: ``manager``: returns at once a stream helper (a context manager, sync or async), whose
 #: final answer the provider's ``final_reply`` reads.

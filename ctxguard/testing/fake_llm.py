@@ -84,6 +84,8 @@ _MISTRAL_PREFIX = "/mistral"
 _MISTRAL = "mistral:/chat/completions"
 # Ollama's native chat API: ``POST /api/chat``; it streams NDJSON unless the body says ``"stream": false``.
 _OLLAMA = "/api/chat"
+# Cohere's v2 Chat API: ``POST /v2/chat`` (``"stream": true`` for SSE), on the server's origin.
+_COHERE = "/v2/chat"
 
 # Error bodies per status, worded as each service words them, so SDK code that
 # branches on the type (or on the exception class chosen from the status) sees
@@ -137,7 +139,7 @@ _MISTRAL_ERRORS: dict[int, tuple[str, str | None, str]] = {
 # fails after the first byte; when it happens before (a non-streaming request)
 # it arrives as this HTTP status instead.
 _FAILURE_STATUS = {_CHAT: 500, _RESPONSES: 500, _MESSAGES: 529, _GENERATE: 503, _STREAM_GENERATE: 503,
-                   _MISTRAL: 500, _OLLAMA: 500}
+                    _MISTRAL: 500, _OLLAMA: 500, _COHERE: 500}
 _RESPONSES_FAILURE = ("An error occurred while processing your request. You can retry your request, or contact "
                       "us through our help center at help.openai.com if the error persists.")
 
@@ -174,6 +176,31 @@ _OLLAMA_ERRORS: dict[int, str] = {
 #: The context window an Ollama server gives a request without ``options.num_ctx``: its default below
 #: 24 GiB of VRAM (0.15.5 and later).
 OLLAMA_NUM_CTX = 4096
+# Cohere's finish reasons: ``COMPLETE``, ``STOP_SEQUENCE``, ``MAX_TOKENS``, ``TOOL_CALL``, ``ERROR``,
+# ``TIMEOUT``. No refusal (said as text). A stream it breaks off ends with a ``message-end`` whose
+# finish reason is ``ERROR``, its ``error`` saying why.
+_COHERE_FINISH_REASONS: dict[str, str] = {
+    "stop": "COMPLETE", "length": "MAX_TOKENS", "tool_calls": "TOOL_CALL", "function_call": "TOOL_CALL",
+    "content_filter": "COMPLETE", "stop_sequence": "STOP_SEQUENCE", "error": "ERROR",
+}
+_COHERE_BROKEN = "ERROR"
+# The tokens Cohere's prompt template adds to what the request carries (its preamble, turn tokens):
+# ``usage.tokens.input_tokens`` counts them, ``billed_units.input_tokens`` does not (a short
+# exchange reads 186 tokens and bills 21).
+_COHERE_TEMPLATE = 160
+# Cohere's error bodies are ``{"id": <uuid>, "message": ...}``; the SDK picks its error class from
+# the status (``BadRequestError``, ``UnauthorizedError``, ``NotFoundError``,
+# ``UnprocessableEntityError``, ``TooManyRequestsError``, ...).
+_COHERE_ERRORS: dict[int, str] = {
+    400: "invalid request: message must be at least 1 token long or tool results must be specified.",
+    401: "invalid api token",
+    404: "model '{model}' not found, make sure the correct model ID was used and that you have access to the model.",
+    422: "invalid request: the request could not be processed.",
+    429: "You are using a Trial key, which is limited to 20 API calls / minute. You can continue to use the Trial "
+         "key for free or upgrade to a Production key with higher rate limits at "
+         "'https://dashboard.cohere.com/api-keys'.",
+    500: "internal server error, this has been reported to our developers",
+}
 # Responses has no finish reason: a cut answer is an ``incomplete`` response.
 _INCOMPLETE_REASONS: dict[str, str] = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -263,6 +290,12 @@ def _prompt_tokens(kind: str, p: Mapping[str, Any]) -> int:
     if kind in (_CHAT, _MISTRAL):
         n = _messages_tokens(p.get("messages"))
         n += _schemas_tokens(p.get("tools"), p.get("functions"), p.get("response_format"))
+    elif kind == _COHERE:
+        # Documents are read key and value ("both the key name and the value will be passed to the model").
+        documents = p.get("documents")
+        n = _messages_tokens(p.get("messages")) + sum(
+            _FRAME_TOKENS + _read_tokens(d, keys=True) for d in (documents if isinstance(documents, list) else []))
+        n += _schemas_tokens(p.get("tools"), p.get("response_format")) + _COHERE_TEMPLATE
     elif kind == _RESPONSES:
         instructions = p.get("instructions")
         n = _messages_tokens([instructions] if isinstance(instructions, str) else []) + _messages_tokens(p.get("input"))
@@ -318,7 +351,8 @@ class ServedResponse:
     none: a chat stream without ``include_usage``); ``input_tokens`` and
     ``output_tokens`` are the totals as billed (cached prompt tokens included, so
     for Anthropic ``input_tokens + cache_read_input_tokens``; reasoning included, so
-    for Gemini ``candidatesTokenCount + thoughtsTokenCount``).  A stream cut by a
+    for Gemini ``candidatesTokenCount + thoughtsTokenCount``; for Cohere ``usage.tokens``, what
+    the model read, its prompt template included, not ``billed_units``).  A stream cut by a
     scripted ``stream_failure`` never reported its final usage: those are None.
     ``truncated_tokens``: prompt tokens the server dropped to fit its context window (Ollama,
     which does so silently: its ``prompt_eval_count`` is what it kept).
@@ -424,6 +458,12 @@ def _ident(seed: str, alphabet: str, length: int) -> str:
                 out.append(alphabet[byte % len(alphabet)])
         counter += 1
     return "".join(out[:length])
+
+
+def _uuid4(hex32: str) -> str:
+    """32 hex digits as a version-4 UUID (its version and variant digits set), as Cohere's ids are."""
+    h = f"{hex32[:12]}4{hex32[13:16]}{'89ab'[int(hex32[16], 16) % 4]}{hex32[17:32]}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 @dataclass(frozen=True)
@@ -577,7 +617,7 @@ class _Handler(BaseHTTPRequestHandler):
         n, serial = fake._record(req)
 
         route = self.path.split("?", 1)[0].rstrip("/")
-        kinds = (_CHAT, _RESPONSES, _MESSAGES, _GENERATE, _STREAM_GENERATE, _OLLAMA)
+        kinds = (_CHAT, _RESPONSES, _MESSAGES, _GENERATE, _STREAM_GENERATE, _OLLAMA, _COHERE)
         kind = next((s for s in kinds if route.endswith(s)), None)
         if kind == _CHAT and route.startswith(_MISTRAL_PREFIX + "/"):
             kind = _MISTRAL
@@ -649,13 +689,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("x-request-id", ctx.request_id)
 
     def _send_json(self, ctx: _Ctx, status: int, obj: Any, *, drop: bool = False) -> None:
-        # OpenAI and Gemini indent their JSON bodies; Anthropic sends them compact, Mistral and Ollama
-        # without spaces (Ollama's Go encoder HTML-escaped, too).
+        # OpenAI and Gemini indent their JSON bodies; Anthropic sends them compact, Mistral, Cohere and
+        # Ollama without spaces (Ollama's Go encoder HTML-escaped, too).
         if ctx.kind == _OLLAMA:
             data = _go_json(obj).encode()
         else:
-            indent = None if ctx.kind in (_MESSAGES, _MISTRAL) else 2
-            separators = (",", ":") if ctx.kind == _MISTRAL else None
+            indent = None if ctx.kind in (_MESSAGES, _MISTRAL, _COHERE) else 2
+            separators = (",", ":") if ctx.kind in (_MISTRAL, _COHERE) else None
             data = json.dumps(obj, indent=indent, separators=separators, ensure_ascii=False).encode()
         try:
             self._start(ctx, status, "application/json; charset=utf-8" if ctx.kind == _OLLAMA else "application/json")
@@ -762,6 +802,8 @@ class _Ctx:
             return "msg_01" + self.ident("id", _BASE62, 22)
         if self.kind == _MISTRAL:
             return self.ident("id", _HEX, 32)
+        if self.kind == _COHERE:
+            return _uuid4(self.ident("id", _HEX, 32))
         return self.ident("id", _BASE64URL, 22)
 
     @cached_property
@@ -770,6 +812,8 @@ class _Ctx:
             return "req_011C" + self.ident("request", _BASE62, 20)
         if self.kind == _MISTRAL:
             return self.ident("request", _HEX, 32)
+        if self.kind == _COHERE:
+            return _uuid4(self.ident("request", _HEX, 32))
         return "req_" + self.ident("request", _HEX, 32)
 
     @property
@@ -814,6 +858,10 @@ class _Ctx:
         return _MISTRAL_FINISH_REASONS.get(self.finish, self.finish)
 
     @property
+    def cohere_finish(self) -> str:
+        return _COHERE_FINISH_REASONS.get(self.finish, self.finish)
+
+    @property
     def response_status(self) -> str:
         return "incomplete" if self.finish in _INCOMPLETE_REASONS else "completed"
 
@@ -832,6 +880,8 @@ class _Ctx:
             return self.response_status
         if self.kind == _MISTRAL:
             return self.mistral_finish
+        if self.kind == _COHERE:
+            return self.cohere_finish
         return self.stop_reason if self.kind == _MESSAGES else self.gemini_finish
 
     @cached_property
@@ -845,6 +895,8 @@ class _Ctx:
                 default = "toolu_01" + self.ident("tool", _BASE62, 22, i)
             elif self.kind == _MISTRAL:
                 default = self.ident("tool", _ALNUM, 9, i)
+            elif self.kind == _COHERE:  # the function's name and 12 letters or digits: get_weather_1byjy32y4hvq
+                default = f"{fn.get('name', '')}_" + self.ident("tool", string.ascii_lowercase + string.digits, 12, i)
             else:
                 default = "call_" + self.ident("tool", _ALNUM, 24, i)
             # Accept a dict for convenience; the wire format always carries a string.
@@ -900,9 +952,10 @@ class _Ctx:
         error_type = None
         finish_reasons = () if failed else (self.finish_word,)
         ollama = self.kind == _OLLAMA
-        if self.reply.stream_failure == "error" and self.kind == _MISTRAL:
-            # No error body: the broken stream says why it ended with its last chunk's finish reason.
-            error_type, finish_reasons = _MISTRAL_BROKEN, (_MISTRAL_BROKEN,)
+        if self.reply.stream_failure == "error" and self.kind in (_MISTRAL, _COHERE):
+            # No error body: the broken stream says why it ended with its last event's finish reason.
+            broken = _MISTRAL_BROKEN if self.kind == _MISTRAL else _COHERE_BROKEN
+            error_type, finish_reasons = broken, (broken,)
         elif self.reply.stream_failure == "error":
             error_type = _error_body(self, _FAILURE_STATUS[self.kind], None)[1]
         return ServedResponse(
@@ -951,6 +1004,9 @@ def _error_body(ctx: _Ctx, status: int, message: str | None) -> tuple[dict[str, 
     if ctx.kind == _OLLAMA:
         default = _OLLAMA_ERRORS.get(status, _phrase(status).lower())
         return {"error": message or default.format(model=model)}, "error"
+    if ctx.kind == _COHERE:
+        default = _COHERE_ERRORS.get(status, _phrase(status).lower())
+        return {"id": ctx.request_id, "message": message or default.format(model=model)}, _phrase(status)
     err_type, code, default = _OPENAI_ERRORS.get(
         status, ("server_error" if status >= 500 else "invalid_request_error", None, _phrase(status))
     )
@@ -1603,15 +1659,115 @@ def _ollama_stream(ctx: _Ctx) -> list[_Event | _Drop]:
     out.add(None, line(_ollama_message(""), done=True))
     # Failing midway, the server writes an error object as the last line (the status was sent: 200).
     return out.cut(ctx, [(None, _error_body(ctx, _FAILURE_STATUS[_OLLAMA], None)[0])])
+# -- Cohere v2 chat ----------------------------------------------------------------------------
+
+
+def _cohere_usage(ctx: _Ctx) -> dict[str, Any]:
+    """``tokens``: what the model read (its prompt template included) and wrote; ``billed_units``:
+    the same without the template. The cached part of the prompt only when there is one."""
+    usage: dict[str, Any] = {
+        "billed_units": {"input_tokens": max(0, ctx.input_tokens - _COHERE_TEMPLATE),
+                         "output_tokens": ctx.output_tokens},
+        "tokens": {"input_tokens": ctx.input_tokens, "output_tokens": ctx.output_tokens},
+    }
+    if ctx.cached_tokens:
+        usage["cached_tokens"] = ctx.cached_tokens
+    return usage
+
+
+def _cohere_calls(ctx: _Ctx) -> list[dict[str, Any]]:
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in ctx.calls]
+
+
+def _cohere_citations(ctx: _Ctx, text: str) -> list[dict[str, Any]]:
+    """Given documents, the answer cites the first one for its whole text (documents without an id
+    get ``doc_0``, ``doc_1``... as the service numbers them)."""
+    documents = ctx.payload.get("documents")
+    if not text or not isinstance(documents, list) or not documents:
+        return []
+    first = documents[0]
+    data = first.get("data") if isinstance(first, dict) else {"text": first}
+    doc_id = first.get("id") if isinstance(first, dict) and first.get("id") else "doc_0"
+    return [{"start": 0, "end": len(text), "text": text, "sources": [
+        {"type": "document", "id": doc_id, "document": {"id": doc_id, **(data if isinstance(data, dict) else {})}}],
+        "content_index": 0, "type": "TEXT_CONTENT"}]
+
+
+def _cohere_body(ctx: _Ctx) -> dict[str, Any]:
+    """A text answer's content blocks (its thinking first); a tool-call turn's plan (the scripted
+    text) and calls, without content."""
+    reply = ctx.reply
+    message: dict[str, Any] = {"role": "assistant"}
+    if ctx.calls:
+        if reply.text:
+            message["tool_plan"] = reply.text
+        message["tool_calls"] = _cohere_calls(ctx)
+    else:
+        text = reply.text or reply.refusal
+        thinking = [{"type": "thinking", "thinking": reply.reasoning}] if reply.reasoning else []
+        message["content"] = [*thinking, {"type": "text", "text": text}]
+        citations = _cohere_citations(ctx, text)
+        if citations:
+            message["citations"] = citations
+    return {"id": ctx.id, "message": message, "finish_reason": ctx.cohere_finish, "usage": _cohere_usage(ctx)}
+
+
+def _cohere_stream(ctx: _Ctx) -> list[_Event | _Drop]:
+    """Named events (``event: content-delta``, the same ``type`` in the data): ``message-start``;
+    each content block's ``content-start`` / ``-delta`` / ``-end`` (thinking, then text) with its
+    citations; or the tool plan's deltas and each call's ``tool-call-start`` / ``-delta`` / ``-end``;
+    then ``message-end`` with the finish reason and the usage, and ``[DONE]``."""
+    out = _Events()
+
+    def ev(kind: str, *, said: bool = False, **fields: Any) -> None:
+        out.add(kind, {"type": kind, **fields}, delta=said)
+
+    def content(**fields: Any) -> dict[str, Any]:
+        return {"message": {"content": fields}}
+
+    reply = ctx.reply
+    ev("message-start", id=ctx.id, delta={"message": {"role": "assistant", "content": [], "tool_plan": "",
+                                                      "tool_calls": [], "citations": []}})
+    if ctx.calls:
+        for piece in _split(reply.text):
+            ev("tool-plan-delta", said=True, delta={"message": {"tool_plan": piece}})
+        for i, call in enumerate(ctx.calls):
+            ev("tool-call-start", index=i, delta={"message": {"tool_calls": {
+                "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}}})
+            for piece in _split(call.arguments, 2):
+                ev("tool-call-delta", said=True, index=i,
+                   delta={"message": {"tool_calls": {"function": {"arguments": piece}}}})
+            ev("tool-call-end", index=i)
+    else:
+        index = 0
+        if reply.reasoning:
+            ev("content-start", index=0, delta=content(type="thinking", thinking=""))
+            for piece in _split(reply.reasoning):
+                ev("content-delta", said=True, index=0, delta=content(thinking=piece))
+            ev("content-end", index=0)
+            index = 1
+        text = reply.text or reply.refusal
+        ev("content-start", index=index, delta=content(type="text", text=""))
+        for piece in _split(text):
+            ev("content-delta", said=True, index=index, delta=content(text=piece))
+        for i, citation in enumerate(_cohere_citations(ctx, text)):
+            ev("citation-start", index=i, delta={"message": {"citations": {**citation, "content_index": index}}})
+            ev("citation-end", index=i)
+        ev("content-end", index=index)
+    ev("message-end", delta={"finish_reason": ctx.cohere_finish, "usage": _cohere_usage(ctx)})
+    out.add(None, "[DONE]")
+    broken = {"type": "message-end", "delta": {"error": _COHERE_ERRORS[500], "finish_reason": _COHERE_BROKEN}}
+    return out.cut(ctx, [("message-end", broken), (None, "[DONE]")])
 
 
 _BODIES: dict[str, Callable[[_Ctx], dict[str, Any]]] = {
     _CHAT: _chat_body, _RESPONSES: _responses_body, _MESSAGES: _messages_body, _GENERATE: _gemini_body,
-    _MISTRAL: _mistral_body, _OLLAMA: _ollama_body,
+    _MISTRAL: _mistral_body, _OLLAMA: _ollama_body, _COHERE: _cohere_body,
 }
 _STREAMS: dict[str, Callable[[_Ctx], list[_Event | _Drop]]] = {
     _CHAT: _chat_stream, _RESPONSES: _responses_stream, _MESSAGES: _messages_stream, _STREAM_GENERATE: _gemini_stream,
-    _MISTRAL: _mistral_stream, _OLLAMA: _ollama_stream,
+    _MISTRAL: _mistral_stream, _OLLAMA: _ollama_stream, _COHERE: _cohere_stream,
 }
 
 
@@ -1631,6 +1787,8 @@ def _final_usage(ctx: _Ctx, stream: bool) -> dict[str, Any] | None:
         return _mistral_usage(ctx)
     if ctx.kind == _OLLAMA:
         return _ollama_metrics(ctx)
+    if ctx.kind == _COHERE:
+        return _cohere_usage(ctx)
     return _gemini_usage(ctx)
 
 
@@ -1638,7 +1796,7 @@ def _final_usage(ctx: _Ctx, stream: bool) -> dict[str, Any] | None:
 
 
 class FakeLLM:
-    """Loopback server standing in for OpenAI / Anthropic / Gemini / Mistral / Ollama endpoints.
+    """Loopback server standing in for OpenAI / Anthropic / Gemini / Mistral / Ollama / Cohere endpoints.
 
     Reply precedence is: scripted replies (FIFO), then the ``reply`` callable,
     then a default ``"ok N"`` that makes request ordering visible in asserts.
@@ -1756,6 +1914,11 @@ class FakeLLM:
     @property
     def ollama_host(self) -> str:
         """ollama ``Client(host=...)``; the SDK appends ``/api/chat`` itself."""
+        return self.origin
+
+    @property
+    def cohere_base_url(self) -> str:
+        """cohere ``ClientV2(base_url=...)``; the SDK appends ``/v2/chat`` itself."""
         return self.origin
 
     # -- scripting & inspection ----------------------------------------------

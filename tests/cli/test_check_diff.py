@@ -254,7 +254,7 @@ def test_check_uses_the_policy_file(tmp_path: Path, capsys: pytest.CaptureFixtur
         (b'{"body": {"model": "gpt-4o", "messages": []}}\n{"body": {"model": ', 2, "not valid JSON"),
         (b'{"body": {"messages": []}}\n\n[1, 2]\n', 3, "expected a JSON object"),
         (b'{"conversation_id": "c"}\n', 1, "missing 'body'"),
-        (b'{"provider": "cohere", "body": {"message": "hi"}}\n', 1, "unknown provider 'cohere'"),
+        (b'{"provider": "acme", "body": {"message": "hi"}}\n', 1, "unknown provider 'acme'"),
         (b'{"body": {"messages": []}}\n\x89PNG\r\n\x1a\n\x00\x00\xff\xfe\n', 2, "not UTF-8"),
         (b'{"conversation_id": "c", "fact": {"id": "x", "value": 5}}\n', 1, "fact.value"),
         (b'{"turn": "two", "body": {"messages": []}}\n', 1, "'turn'"),
@@ -350,8 +350,8 @@ def test_diff_bad_input_exits_2(tmp_path: Path):
     for other in (str(tmp_path / "bad.json"), _write(tmp_path / "list.json", [1]), "/nonexistent.json"):
         out = run_cli("diff", good, other)
         assert out.returncode == 2 and other in out.stderr and "Traceback" not in out.stderr
-    out = run_cli("diff", good, _write(tmp_path / "p.json", {"provider": "cohere", "body": {"messages": []}}))
-    assert out.returncode == 2 and "unknown provider 'cohere'" in out.stderr
+    out = run_cli("diff", good, _write(tmp_path / "p.json", {"provider": "acme", "body": {"messages": []}}))
+    assert out.returncode == 2 and "unknown provider 'acme'" in out.stderr
 
 
 # -- other providers -------------------------------------------------------------------

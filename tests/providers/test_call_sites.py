@@ -89,6 +89,15 @@ def _ollama() -> list[str]:
                       if getattr(value, "__self__", None) is ollama._client]
 
 
+def _cohere() -> list[str]:
+    """Every public method of the cohere SDK's client classes (Fern's ``*Client``, ``*BaseCohere``)."""
+    def is_resource(cls) -> bool:
+        return cls.__name__.endswith(("Client", "BaseCohere"))
+
+    return [f"{module.__name__}.{cls.__name__}.{name}" for module, cls in _classes("cohere", is_resource)
+            for name, value in vars(cls).items() if not name.startswith("_") and callable(value)]
+
+
 def _litellm() -> list[str]:
     import litellm
 
@@ -141,12 +150,15 @@ def _sdk_sites(sdk: str) -> list[str]:
     if sdk == "ollama":
         pytest.importorskip("ollama")
         return _ollama()
+    if sdk == "cohere":
+        pytest.importorskip("cohere.v2.client")
+        return _cohere()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     pytest.importorskip("litellm")
     return _litellm()
 
 
-@pytest.mark.parametrize("sdk", ["openai", "anthropic", "google-genai", "litellm", "mistralai", "ollama"])
+@pytest.mark.parametrize("sdk", ["openai", "anthropic", "google-genai", "litellm", "mistralai", "ollama", "cohere"])
 def test_every_call_site_is_guarded_or_left_out_with_a_reason(harness, sdk):
     sites = _sdk_sites(sdk)
     assert sites, f"no call sites found in {sdk}: the introspection is broken"
