@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .anthropic import PROVIDER as ANTHROPIC
 from .base import Provider
+from .bedrock import PROVIDER as BEDROCK
 from .google_genai import PROVIDER as GOOGLE_GENAI
 from .litellm import PROVIDER as LITELLM
 from .mistral import PROVIDER as MISTRAL
@@ -23,6 +24,7 @@ PROVIDERS: tuple[Provider, ...] = (
     GOOGLE_GENAI,
     LITELLM,
     MISTRAL,
+    BEDROCK,
 )
 
 BY_DISTRIBUTION: dict[str, Provider] = {p.distribution: p for p in PROVIDERS}
