@@ -18,6 +18,7 @@ import botocore.httpsession
 from botocore.config import Config
 from botocore.eventstream import EventStream
 from botocore.exceptions import ClientError, EventStreamError
+from botocore.model import OperationNotFoundError
 from botocore.response import StreamingBody
 
 import ctxguard
@@ -195,12 +196,17 @@ def test_invoke_model_body_read_in_chunks_or_never(harness, llm, bedrock):
     assert len(chunks) > 2 and json.loads(b"".join(chunks))["id"] == llm.responses[0].id
     assert only_guard_span(harness).attributes["gen_ai.response.id"] == llm.responses[0].id
     harness.exporter.clear()
+    response = bedrock.invoke_model(modelId=MODEL, body=json.dumps(ANTHROPIC_BODY))
+    length = int(response["ResponseMetadata"]["HTTPHeaders"]["content-length"])
+    json.loads(response["body"].read(length))  # exactly the body: nothing left, so it has ended
+    assert only_guard_span(harness).attributes["gen_ai.response.id"] == llm.responses[1].id
+    harness.exporter.clear()
     response = bedrock.invoke_model(modelId=MODEL, body=json.dumps(ANTHROPIC_BODY).encode())
     del response
     gc.collect()
     a = only_guard_span(harness).attributes
     assert "gen_ai.response.id" not in a  # never read: no answer, but the span ended
-    assert a["ctxguard.wire.hash"] == wire_digest(llm.requests[1].body)
+    assert a["ctxguard.wire.hash"] == wire_digest(llm.requests[2].body)
 
 
 def test_invoke_model_with_response_stream_events_unchanged_and_span_complete(harness, llm, bedrock):
@@ -356,7 +362,7 @@ def test_a_client_created_before_instrument_is_guarded(harness, llm, bedrock):
     bedrock.converse(modelId=MODEL, messages=HISTORY)
     a = only_guard_span(harness).attributes
     assert list(a["ctxguard.violations"]) == ["system_at_head"]
-    assert a["ctxguard.wire.hash"] == wire_digest(llm.requests[1].body)
+    assert a["ctxguard.wire.hash"] == wire_digest(llm.requests[2].body)
 
 
 def test_other_aws_calls_pass_untouched(harness, llm, bedrock):
@@ -368,8 +374,29 @@ def test_other_aws_calls_pass_untouched(harness, llm, bedrock):
         control.list_foundation_models()
     with pytest.raises(ClientError):  # a bedrock-runtime operation that is no model call
         bedrock.count_tokens(modelId=MODEL, input={"converse": {"messages": HISTORY}})
+    with pytest.raises(OperationNotFoundError):  # an operation of that name, on another service
+        control._make_api_call("Converse", {"modelId": MODEL, "messages": HISTORY})
     assert guard_spans(harness) == []
     assert harness.metric("ctxguard_calls_total", provider="aws.bedrock", operation="chat") == 0
+
+
+def test_what_another_aws_call_sends_during_a_model_call_is_not_its_body(harness, llm, bedrock):
+    control = boto3.client("bedrock", region_name="us-east-1", endpoint_url=llm.bedrock_endpoint_url,
+                           aws_access_key_id="test", aws_secret_access_key="test",
+                           config=Config(retries={"total_max_attempts": 1}))
+
+    def meanwhile(request, **kwargs) -> None:  # an app's hook (or a credential refresh) calling AWS
+        with pytest.raises(ClientError):
+            control.create_guardrail(name="g", blockedInputMessaging="no", blockedOutputsMessaging="no")
+
+    bedrock.meta.events.register("before-send.bedrock-runtime.Converse", meanwhile)
+    harness.start(mode="observe")
+    bedrock.converse(modelId=MODEL, system=[{"text": SYSTEM}], messages=HISTORY)
+    guardrail, converse = llm.requests
+    assert guardrail.json["name"] == "g"
+    a = only_guard_span(harness).attributes
+    assert a["ctxguard.wire.hash"] == wire_digest(converse.body)
+    assert list(a["ctxguard.violations"]) == []
 
 
 def test_enforce_mode_raises_before_sending_at_every_operation(harness, llm, bedrock):
