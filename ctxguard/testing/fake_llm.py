@@ -500,6 +500,17 @@ class _Server(ThreadingHTTPServer):
                 conn.shutdown(socket.SHUT_RDWR)
 
 
+def _kind(route: str) -> str | None:
+    """Which API a request path is for (None: no API the fake knows)."""
+    bedrock = _BEDROCK_ROUTE.fullmatch(route)
+    if bedrock is not None:
+        return "bedrock:" + bedrock.group(2)
+    kind = next((s for s in (_CHAT, _RESPONSES, _MESSAGES, _GENERATE, _STREAM_GENERATE) if route.endswith(s)), None)
+    if kind == _CHAT and route.startswith(_MISTRAL_PREFIX + "/"):
+        return _MISTRAL
+    return kind
+
+
 class _Handler(BaseHTTPRequestHandler):
     """Translate one HTTP exchange into a RecordedRequest and a rendered Reply."""
 
@@ -581,13 +592,7 @@ class _Handler(BaseHTTPRequestHandler):
         n, serial = fake._record(req)
 
         route = self.path.split("?", 1)[0].rstrip("/")
-        kinds = (_CHAT, _RESPONSES, _MESSAGES, _GENERATE, _STREAM_GENERATE)
-        kind = next((s for s in kinds if route.endswith(s)), None)
-        if kind == _CHAT and route.startswith(_MISTRAL_PREFIX + "/"):
-            kind = _MISTRAL
-        bedrock = _BEDROCK_ROUTE.fullmatch(route)
-        if bedrock is not None:
-            kind = "bedrock:" + bedrock.group(2)
+        kind = _kind(route)
         # Filled in as the request is understood: an unknown route is answered the OpenAI way.
         ctx = _Ctx(n=n, serial=serial, nonce=fake._nonce, kind=kind or _CHAT, reply=Reply(), payload={}, route=route)
         if kind is None or self.command != "POST":
@@ -972,9 +977,9 @@ def _error_body(ctx: _Ctx, status: int, message: str | None) -> tuple[dict[str, 
     if ctx.kind == _MISTRAL:
         return _mistral_error(ctx, status, message)
     if ctx.kind in _BEDROCK:
-        code, default = _BEDROCK_ERRORS.get(status, ("InternalServerException" if status >= 500
-                                                      else "ValidationException", _phrase(status)))
-        return {"message": message or default}, code
+        error, default = _BEDROCK_ERRORS.get(status, ("InternalServerException" if status >= 500
+                                                       else "ValidationException", _phrase(status)))
+        return {"message": message or default}, error
     err_type, code, default = _OPENAI_ERRORS.get(
         status, ("server_error" if status >= 500 else "invalid_request_error", None, _phrase(status))
     )
@@ -1527,7 +1532,8 @@ def _mistral_error(ctx: _Ctx, status: int, message: str | None) -> tuple[dict[st
 # -- AWS Bedrock Runtime ---------------------------------------------------------------------------
 
 _MALFORMED = ("Malformed input request: #: subject must not be valid against schema "
-              '{"required":["messages"]}#: required key [messages] not found, please reformat your input and try again.')
+              '{"required":["messages"]}#: required key [messages] not found, '
+              "please reformat your input and try again.")
 
 
 def _invoke_shape(payload: Mapping[str, Any]) -> str | None:

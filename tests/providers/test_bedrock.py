@@ -117,7 +117,7 @@ def test_converse_stream_events_identical_to_uninstrumented_and_span_complete(ha
     llm.script("the parcel is in Pune")
     guarded = _converse_events(bedrock, **kwargs)
     assert guarded == plain
-    assert [next(iter(e)) for e in guarded][0] == "messageStart" and "metadata" in guarded[-1]
+    assert next(iter(guarded[0])) == "messageStart" and "metadata" in guarded[-1]
     assert "".join(e["contentBlockDelta"]["delta"]["text"] for e in guarded if "contentBlockDelta" in e) == \
         "the parcel is in Pune"
     served = llm.responses[-1]

@@ -78,6 +78,25 @@ def _mistral() -> list[str]:
             if not name.startswith("_") and callable(value) and name.startswith(MISTRAL_PREFIXES)]
 
 
+def _botocore() -> list[str]:
+    """Every operation of a ``bedrock-runtime`` client (a class botocore generates), and the method
+    they all go through."""
+    import botocore
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("bedrock-runtime")
+    return ["botocore.client.BaseClient._make_api_call"] + [
+        f"botocore.client.BedrockRuntime.{botocore.xform_name(name)}" for name in model.operation_names]
+
+
+def _bedrock_runtime_class() -> type:
+    import botocore.session
+
+    client = botocore.session.get_session().create_client(
+        "bedrock-runtime", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    return type(client)
+
+
 def _litellm() -> list[str]:
     import litellm
 
@@ -101,6 +120,8 @@ def _resolve(site: str):
     module_name, class_name, method = site.rsplit(".", 2) if site.count(".") > 1 else (site, "", "")
     if site.startswith("litellm."):
         return importlib.import_module("litellm"), site.removeprefix("litellm.")
+    if module_name == "botocore.client" and class_name == "BedrockRuntime":  # generated per client
+        return _bedrock_runtime_class(), method
     return getattr(importlib.import_module(module_name), class_name), method
 
 
@@ -125,12 +146,15 @@ def _sdk_sites(sdk: str) -> list[str]:
     if sdk == "mistralai":
         pytest.importorskip("mistralai.client")
         return _mistral()
+    if sdk == "botocore":
+        pytest.importorskip("botocore")
+        return _botocore()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     pytest.importorskip("litellm")
     return _litellm()
 
 
-@pytest.mark.parametrize("sdk", ["openai", "anthropic", "google-genai", "litellm", "mistralai"])
+@pytest.mark.parametrize("sdk", ["openai", "anthropic", "google-genai", "litellm", "mistralai", "botocore"])
 def test_every_call_site_is_guarded_or_left_out_with_a_reason(harness, sdk):
     sites = _sdk_sites(sdk)
     assert sites, f"no call sites found in {sdk}: the introspection is broken"
@@ -153,13 +177,17 @@ def test_every_call_site_is_guarded_or_left_out_with_a_reason(harness, sdk):
 
 def test_a_call_site_ctxguard_wraps_is_documented_as_guarded(harness):
     from ctxguard.intercept import patching
+    from ctxguard.providers import PROVIDERS
 
     harness.start(mode="observe")
     rows = _documented()
+    transports = {f"{module}.{attribute}" for p in PROVIDERS for module, attribute, _ in p.transport}
     for site in patching.PATCHED:
         owner, name = site.owner, site.name
         if owner is warnings or (inspect.isclass(owner) and owner.__module__.split(".")[0] in ("httpx", "httpx2")):
             continue  # warnings.warn and the transport hook are not call sites
+        if inspect.isclass(owner) and f"{owner.__module__}.{owner.__qualname__}.{name}" in transports:
+            continue  # nor an SDK's own transport (botocore's), where the body sent is read
         where = f"{owner.__module__}.{owner.__qualname__}" if inspect.isclass(owner) else owner.__name__
         site = f"{where}.{name}"
         assert _status(site, rows) == "guarded", site

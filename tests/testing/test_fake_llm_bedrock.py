@@ -138,7 +138,7 @@ def test_the_event_stream_framing_and_its_crcs(llm: FakeLLM) -> None:
     assert headers["Content-Type"] == "application/vnd.amazon.eventstream"
     assert headers["x-amzn-RequestId"] == llm.responses[0].request_id
     messages = _messages(raw)
-    assert [h[":event-type"] for h, _ in messages][0] == "messageStart"
+    assert messages[0][0][":event-type"] == "messageStart"
     assert all(h[":content-type"] == "application/json" and h[":message-type"] == "event" for h, _ in messages)
     payloads = [json.loads(p) for _, p in messages]
     assert all(isinstance(p.pop("p"), str) for p in payloads)  # Bedrock's padding
