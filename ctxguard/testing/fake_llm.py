@@ -206,7 +206,7 @@ _MEDIA_TOKENS = 85
 _UNREAD_KEYS = frozenset({
     "type", "role", "id", "tool_call_id", "call_id", "tool_use_id", "cache_control", "signature", "status",
     "index", "mime_type", "media_type", "mimeType", "thought_signature", "thoughtSignature", "encrypted_content",
-    "detail", "annotations", "logprobs", "citations", "prefix", "toolUseId", "anthropic_version",
+    "detail", "annotations", "logprobs", "citations", "prefix", "toolUseId",
 })
 _MEDIA_KEYS = frozenset({
     "image_url", "input_image", "image", "input_audio", "file", "source", "inlineData", "inline_data", "fileData",

@@ -362,7 +362,7 @@ def test_a_client_created_before_instrument_is_guarded(harness, llm, bedrock):
     bedrock.converse(modelId=MODEL, messages=HISTORY)
     a = only_guard_span(harness).attributes
     assert list(a["ctxguard.violations"]) == ["system_at_head"]
-    assert a["ctxguard.wire.hash"] == wire_digest(llm.requests[2].body)
+    assert a["ctxguard.wire.hash"] == wire_digest(llm.requests[1].body)
 
 
 def test_other_aws_calls_pass_untouched(harness, llm, bedrock):
