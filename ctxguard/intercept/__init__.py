@@ -31,7 +31,7 @@ from typing import Any
 import wrapt
 from opentelemetry import trace
 
-from .._isolation import guarded
+from .._isolation import guarded, report_internal_error
 from ..providers import BY_DISTRIBUTION, PROVIDERS
 from ..providers.base import CallSite, Provider
 from . import streams, wire
@@ -73,15 +73,38 @@ def _request(provider: Provider, args: Any, kwargs: Any) -> Mapping[str, Any]:
     return {**dict(zip(provider.positional, args, strict=False)), **kwargs}
 
 
+def _dispatched(provider: Provider, instance: Any, args: Any, kwargs: Any) -> tuple[str, Mapping[str, Any]] | None:
+    """A shared call site's api and arguments (``Provider.dispatch``); None: not a model call."""
+    try:
+        return provider.dispatch(instance, args, kwargs)  # type: ignore[misc]
+    except Exception as exc:
+        report_internal_error("normalise", exc)
+        return None
+
+
 def _sync_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
     api = site.api
+    shared = provider.dispatch is not None
 
     @transparent
     def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         guard = _guard_for()
         if guard is None:
             return wrapped(*args, **kwargs)
-        call = guard.before(provider, api, _request(provider, args, kwargs), patched.wrapped_over(), instance=instance)
+        if shared:
+            found = _dispatched(provider, instance, args, kwargs)
+            if found is None:
+                # Not a model call (another service; credentials fetched during one): whatever it
+                # sends is not the body of a call in flight around it.
+                token = IN_FLIGHT.set(None)
+                try:
+                    return wrapped(*args, **kwargs)
+                finally:
+                    IN_FLIGHT.reset(token)
+            this, request = found
+        else:
+            this, request = api, _request(provider, args, kwargs)
+        call = guard.before(provider, this, request, patched.wrapped_over(), instance=instance)
         if call is None:
             return wrapped(*args, **kwargs)
         token = IN_FLIGHT.set(call)
@@ -92,7 +115,7 @@ def _sync_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
             raise
         finally:
             IN_FLIGHT.reset(token)
-        return returned(call, site, result)
+        return returned(call, site, result, api=this)
 
     return wrapper
 
@@ -162,6 +185,14 @@ def _patch(distribution: str) -> int:
         make = _async_wrapper if site.kind == "async" else _sync_wrapper
         wrapped += wrap(owner, method, lambda original, patched, site=site, make=make: make(provider, site, patched)) \
             is not None
+    for module_name, attribute, body in provider.transport:
+        class_name, method = attribute.split(".")
+        try:
+            owner = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError):
+            logger.debug("ctxguard: %s.%s not found; the body sent is not observed", module_name, attribute)
+            continue
+        wrap(owner, method, lambda original, site, body=body: wire.body_send(provider, body))
     return wrapped
 
 

@@ -10,21 +10,25 @@ from .._isolation import guarded, report_internal_error
 from ..payload import Answer
 from ..providers.base import CallSite
 from .protocol import Observed
-from .streams import http_response_of, tap_response, wrap_manager, wrap_stream
+from .streams import http_response_of, observe_pending, tap_response, wrap_manager, wrap_stream
 
 __all__ = ["answered", "overheard", "returned"]
 
 
-def returned(call: Observed, site: CallSite, result: Any, *, asynchronous: bool = False) -> Any:
-    """The SDK returned ``result`` at ``site`` (to an ``async`` call site if ``asynchronous``);
-    returns it: the same object, or a transparent stream proxy."""
+def returned(call: Observed, site: CallSite, result: Any, *, asynchronous: bool = False, api: str | None = None) -> Any:
+    """The SDK returned ``result`` at ``site`` (to an ``async`` call site if ``asynchronous``) for
+    ``api`` (the site's own unless it is shared: ``Provider.dispatch``); returns it: the same
+    object, or a transparent stream proxy."""
     started = perf_counter()
     try:
         call.sent()
     except Exception as exc:
         report_internal_error("telemetry", exc)
-    provider, api = call.provider, site.api
+    provider = call.provider
+    api = site.api if api is None else api
     adapter = provider.adapter
+    if provider.pending is not None and _observed_pending(call, api, result, started):
+        return result
     if site.kind == "manager" and provider.final_reply is not None:
         with guarded("stream"):
             proxy = wrap_manager(result, call, provider.final_reply)
@@ -53,6 +57,22 @@ def returned(call: Observed, site: CallSite, result: Any, *, asynchronous: bool 
         reply = None
     call.answer(reply, started)
     return result
+
+
+def _observed_pending(call: Observed, api: str, result: Any, started: float) -> bool:
+    """Whether ``result`` holds its answer still to be read (``Provider.pending``), now observed;
+    the call ends as the app reads it. A result that fails to be observed ends the call unanswered."""
+    try:
+        pending = call.provider.pending(api, result)  # type: ignore[misc]
+        if pending is None:
+            return False
+        observe_pending(pending, call, call.provider.adapter.stream_reader(api))
+    except Exception as exc:
+        report_internal_error("response", exc)
+        call.answer(None, started)
+        return True
+    call.elapsed += perf_counter() - started
+    return True
 
 
 def _is_stream(result: Any) -> bool:

@@ -13,13 +13,16 @@ Two mechanisms, one per kind of result:
 - Any other stream (google-genai's generators, LiteLLM's wrapper) is returned through a
   ``wrapt.ObjectProxy``, so ``isinstance`` and every attribute behave as before; only
   iteration and closing are observed. A proxy collected before its end ends the call too.
+- A result that holds its answer still to be read (``Pending``: botocore's ``EventStream``
+  in the result dict, the raw body beneath its ``StreamingBody``) has that part replaced by such
+  a proxy (``observe_pending``), the rest of the result the SDK's own.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from time import perf_counter
 from typing import Any
 
@@ -27,7 +30,7 @@ import wrapt
 
 from .._isolation import guarded, report_internal_error
 from ..payload import Answer
-from ..providers.base import StreamReader
+from ..providers.base import Pending, StreamReader
 from .frames import transparent
 from .inflight import IN_FLIGHT
 from .protocol import Observed
@@ -37,6 +40,7 @@ __all__ = [
     "HTTP_RESULTS",
     "forget_http_results",
     "http_response_of",
+    "observe_pending",
     "tap_response",
     "wrap_manager",
     "wrap_stream",
@@ -529,3 +533,116 @@ def wrap_stream(stream: Any, call: Observed, reader: StreamReader, *, asynchrono
     if hasattr(cls, "__anext__") and (asynchronous or not hasattr(cls, "__next__")):
         return (_AsyncClosable if hasattr(cls, "aclose") else _AsyncStream)(stream, call, reader)
     return _SyncStream(stream, call, reader)
+
+
+class _SyncEvents(_Observed):
+    """An iterable of events that is not an iterator (botocore's ``EventStream``: ``__iter__``,
+    no ``__next__``): each event fed as the app's loop takes it, the events the SDK's own."""
+
+    @transparent
+    def __iter__(self) -> Any:
+        call, reader = self._self_call, self._self_reader
+        try:
+            for event in self.__wrapped__:
+                _feed(call, reader, event)
+                yield event
+        except GeneratorExit:  # the app's loop was left; it may iterate again, or drop the stream
+            raise
+        except BaseException as exc:
+            self._self_finish(exc)
+            raise
+        self._self_finish()
+
+    @transparent
+    def close(self) -> Any:
+        try:
+            return self.__wrapped__.close()
+        finally:
+            self._self_finish(early=True)
+
+
+class _Body(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
+    """A raw body the SDK's reader reads (beneath botocore's ``StreamingBody``, whose ``read``,
+    ``readinto``, iteration and ``with`` all come down to it): what passes is kept, and the answer
+    read once the body has all passed (a read of everything, an empty read, nothing left)."""
+
+    def __init__(self, wrapped: Any, call: Observed, body: _Document) -> None:
+        super().__init__(wrapped)
+        self._self_call = call
+        self._self_body = body
+        self._self_done = False
+
+    def _self_fed(self, data: Any, *, ended: bool) -> None:
+        call = self._self_call
+        started = perf_counter()
+        with guarded("stream"):
+            if data:
+                self._self_body.feed(bytes(data))
+        call.elapsed += perf_counter() - started
+        if ended or getattr(self.__wrapped__, "length_remaining", None) == 0:
+            self._self_end()
+
+    def _self_end(self, exc: BaseException | None = None, *, early: bool = False) -> None:
+        if self._self_done:
+            return
+        self._self_done = True
+        call = self._self_call
+        if exc is not None:
+            call.failed(exc)
+        elif early:
+            call.ended_early(None, streamed=False)
+        else:
+            reply = None
+            with guarded("stream"):
+                reply = self._self_body.reply()
+            call.answer(reply)
+
+    @transparent
+    def read(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            data = self.__wrapped__.read(*args, **kwargs)
+        except BaseException as exc:
+            self._self_end(exc)
+            raise
+        amount = args[0] if args else kwargs.get("amt")
+        self._self_fed(data, ended=amount is None or not data)
+        return data
+
+    @transparent
+    def readinto(self, buffer: Any) -> Any:
+        try:
+            count = self.__wrapped__.readinto(buffer)
+        except BaseException as exc:
+            self._self_end(exc)
+            raise
+        self._self_fed(memoryview(buffer)[:count], ended=count == 0)
+        return count
+
+    @transparent
+    def close(self) -> Any:
+        try:
+            return self.__wrapped__.close()
+        finally:
+            self._self_end(early=True)
+
+    def __del__(self) -> None:
+        try:
+            if not getattr(self, "_self_done", True):
+                self._self_end(early=True)
+        except Exception as exc:  # pragma: no cover - a finaliser must not raise
+            report_internal_error("stream", exc)
+
+
+def observe_pending(pending: Pending, call: Observed, reader: StreamReader) -> None:
+    """Replace the part of a result that holds its answer (``Pending``) by a proxy that observes it."""
+    holder, name = pending.holder, pending.name
+    mapping = isinstance(holder, MutableMapping)
+    inner = holder[name] if mapping else getattr(holder, name)
+    if pending.kind == "events":
+        proxy: Any = _SyncEvents(inner, call, reader)
+    else:
+        proxy = _Body(inner, call, _Document(pending.read or (lambda document: None)))
+    if mapping:
+        holder[name] = proxy
+    else:
+        setattr(holder, name, proxy)

@@ -10,7 +10,7 @@ simply does not run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._isolation import report_internal_error
 from .answers import answered, overheard
@@ -18,7 +18,10 @@ from .frames import transparent
 from .inflight import IN_FLIGHT
 from .protocol import Observed
 
-__all__ = ["MODEL_PATHS", "TARGETS", "async_send", "on_unguarded", "sync_send"]
+if TYPE_CHECKING:
+    from ..providers.base import Provider
+
+__all__ = ["MODEL_PATHS", "TARGETS", "async_send", "body_send", "on_unguarded", "sync_send"]
 
 #: distribution -> (module, "Class.method", is_async)
 TARGETS: dict[str, tuple[tuple[str, str, bool], ...]] = {
@@ -94,3 +97,23 @@ async def async_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
         raise
     _answered(response, ours)
     return response
+
+
+def body_send(provider: Provider, attribute: str) -> Any:
+    """The wrapper of an SDK's own transport (``Provider.transport``: botocore's
+    ``URLLib3Session.send``, after signing): the request's ``attribute`` is the body as sent,
+    handed to that provider's call in flight. Requests no call of its is in flight for (another
+    AWS service's, credentials being fetched) pass untouched."""
+
+    @transparent
+    def send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        call = IN_FLIGHT.get()
+        if call is not None and call.provider is provider:
+            try:
+                request = args[0] if args else kwargs.get("request")
+                call.wire(getattr(request, attribute, None))
+            except Exception as exc:
+                report_internal_error("response", exc)
+        return wrapped(*args, **kwargs)
+
+    return send

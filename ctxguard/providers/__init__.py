@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .anthropic import PROVIDER as ANTHROPIC
 from .base import Provider
+from .bedrock import PROVIDER as BEDROCK
 from .cohere import PROVIDER as COHERE
 from .google_genai import PROVIDER as GOOGLE_GENAI
 from .litellm import PROVIDER as LITELLM
@@ -27,6 +28,7 @@ PROVIDERS: tuple[Provider, ...] = (
     MISTRAL,
     OLLAMA,
     COHERE,
+    BEDROCK,
 )
 
 BY_DISTRIBUTION: dict[str, Provider] = {p.distribution: p for p in PROVIDERS}

@@ -17,7 +17,7 @@ from ..memo import Memo
 from ..payload import TOOL_CALL, TOOL_RESULT, Answer, Item, RequestView, tool_ref
 from ..tokens import NON_TEXT_PART
 from . import identity
-from ._image import ANTHROPIC_HIGH_RES, ANTHROPIC_STANDARD, anthropic_tokens, size_of_base64
+from ._image import ANTHROPIC_HIGH_RES, ANTHROPIC_STANDARD, Size, anthropic_tokens, size_of_base64
 from ._read import Unread, canonical, family, items, schemas, structured_parts
 from ._read import as_int as _int
 from ._read import as_str as _str
@@ -26,7 +26,7 @@ from ._read import role as _role
 from ._read import text_of as _text
 from .base import CallSite, Provider
 
-__all__ = ["ADAPTER", "PROVIDER"]
+__all__ = ["ADAPTER", "PROVIDER", "image_tokens", "tool_prompt_tokens"]
 
 _MESSAGES = "anthropic.resources.messages.messages"
 _BETA = "anthropic.resources.beta.messages.messages"
@@ -105,6 +105,18 @@ def _model(model: str | None) -> tuple[tuple[int, int], tuple[int, int]]:
     start = name.find("claude")  # Bedrock ("us.anthropic.claude-...") and gateway prefixes
     key = family(name[start:], _MODELS, _SUFFIX) if start >= 0 else None
     return _MODELS[key] if key is not None else _UNKNOWN
+
+
+def tool_prompt_tokens(model: str | None, *, forced: bool) -> int:
+    """The tool-use system prompt Anthropic adds for ``model`` (a Bedrock id too): with
+    ``tool_choice`` any or tool if ``forced``, else auto or none."""
+    auto, forcing = _model(model)[0]
+    return forcing if forced else auto
+
+
+def image_tokens(model: str | None, size: Size | None) -> int:
+    """What an image of ``size`` costs ``model`` (None: the most it can cost)."""
+    return anthropic_tokens(size, _model(model)[1])
 
 
 def _blocks(content: Any, texts: list[str], refs: list[str], model: str | None) -> int:

@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 from ..memo import Memo
 from ..payload import Answer, RequestView
 
-__all__ = ["Adapter", "CallSite", "Identity", "Kind", "Provider", "StreamReader"]
+__all__ = ["Adapter", "CallSite", "Dispatch", "Identity", "Kind", "Pending", "Provider", "StreamReader"]
 
 #: How a call site answers, declared (never guessed from a class name):
 #: ``sync``: returns the answer, a stream or an HTTP-holding result; a generator function is one,
@@ -63,6 +63,30 @@ class CallSite:
 #: port)``; a None label keeps the record's own (``ctxguard.providers.identity``).
 Identity = tuple["str | None", "str | None", "int | None"]
 
+#: A call site shared by many operations (botocore's ``BaseClient._make_api_call``, beneath every
+#: method of every AWS client): from the call's ``(instance, args, kwargs)``, the api it is and its
+#: arguments by name; None for a call that is no model call (another service, another operation),
+#: which goes through untouched.
+Dispatch = Callable[[Any, "tuple[Any, ...]", "Mapping[str, Any]"], "tuple[str, Mapping[str, Any]] | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """Where a returned result holds an answer the app has yet to read: ``holder[name]`` (an item
+    of a mapping) or ``holder.name``, observed as the app reads it, the app keeping what the SDK
+    returned around it.
+
+    ``events``: an iterable of events (botocore's ``EventStream``), replaced by a transparent
+    proxy that feeds each event to the provider's stream reader; ``body``: a readable raw body
+    (``read(amt)``, ``readinto``; beneath botocore's ``StreamingBody``), replaced by a proxy that
+    hands the whole body, once read, to ``read`` (its JSON document)."""
+
+    holder: Any
+    name: str
+    kind: Literal["events", "body"]
+    read: Callable[[Any], Answer | None] | None = None
+
+
 #: Reads a provider's answer off the HTTP response another SDK got for it: ``(read a whole
 #: body, a stream reader)``, or None when that provider's wire format is not read here.
 WireReaders = Callable[[str], "tuple[Callable[[Any], Answer | None], StreamReader] | None"]
@@ -108,6 +132,14 @@ class Provider:
     final_reply: Callable[[Any], Answer | None] | None = None
     #: A delegating provider: how the routed provider's own answer is read off the wire.
     wire_readers: WireReaders | None = None
+    #: A call site shared by many operations: which api a call is (``Dispatch``).
+    dispatch: Dispatch | None = None
+    #: ``(api, result)`` -> where the result holds an answer still to be read (``Pending``), or None
+    #: for a result that is the answer itself.
+    pending: Callable[[str, Any], Pending | None] | None = None
+    #: The SDK's own transport (not httpx): ``(module, "Class.method", attribute)``, whose request
+    #: argument's ``attribute`` is the body as sent, handed to the call in flight (``wire_intact``).
+    transport: tuple[tuple[str, str, str], ...] = ()
     #: A captured request body (with the capture line's model) as its call site would have seen
     #: it: ``(api, kwargs)``; None: its captures are not judged offline.
     offline: Callable[[Mapping[str, Any], str | None], tuple[str, Mapping[str, Any]]] | None = None

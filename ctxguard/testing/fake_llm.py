@@ -1,4 +1,5 @@
-"""A loopback fake LLM server that speaks the OpenAI, Anthropic, Gemini, Mistral and Ollama wire formats.
+"""A loopback fake LLM server that speaks the OpenAI, Anthropic, Gemini, Mistral, Ollama, Cohere and
+Bedrock wire formats.
 
 Tests that mock the SDK objects never exercise what ctxguard actually depends
 on: the bytes the real SDKs put on the wire and the way they parse replies,
@@ -29,6 +30,8 @@ parsing bugs and a fake with fixed usage hides calibration bugs:
   :attr:`FakeLLM.ollama_num_ctx`) as its server does: the oldest messages but the
   system ones are dropped, then the prompt is cut, and ``prompt_eval_count`` never
   exceeds the window (:attr:`ServedResponse.truncated_tokens` says how much went);
+* Bedrock's streams are binary ``application/vnd.amazon.eventstream`` messages with
+  their CRCs;
 * errors carry each provider's error body.
 
 Only the standard library is used so importing this module never drags a
@@ -57,6 +60,8 @@ import string
 import sys
 import threading
 import time
+import urllib.parse
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -86,6 +91,14 @@ _MISTRAL = "mistral:/chat/completions"
 _OLLAMA = "/api/chat"
 # Cohere's v2 Chat API: ``POST /v2/chat`` (``"stream": true`` for SSE), on the server's origin.
 _COHERE = "/v2/chat"
+# Bedrock Runtime: POST /model/{modelId}/{operation}, the model id URL-encoded in the path (an
+# inference profile's ``us.anthropic.claude-…-v1:0`` too). Its kinds are names, not path suffixes.
+_BEDROCK_ROUTE = re.compile(r"/model/([^/]+)/(converse|converse-stream|invoke|invoke-with-response-stream)")
+_CONVERSE = "bedrock:converse"
+_CONVERSE_STREAM = "bedrock:converse-stream"
+_INVOKE = "bedrock:invoke"
+_INVOKE_STREAM = "bedrock:invoke-with-response-stream"
+_BEDROCK = (_CONVERSE, _CONVERSE_STREAM, _INVOKE, _INVOKE_STREAM)
 
 # Error bodies per status, worded as each service words them, so SDK code that
 # branches on the type (or on the exception class chosen from the status) sees
@@ -135,11 +148,25 @@ _MISTRAL_ERRORS: dict[int, tuple[str, str | None, str]] = {
     500: ("internal_server_error", None, "Internal server error"),
     503: ("service_unavailable", None, "Service unavailable."),
 }
+# Bedrock: status -> (error code, message); the code goes in the ``x-amzn-ErrorType`` header
+# (``Code:namespace``), the body is ``{"message": ...}``, which botocore turns into a ClientError.
+_BEDROCK_ERRORS: dict[int, tuple[str, str]] = {
+    400: ("ValidationException", "The provided request is not valid"),
+    403: ("AccessDeniedException", "You don't have access to the model with the specified model ID."),
+    404: ("ResourceNotFoundException", "The provided model identifier is invalid."),
+    408: ("ModelTimeoutException", "Model has timed out in processing the request. Try your request again."),
+    424: ("ModelErrorException", "The model returned an error. Try your request again."),
+    429: ("ThrottlingException", "Too many requests, please wait before trying again."),
+    500: ("InternalServerException",
+          "The system encountered an unexpected error during processing. Try your request again."),
+    503: ("ServiceUnavailableException", "Bedrock is unable to process your request."),
+}
+_BEDROCK_NAMESPACE = "http://internal.amazon.com/coral/com.amazon.bedrock/"
 # A scripted mid-stream failure is the error each service really sends when it
 # fails after the first byte; when it happens before (a non-streaming request)
 # it arrives as this HTTP status instead.
 _FAILURE_STATUS = {_CHAT: 500, _RESPONSES: 500, _MESSAGES: 529, _GENERATE: 503, _STREAM_GENERATE: 503,
-                    _MISTRAL: 500, _OLLAMA: 500, _COHERE: 500}
+                    _MISTRAL: 500, _OLLAMA: 500, _COHERE: 500, **dict.fromkeys(_BEDROCK, 500)}
 _RESPONSES_FAILURE = ("An error occurred while processing your request. You can retry your request, or contact "
                       "us through our help center at help.openai.com if the error persists.")
 
@@ -201,6 +228,12 @@ _COHERE_ERRORS: dict[int, str] = {
          "'https://dashboard.cohere.com/api-keys'.",
     500: "internal server error, this has been reported to our developers",
 }
+# Converse's stop reasons (``end_turn``, ``tool_use``, ``max_tokens``, ``stop_sequence``,
+# ``guardrail_intervened``, ``content_filtered``, ``model_context_window_exceeded``).
+_CONVERSE_STOP_REASONS: dict[str, str] = {
+    "stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
+    "content_filter": "content_filtered",
+}
 # Responses has no finish reason: a cut answer is an ``incomplete`` response.
 _INCOMPLETE_REASONS: dict[str, str] = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -221,7 +254,7 @@ _MEDIA_TOKENS = 85
 _UNREAD_KEYS = frozenset({
     "type", "role", "id", "tool_call_id", "call_id", "tool_use_id", "cache_control", "signature", "status",
     "index", "mime_type", "media_type", "mimeType", "thought_signature", "thoughtSignature", "encrypted_content",
-    "detail", "annotations", "logprobs", "citations", "prefix",
+    "detail", "annotations", "logprobs", "citations", "prefix", "toolUseId",
 })
 _MEDIA_KEYS = frozenset({
     "image_url", "input_image", "image", "input_audio", "file", "source", "inlineData", "inline_data", "fileData",
@@ -301,6 +334,8 @@ def _prompt_tokens(kind: str, p: Mapping[str, Any]) -> int:
         n = _messages_tokens([instructions] if isinstance(instructions, str) else []) + _messages_tokens(p.get("input"))
         text = p.get("text")
         n += _schemas_tokens(p.get("tools"), text.get("format") if isinstance(text, dict) else None)
+    elif kind in _BEDROCK:
+        return _bedrock_prompt_tokens(kind, p)
     elif kind == _MESSAGES:
         system = p.get("system")
         n = (_FRAME_TOKENS + _read_tokens(system) if system else 0) + _messages_tokens(p.get("messages"))
@@ -533,7 +568,21 @@ def _streamed(kind: str, payload: Mapping[str, Any]) -> bool:
     """Whether the answer streams: Gemini by its path, Ollama unless told not to, the rest when asked."""
     if kind == _OLLAMA:
         return payload.get("stream") is not False
+    if kind in _BEDROCK:
+        return kind in (_CONVERSE_STREAM, _INVOKE_STREAM)
     return kind == _STREAM_GENERATE or (kind != _GENERATE and payload.get("stream") is True)
+
+
+def _kind(route: str) -> str | None:
+    """Which API a request path is for (None: no API the fake knows)."""
+    bedrock = _BEDROCK_ROUTE.fullmatch(route)
+    if bedrock is not None:
+        return "bedrock:" + bedrock.group(2)
+    kinds = (_CHAT, _RESPONSES, _MESSAGES, _GENERATE, _STREAM_GENERATE, _OLLAMA, _COHERE)
+    kind = next((s for s in kinds if route.endswith(s)), None)
+    if kind == _CHAT and route.startswith(_MISTRAL_PREFIX + "/"):
+        return _MISTRAL
+    return kind
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -617,10 +666,7 @@ class _Handler(BaseHTTPRequestHandler):
         n, serial = fake._record(req)
 
         route = self.path.split("?", 1)[0].rstrip("/")
-        kinds = (_CHAT, _RESPONSES, _MESSAGES, _GENERATE, _STREAM_GENERATE, _OLLAMA, _COHERE)
-        kind = next((s for s in kinds if route.endswith(s)), None)
-        if kind == _CHAT and route.startswith(_MISTRAL_PREFIX + "/"):
-            kind = _MISTRAL
+        kind = _kind(route)
         # Filled in as the request is understood: an unknown route is answered the OpenAI way.
         ctx = _Ctx(n=n, serial=serial, nonce=fake._nonce, kind=kind or _CHAT, reply=Reply(), payload={}, route=route,
                    ollama_num_ctx=fake.ollama_num_ctx)
@@ -640,6 +686,9 @@ class _Handler(BaseHTTPRequestHandler):
         ctx = replace(ctx, payload=payload)
         if kind == _OLLAMA and not payload.get("model"):  # checked before any model is looked for
             self._send_error(ctx, req, 400, _error_body(ctx, 400, "model is required"))
+        if kind in (_INVOKE, _INVOKE_STREAM) and _invoke_shape(payload) is None:
+            # Bedrock validates the body against the model's own schema before anything else.
+            self._send_error(ctx, req, 400, _error_body(ctx, 400, _MALFORMED))
             return
 
         try:
@@ -659,7 +708,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif stream:
             events = _STREAMS[kind](ctx)
             fake._served(ctx.served(req, 200, stream=True))
-            self._send_sse(ctx, events)
+            (self._send_eventstream if kind in _BEDROCK else self._send_sse)(ctx, events)
         else:
             answer = _BODIES[kind](ctx)
             fake._served(ctx.served(req, 200))
@@ -676,29 +725,34 @@ class _Handler(BaseHTTPRequestHandler):
             ServedResponse(request=req, status=status, request_id=ctx.request_id, model=ctx.model,
                            error_type=error_type, failure=failure)
         )
-        self._send_json(ctx, status, body)
+        self._send_json(ctx, status, body, error_type=error_type)
 
-    def _start(self, ctx: _Ctx, status: int, content_type: str) -> None:
+    def _start(self, ctx: _Ctx, status: int, content_type: str, error_type: str | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        if ctx.kind == _MESSAGES:
+        if ctx.kind in _BEDROCK:
+            self._bedrock_headers(ctx, status, error_type)
+        elif ctx.kind == _MESSAGES:
             self.send_header("request-id", ctx.request_id)
         elif ctx.kind == _MISTRAL:
             self.send_header("x-kong-request-id", ctx.request_id)  # its gateway's, as its 401 body names it
         elif ctx.kind not in (*_GEMINI, _OLLAMA):  # Ollama sends no request id
             self.send_header("x-request-id", ctx.request_id)
 
-    def _send_json(self, ctx: _Ctx, status: int, obj: Any, *, drop: bool = False) -> None:
-        # OpenAI and Gemini indent their JSON bodies; Anthropic sends them compact, Mistral, Cohere and
-        # Ollama without spaces (Ollama's Go encoder HTML-escaped, too).
+    def _send_json(
+        self, ctx: _Ctx, status: int, obj: Any, *, drop: bool = False, error_type: str | None = None
+    ) -> None:
+        # OpenAI and Gemini indent their JSON bodies; Anthropic sends them compact, Mistral, Cohere,
+        # Bedrock and Ollama without spaces (Ollama's Go encoder HTML-escaped, too).
         if ctx.kind == _OLLAMA:
             data = _go_json(obj).encode()
         else:
-            indent = None if ctx.kind in (_MESSAGES, _MISTRAL, _COHERE) else 2
-            separators = (",", ":") if ctx.kind in (_MISTRAL, _COHERE) else None
+            indent = None if ctx.kind in (_MESSAGES, _MISTRAL, _COHERE, *_BEDROCK) else 2
+            separators = (",", ":") if ctx.kind in (_MISTRAL, _COHERE, *_BEDROCK) else None
             data = json.dumps(obj, indent=indent, separators=separators, ensure_ascii=False).encode()
         try:
-            self._start(ctx, status, "application/json; charset=utf-8" if ctx.kind == _OLLAMA else "application/json")
+            kind = "application/json; charset=utf-8" if ctx.kind == _OLLAMA else "application/json"
+            self._start(ctx, status, kind, error_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if drop:
@@ -756,6 +810,36 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             self.close_connection = True
 
+    def _bedrock_headers(self, ctx: _Ctx, status: int, error_type: str | None) -> None:
+        self.send_header("x-amzn-RequestId", ctx.request_id)
+        if error_type is not None:
+            self.send_header("x-amzn-ErrorType", f"{error_type}:{_BEDROCK_NAMESPACE}")
+        elif ctx.kind == _INVOKE_STREAM:
+            self.send_header("X-Amzn-Bedrock-Content-Type", "application/json")
+        elif ctx.kind == _INVOKE and status == 200:  # the model's own counts, whatever its body
+            self.send_header("X-Amzn-Bedrock-Invocation-Latency", str(ctx.latency_ms))
+            self.send_header("X-Amzn-Bedrock-Output-Token-Count", str(ctx.output_tokens))
+            self.send_header("X-Amzn-Bedrock-Input-Token-Count", str(ctx.input_tokens))
+
+    def _send_eventstream(self, ctx: _Ctx, events: Iterable[_Event | _Drop]) -> None:
+        """Bedrock's streams: binary event-stream messages, one HTTP chunk each."""
+        try:
+            self._start(ctx, 200, "application/vnd.amazon.eventstream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.flush()
+            for i, item in enumerate(events):
+                if isinstance(item, _Drop):
+                    self._drop()
+                    return
+                frame = _bedrock_frame(ctx, i, *item)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
+
     def _drop(self) -> None:
         """Cut the connection mid-body, as a crashed upstream or a broken proxy does."""
         self.close_connection = True
@@ -790,6 +874,8 @@ class _Ctx:
     def model(self) -> str:
         # Gemini names the model in the path (".../models/gemini-2.5-flash:generateContent").
         in_path = self.route.rpartition("models/")[2].partition(":")[0] if ":" in self.route else ""
+        if self.kind in _BEDROCK:  # /model/{modelId}/..., URL-encoded
+            in_path = urllib.parse.unquote(self.route.split("/")[2])
         return self.reply.model or str(self.payload.get("model") or in_path or "fake-model")
 
     @cached_property
@@ -804,6 +890,8 @@ class _Ctx:
             return self.ident("id", _HEX, 32)
         if self.kind == _COHERE:
             return _uuid4(self.ident("id", _HEX, 32))
+        if self.kind in (_INVOKE, _INVOKE_STREAM):
+            return "msg_bdrk_01" + self.ident("id", _BASE62, 22)
         return self.ident("id", _BASE64URL, 22)
 
     @cached_property
@@ -814,6 +902,9 @@ class _Ctx:
             return self.ident("request", _HEX, 32)
         if self.kind == _COHERE:
             return _uuid4(self.ident("request", _HEX, 32))
+        if self.kind in _BEDROCK:  # a UUID
+            raw = self.ident("request", _HEX, 32)
+            return f"{raw[:8]}-{raw[8:12]}-4{raw[13:16]}-a{raw[17:20]}-{raw[20:]}"
         return "req_" + self.ident("request", _HEX, 32)
 
     @property
@@ -862,6 +953,17 @@ class _Ctx:
         return _COHERE_FINISH_REASONS.get(self.finish, self.finish)
 
     @property
+    def converse_stop(self) -> str:
+        if self.reply.refusal:
+            return "content_filtered"
+        return _CONVERSE_STOP_REASONS.get(self.finish, self.finish)
+
+    @property
+    def latency_ms(self) -> int:
+        """Bedrock's ``latencyMs``: a plausible figure that grows with what is said."""
+        return 180 + 12 * self.output_tokens
+
+    @property
     def response_status(self) -> str:
         return "incomplete" if self.finish in _INCOMPLETE_REASONS else "completed"
 
@@ -882,6 +984,10 @@ class _Ctx:
             return self.mistral_finish
         if self.kind == _COHERE:
             return self.cohere_finish
+        if self.kind in (_CONVERSE, _CONVERSE_STREAM):
+            return self.converse_stop
+        if self.kind in (_INVOKE, _INVOKE_STREAM):
+            return self.stop_reason if _invoke_shape(self.payload) == "anthropic" else _llama_stop(self)
         return self.stop_reason if self.kind == _MESSAGES else self.gemini_finish
 
     @cached_property
@@ -897,6 +1003,10 @@ class _Ctx:
                 default = self.ident("tool", _ALNUM, 9, i)
             elif self.kind == _COHERE:  # the function's name and 12 letters or digits: get_weather_1byjy32y4hvq
                 default = f"{fn.get('name', '')}_" + self.ident("tool", string.ascii_lowercase + string.digits, 12, i)
+            elif self.kind in (_CONVERSE, _CONVERSE_STREAM):
+                default = "tooluse_" + self.ident("tool", _BASE64URL, 22, i)
+            elif self.kind in _BEDROCK:
+                default = "toolu_bdrk_01" + self.ident("tool", _BASE62, 22, i)
             else:
                 default = "call_" + self.ident("tool", _ALNUM, 24, i)
             # Accept a dict for convenience; the wire format always carries a string.
@@ -962,7 +1072,7 @@ class _Ctx:
             request=req,
             status=status,
             request_id=self.request_id,
-            id=None if ollama else self.id,  # an Ollama answer has no id
+            id=None if ollama or self.kind in (_CONVERSE, _CONVERSE_STREAM) else self.id,  # none: Ollama, Converse
             model=self.model,
             stream=stream,
             finish_reasons=finish_reasons,
@@ -1007,6 +1117,10 @@ def _error_body(ctx: _Ctx, status: int, message: str | None) -> tuple[dict[str, 
     if ctx.kind == _COHERE:
         default = _COHERE_ERRORS.get(status, _phrase(status).lower())
         return {"id": ctx.request_id, "message": message or default.format(model=model)}, _phrase(status)
+    if ctx.kind in _BEDROCK:
+        error, default = _BEDROCK_ERRORS.get(status, ("InternalServerException" if status >= 500
+                                                       else "ValidationException", _phrase(status)))
+        return {"message": message or default}, error
     err_type, code, default = _OPENAI_ERRORS.get(
         status, ("server_error" if status >= 500 else "invalid_request_error", None, _phrase(status))
     )
@@ -1341,7 +1455,7 @@ def _anthropic_usage(ctx: _Ctx, output_tokens: int, *, delta: bool = False) -> d
 
 def _messages_body(ctx: _Ctx) -> dict[str, Any]:
     return {
-        "model": ctx.model,
+        "model": _claude_name(ctx.model) if ctx.kind in _BEDROCK else ctx.model,
         "id": ctx.id,
         "type": "message",
         "role": "assistant",
@@ -1386,7 +1500,10 @@ def _messages_stream(ctx: _Ctx) -> list[_Event | _Drop]:
     ev("message_delta", delta={"stop_reason": ctx.stop_reason, "stop_sequence": None},
        usage=_anthropic_usage(ctx, ctx.output_tokens, delta=True))
     ev("message_stop")
-    # Failing midway, the service sends an ``error`` event and ends the stream.
+    # Failing midway, the service sends an ``error`` event and ends the stream (on Bedrock, an
+    # exception message in its place: ``_invoke_stream``).
+    if ctx.kind in _BEDROCK:
+        return out.cut(ctx, [("error", None)])
     error = _error_body(ctx, _FAILURE_STATUS[_MESSAGES], None)[0]
     return out.cut(ctx, [("error", {"type": "error", "error": error["error"]})])
 
@@ -1761,13 +1878,196 @@ def _cohere_stream(ctx: _Ctx) -> list[_Event | _Drop]:
     return out.cut(ctx, [("message-end", broken), (None, "[DONE]")])
 
 
+# -- AWS Bedrock Runtime ---------------------------------------------------------------------------
+
+_MALFORMED = ("Malformed input request: #: subject must not be valid against schema "
+              '{"required":["messages"]}#: required key [messages] not found, '
+              "please reformat your input and try again.")
+
+
+def _invoke_shape(payload: Mapping[str, Any]) -> str | None:
+    """Which model body an ``invoke`` carries: Anthropic Messages, a Meta Llama prompt, or neither."""
+    version = payload.get("anthropic_version")
+    if isinstance(version, str) and version.startswith("bedrock-") and isinstance(payload.get("messages"), list):
+        return "anthropic"
+    return "prompt" if isinstance(payload.get("prompt"), str) else None
+
+
+def _claude_name(model: str) -> str:
+    """The name Anthropic's own answer gives a Bedrock model: ``us.anthropic.claude-x-v1:0`` -> ``claude-x``."""
+    name = model.rpartition("anthropic.")[2]
+    return re.sub(r"-v\d+(?::\d+)?$", "", name)
+
+
+def _bedrock_prompt_tokens(kind: str, p: Mapping[str, Any]) -> int:
+    if kind in (_CONVERSE, _CONVERSE_STREAM):
+        system = p.get("system")
+        config = p.get("toolConfig")
+        tools = config.get("tools") if isinstance(config, dict) else None
+        n = (_FRAME_TOKENS + _read_tokens(system) if system else 0) + _messages_tokens(p.get("messages"))
+        return n + _schemas_tokens([t for t in tools if "toolSpec" in t] if isinstance(tools, list) else None) \
+            + _FRAME_TOKENS
+    if _invoke_shape(p) == "anthropic":
+        return _prompt_tokens(_MESSAGES, p)
+    return _text_tokens(str(p.get("prompt") or ""))
+
+
+def _converse_usage(ctx: _Ctx) -> dict[str, Any]:
+    """``inputTokens`` excludes what was read from the cache; ``totalTokens`` counts everything."""
+    usage: dict[str, Any] = {
+        "inputTokens": ctx.input_tokens - ctx.cached_tokens,
+        "outputTokens": ctx.output_tokens,
+        "totalTokens": ctx.input_tokens + ctx.output_tokens,
+    }
+    if ctx.cached_tokens:
+        usage["cacheReadInputTokens"] = ctx.cached_tokens
+        usage["cacheWriteInputTokens"] = 0
+    return usage
+
+
+def _converse_blocks(ctx: _Ctx) -> list[dict[str, Any]]:
+    reply = ctx.reply
+    blocks: list[dict[str, Any]] = []
+    if reply.reasoning:
+        blocks.append({"reasoningContent": {"reasoningText": {"text": reply.reasoning, "signature": ctx.signature}}})
+    if reply.text or reply.refusal or not ctx.calls:
+        blocks.append({"text": reply.text or reply.refusal})
+    blocks.extend({"toolUse": {"toolUseId": c.id, "name": c.name, "input": c.input}} for c in ctx.calls)
+    return blocks
+
+
+def _converse_body(ctx: _Ctx) -> dict[str, Any]:
+    return {
+        "metrics": {"latencyMs": ctx.latency_ms},
+        "output": {"message": {"content": _converse_blocks(ctx), "role": "assistant"}},
+        "stopReason": ctx.converse_stop,
+        "usage": _converse_usage(ctx),
+    }
+
+
+def _converse_stream(ctx: _Ctx) -> list[_Event | _Drop]:
+    """messageStart, per block its deltas (a tool use opened by contentBlockStart) and its stop,
+    messageStop with the stop reason, then metadata with the usage."""
+    out = _Events()
+    out.add("messageStart", {"role": "assistant"})
+    for index, block in enumerate(_converse_blocks(ctx)):
+        if "reasoningContent" in block:
+            reasoning = block["reasoningContent"]["reasoningText"]
+            for piece in _split(reasoning["text"]):
+                out.add("contentBlockDelta", {"contentBlockIndex": index,
+                                              "delta": {"reasoningContent": {"text": piece}}}, delta=True)
+            out.add("contentBlockDelta", {"contentBlockIndex": index,
+                                          "delta": {"reasoningContent": {"signature": reasoning["signature"]}}})
+        elif "text" in block:
+            for piece in _split(block["text"]):
+                out.add("contentBlockDelta", {"contentBlockIndex": index, "delta": {"text": piece}}, delta=True)
+        else:
+            use = block["toolUse"]
+            out.add("contentBlockStart", {"contentBlockIndex": index,
+                                          "start": {"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"]}}})
+            for piece in _split(json.dumps(use["input"]), 2):
+                out.add("contentBlockDelta", {"contentBlockIndex": index, "delta": {"toolUse": {"input": piece}}},
+                        delta=True)
+        out.add("contentBlockStop", {"contentBlockIndex": index})
+    out.add("messageStop", {"stopReason": ctx.converse_stop})
+    out.add("metadata", {"usage": _converse_usage(ctx), "metrics": {"latencyMs": ctx.latency_ms}})
+    return out.cut(ctx, [_bedrock_exception(ctx)])
+
+
+def _bedrock_exception(ctx: _Ctx) -> _Event:
+    """A stream's failure: an exception message (``:message-type: exception``) and the end."""
+    body, code = _error_body(ctx, _FAILURE_STATUS[ctx.kind], None)
+    return _EXCEPTION + code[0].lower() + code[1:], body
+
+
+def _llama_stop(ctx: _Ctx) -> str:
+    return "length" if ctx.finish == "length" else "stop"
+
+
+def _llama_usage(ctx: _Ctx) -> dict[str, Any]:
+    return {"prompt_token_count": ctx.input_tokens, "generation_token_count": ctx.output_tokens}
+
+
+def _invoke_body(ctx: _Ctx) -> dict[str, Any]:
+    """The model's own answer: Anthropic's message (Bedrock's usage, no service tier), or Llama's."""
+    if _invoke_shape(ctx.payload) == "anthropic":
+        return {**_messages_body(ctx), "usage": _anthropic_usage(ctx, ctx.output_tokens, delta=True)}
+    return {"generation": ctx.reply.text or ctx.reply.refusal, **_llama_usage(ctx), "stop_reason": _llama_stop(ctx)}
+
+
+def _invocation_metrics(ctx: _Ctx) -> dict[str, Any]:
+    return {"inputTokenCount": ctx.input_tokens, "outputTokenCount": ctx.output_tokens,
+            "invocationLatency": ctx.latency_ms, "firstByteLatency": 150}
+
+
+def _invoke_stream(ctx: _Ctx) -> list[_Event | _Drop]:
+    """``chunk`` events whose ``bytes`` are the model's own stream events (Anthropic's, without its
+    pings; or Llama's generations), the last one carrying ``amazon-bedrock-invocationMetrics``."""
+    if _invoke_shape(ctx.payload) == "anthropic":
+        events = [e for e in _messages_stream(ctx) if isinstance(e, _Drop) or e[0] != "ping"]
+    else:
+        pieces = _split(ctx.reply.text) or [""]
+        events = [(None, {"generation": piece, "prompt_token_count": ctx.input_tokens if i == 0 else None,
+                          "generation_token_count": i + 1, "stop_reason": None}) for i, piece in enumerate(pieces)]
+        events.append((None, {"generation": "", "prompt_token_count": None,
+                              "generation_token_count": ctx.output_tokens, "stop_reason": _llama_stop(ctx)}))
+        if ctx.reply.stream_failure == "drop":
+            events = [events[0], _DROP]
+        elif ctx.reply.stream_failure == "error":
+            events = [events[0], ("error", None)]
+    out: list[_Event | _Drop] = []
+    for event in events:
+        if isinstance(event, _Drop):
+            out.append(event)
+        elif event[0] == "error":  # the service failed midway: an exception message, not the model's event
+            out.append(_bedrock_exception(ctx))
+        else:
+            data = dict(event[1])
+            if data.get("type") == "message_stop" or data.get("stop_reason") is not None:
+                data["amazon-bedrock-invocationMetrics"] = _invocation_metrics(ctx)
+            raw = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+            out.append(("chunk", {"bytes": base64.b64encode(raw).decode()}))
+    return out
+
+
+#: An event whose name starts so is an exception message of that type.
+_EXCEPTION = "exception:"
+
+
+def _eventstream_message(headers: Mapping[str, str], payload: bytes) -> bytes:
+    """One ``application/vnd.amazon.eventstream`` message: its prelude (total and headers length)
+    and the prelude's CRC32, string headers, the payload, and the CRC32 of all of it."""
+    encoded = b"".join(
+        bytes((len(name),)) + name + b"\x07" + len(value).to_bytes(2, "big") + value
+        for name, value in ((k.encode(), v.encode()) for k, v in headers.items())
+    )
+    prelude = (16 + len(encoded) + len(payload)).to_bytes(4, "big") + len(encoded).to_bytes(4, "big")
+    message = prelude + zlib.crc32(prelude).to_bytes(4, "big") + encoded + payload
+    return message + zlib.crc32(message).to_bytes(4, "big")
+
+
+def _bedrock_frame(ctx: _Ctx, i: int, event: str | None, data: Any) -> bytes:
+    """An event (its payload padded with ``p``, as Bedrock evens out its sizes) or an exception."""
+    name = event or "chunk"
+    if name.startswith(_EXCEPTION):
+        headers = {":exception-type": name.removeprefix(_EXCEPTION), ":content-type": "application/json",
+                   ":message-type": "exception"}
+        return _eventstream_message(headers, json.dumps(data, separators=(",", ":")).encode())
+    size = len(json.dumps(data))
+    padded = {**data, "p": _ALNUM[: max(1, 48 - size % 48)]}
+    headers = {":event-type": name, ":content-type": "application/json", ":message-type": "event"}
+    return _eventstream_message(headers, json.dumps(padded, separators=(",", ":"), ensure_ascii=False).encode())
+
+
 _BODIES: dict[str, Callable[[_Ctx], dict[str, Any]]] = {
     _CHAT: _chat_body, _RESPONSES: _responses_body, _MESSAGES: _messages_body, _GENERATE: _gemini_body,
-    _MISTRAL: _mistral_body, _OLLAMA: _ollama_body, _COHERE: _cohere_body,
+    _MISTRAL: _mistral_body, _OLLAMA: _ollama_body, _COHERE: _cohere_body, _CONVERSE: _converse_body,
+    _INVOKE: _invoke_body,
 }
 _STREAMS: dict[str, Callable[[_Ctx], list[_Event | _Drop]]] = {
     _CHAT: _chat_stream, _RESPONSES: _responses_stream, _MESSAGES: _messages_stream, _STREAM_GENERATE: _gemini_stream,
-    _MISTRAL: _mistral_stream, _OLLAMA: _ollama_stream, _COHERE: _cohere_stream,
+    _MISTRAL: _mistral_stream, _OLLAMA: _ollama_stream, _COHERE: _cohere_stream, _CONVERSE_STREAM: _converse_stream,
+    _INVOKE_STREAM: _invoke_stream,
 }
 
 
@@ -1789,6 +2089,12 @@ def _final_usage(ctx: _Ctx, stream: bool) -> dict[str, Any] | None:
         return _ollama_metrics(ctx)
     if ctx.kind == _COHERE:
         return _cohere_usage(ctx)
+    if ctx.kind in (_CONVERSE, _CONVERSE_STREAM):
+        return _converse_usage(ctx)
+    if ctx.kind in _BEDROCK:
+        if _invoke_shape(ctx.payload) == "anthropic":
+            return _anthropic_usage(ctx, ctx.output_tokens, delta=True)
+        return _llama_usage(ctx)
     return _gemini_usage(ctx)
 
 
@@ -1796,7 +2102,7 @@ def _final_usage(ctx: _Ctx, stream: bool) -> dict[str, Any] | None:
 
 
 class FakeLLM:
-    """Loopback server standing in for OpenAI / Anthropic / Gemini / Mistral / Ollama / Cohere endpoints.
+    """Loopback server standing in for OpenAI / Anthropic / Gemini / Mistral / Ollama / Cohere / Bedrock endpoints.
 
     Reply precedence is: scripted replies (FIFO), then the ``reply`` callable,
     then a default ``"ok N"`` that makes request ordering visible in asserts.
@@ -1903,6 +2209,12 @@ class FakeLLM:
     def gemini_base_url(self) -> str:
         """google-genai ``http_options={"base_url": ...}``; the SDK appends
         ``/v1beta/models/{model}:generateContent`` itself."""
+        return self.origin
+
+    @property
+    def bedrock_endpoint_url(self) -> str:
+        """boto3 ``client("bedrock-runtime", endpoint_url=...)``; botocore appends
+        ``/model/{modelId}/converse`` (and the other operations) itself."""
         return self.origin
 
     @property

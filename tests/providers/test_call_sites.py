@@ -98,6 +98,25 @@ def _cohere() -> list[str]:
             for name, value in vars(cls).items() if not name.startswith("_") and callable(value)]
 
 
+def _botocore() -> list[str]:
+    """Every operation of a ``bedrock-runtime`` client (a class botocore generates), and the method
+    they all go through."""
+    import botocore
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("bedrock-runtime")
+    return ["botocore.client.BaseClient._make_api_call"] + [
+        f"botocore.client.BedrockRuntime.{botocore.xform_name(name)}" for name in model.operation_names]
+
+
+def _bedrock_runtime_class() -> type:
+    import botocore.session
+
+    client = botocore.session.get_session().create_client(
+        "bedrock-runtime", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    return type(client)
+
+
 def _litellm() -> list[str]:
     import litellm
 
@@ -123,6 +142,8 @@ def _resolve(site: str):
         return importlib.import_module("litellm"), site.removeprefix("litellm.")
     if site.startswith("ollama.") and site.count(".") == 1:  # the default client's bound methods
         return importlib.import_module("ollama"), site.removeprefix("ollama.")
+    if module_name == "botocore.client" and class_name == "BedrockRuntime":  # generated per client
+        return _bedrock_runtime_class(), method
     return getattr(importlib.import_module(module_name), class_name), method
 
 
@@ -153,12 +174,16 @@ def _sdk_sites(sdk: str) -> list[str]:
     if sdk == "cohere":
         pytest.importorskip("cohere.v2.client")
         return _cohere()
+    if sdk == "botocore":
+        pytest.importorskip("botocore")
+        return _botocore()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     pytest.importorskip("litellm")
     return _litellm()
 
 
-@pytest.mark.parametrize("sdk", ["openai", "anthropic", "google-genai", "litellm", "mistralai", "ollama", "cohere"])
+@pytest.mark.parametrize("sdk", [
+    "openai", "anthropic", "google-genai", "litellm", "mistralai", "ollama", "cohere", "botocore"])
 def test_every_call_site_is_guarded_or_left_out_with_a_reason(harness, sdk):
     sites = _sdk_sites(sdk)
     assert sites, f"no call sites found in {sdk}: the introspection is broken"
@@ -181,13 +206,17 @@ def test_every_call_site_is_guarded_or_left_out_with_a_reason(harness, sdk):
 
 def test_a_call_site_ctxguard_wraps_is_documented_as_guarded(harness):
     from ctxguard.intercept import patching
+    from ctxguard.providers import PROVIDERS
 
     harness.start(mode="observe")
     rows = _documented()
+    transports = {f"{module}.{attribute}" for p in PROVIDERS for module, attribute, _ in p.transport}
     for site in patching.PATCHED:
         owner, name = site.owner, site.name
         if owner is warnings or (inspect.isclass(owner) and owner.__module__.split(".")[0] in ("httpx", "httpx2")):
             continue  # warnings.warn and the transport hook are not call sites
+        if inspect.isclass(owner) and f"{owner.__module__}.{owner.__qualname__}.{name}" in transports:
+            continue  # nor an SDK's own transport (botocore's), where the body sent is read
         where = f"{owner.__module__}.{owner.__qualname__}" if inspect.isclass(owner) else owner.__name__
         site = f"{where}.{name}"
         assert _status(site, rows) == "guarded", site

@@ -1,0 +1,421 @@
+"""AWS Bedrock Runtime through botocore (boto3's ``bedrock-runtime`` client): ``converse``,
+``converse_stream``, ``invoke_model`` and ``invoke_model_with_response_stream``, translated.
+
+botocore generates its client classes: every operation of every AWS client goes through one
+method, ``BaseClient._make_api_call(operation_name, api_params)``, which is the call site, shared
+(``dispatch`` picks the four model operations of a ``bedrock-runtime`` client and lets every other
+call through). docs/design.md says why there and not botocore's event handlers.
+
+Converse: the ``system`` blocks are the instruction (text, guard content; ``cachePoint`` markers
+are not read); messages' content blocks become readable text (text, tool use name and input, tool
+result content, reasoning text, documents' text) or references (images, documents, videos); tool
+uses and results are written as the neutral tool refs; ``toolConfig.tools`` specs are counted
+like tools, ``inferenceConfig.maxTokens`` is the reserved output. Its answer: ``output.message``,
+``stopReason``, ``usage`` (cache reads and writes are input too); no response id exists.
+
+InvokeModel: the body is the model's own request. An Anthropic Messages body (``anthropic_version``
+``bedrock-…``) is read by the Anthropic module, the model id from ``modelId``; a body of any other
+shape is not read (every check skips, saying so), never guessed at. Its answer is read off the
+body as the app reads it (the raw stream beneath botocore's ``StreamingBody``, which the app
+keeps); the token counts Bedrock puts in its response headers (and in a stream's last chunk,
+``amazon-bedrock-invocationMetrics``) serve for any model.
+
+Streams (``EventStream``) are proxied: the app iterates the same events.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..memo import Memo
+from ..payload import TOOL_CALL, TOOL_RESULT, Answer, Item, RequestView, tool_ref
+from ..tokens import NON_TEXT_PART
+from ._image import size_of_base64, size_of_bytes
+from ._read import as_int as _int
+from ._read import as_str as _str
+from ._read import canonical, elements, items
+from ._read import get as _get
+from ._read import role as _role
+from ._read import text_of as _text
+from .anthropic import ADAPTER as ANTHROPIC
+from .anthropic import image_tokens, tool_prompt_tokens
+from .base import CallSite, Pending, Provider
+
+__all__ = ["ADAPTER", "PROVIDER"]
+
+LABEL = "aws.bedrock"
+_SERVICE = "bedrock-runtime"
+#: botocore operation name -> api (the client method's name).
+_OPERATIONS = {
+    "Converse": "converse",
+    "ConverseStream": "converse_stream",
+    "InvokeModel": "invoke_model",
+    "InvokeModelWithResponseStream": "invoke_model_with_response_stream",
+}
+_STREAMS = frozenset({"converse_stream", "invoke_model_with_response_stream"})
+
+SITES = (CallSite("botocore.client", "BaseClient._make_api_call", "bedrock-runtime"),)
+#: botocore's HTTP layer, after signing: the body as sent.
+TRANSPORT = (("botocore.httpsession", "URLLib3Session.send", "body"),)
+
+
+def dispatch(instance: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
+    """``_make_api_call(operation_name, api_params)`` of a ``bedrock-runtime`` client: its api and
+    the app's keyword arguments; None for any other operation or service."""
+    operation = args[0] if args else kwargs.get("operation_name")
+    api = _OPERATIONS.get(operation) if type(operation) is str else None
+    if api is None:
+        return None
+    model = getattr(getattr(instance, "meta", None), "service_model", None)
+    if getattr(model, "service_name", None) != _SERVICE:
+        return None
+    params = args[1] if len(args) > 1 else kwargs.get("api_params")
+    return api, params if isinstance(params, Mapping) else {}
+
+
+def _digest(data: bytes | bytearray) -> str:
+    """A reference to inline bytes (an image, a document): their digest, never the bytes."""
+    return hashlib.blake2b(bytes(data), digest_size=16).hexdigest()
+
+
+def _media(kind: str, value: Any, refs: list[str], texts: list[str], model: str | None) -> int:
+    """An image, document or video block: a reference (its S3 URI, or a digest of its bytes);
+    a document's name and inline text are read. Returns what it costs."""
+    source = _get(value, "source")
+    data = _get(source, "bytes") if source is not None else None
+    location = _get(source, "s3Location") if source is not None else None
+    uri = _str(_get(location, "uri")) if location is not None else None
+    if isinstance(data, (bytes, bytearray)):
+        refs.append(f"{kind}:{_digest(data)}")
+    elif isinstance(data, str):  # a captured body: base64, as it went on the wire
+        refs.append(data)
+    else:
+        refs.append(uri or kind)
+    if kind == "document":
+        name = _str(_get(value, "name"))
+        if name:
+            texts.append(name)
+        inline = _get(source, "text") if source is not None else None
+        if isinstance(inline, str):
+            texts.append(inline)
+        for part in elements(_get(source, "content") if source is not None else None, "content"):
+            texts.append(_str(_get(part, "text")) or "")
+    if kind != "image":
+        return NON_TEXT_PART
+    if isinstance(data, (bytes, bytearray)):
+        return image_tokens(model, size_of_bytes(bytes(data)))
+    return image_tokens(model, size_of_base64(data) if isinstance(data, str) else None)
+
+
+def _block(kind: str, value: Any, texts: list[str], refs: list[str], model: str | None) -> int:
+    """One member of a Converse content block (a union: one key per block)."""
+    if kind == "text":
+        texts.append(_text(value))
+    elif kind in ("image", "document", "video"):
+        return _media(kind, value, refs, texts, model)
+    elif kind == "toolUse":
+        tool_input = _get(value, "input")
+        text = tool_input if isinstance(tool_input, str) else canonical(tool_input)
+        texts.append(f"{_text(_get(value, 'name') or '')} {text}")
+        refs.append(tool_ref(TOOL_CALL, _str(_get(value, "toolUseId"))))
+    elif kind == "toolResult":
+        cost = _blocks(_get(value, "content"), texts, refs, model)
+        refs.append(tool_ref(TOOL_RESULT, _str(_get(value, "toolUseId"))))
+        return cost
+    elif kind == "json":  # a tool result's structured content
+        texts.append(canonical(value))
+    elif kind == "reasoningContent":
+        reasoning = _get(value, "reasoningText")
+        texts.append(_str(_get(reasoning, "text")) or "" if reasoning is not None else "")
+        refs.append("id:reasoning")
+    elif kind == "guardContent":
+        guarded = _get(value, "text")
+        texts.append(_str(_get(guarded, "text")) or "" if guarded is not None else "")
+    elif kind in ("citationsContent", "searchResult"):
+        return _blocks(_get(value, "content"), texts, refs, model)
+    elif kind != "cachePoint":  # a cache marker says nothing the model reads
+        refs.append(f"id:block={kind}")
+    return 0
+
+
+def _blocks(content: Any, texts: list[str], refs: list[str], model: str | None) -> int:
+    """Readable text of Converse ``content`` blocks into ``texts``, references into ``refs``;
+    returns what the non-text blocks cost."""
+    if isinstance(content, str):
+        texts.append(content)
+        return 0
+    cost = 0
+    for block in elements(content, "content"):
+        if isinstance(block, Mapping):
+            for kind, value in block.items():
+                cost += _block(kind, value, texts, refs, model)
+        else:
+            texts.append(_text(block))
+    return cost
+
+
+def _message_item(message: Any, model: str | None) -> Item:
+    texts: list[str] = []
+    refs: list[str] = []
+    cost = _blocks(_get(message, "content"), texts, refs, model)
+    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message", cost)
+
+
+def _tools(config: Any, view: RequestView) -> None:
+    """``toolConfig.tools``' specs are counted like tools (``cachePoint`` entries are not tools);
+    Claude models get Anthropic's tool-use prompt with them."""
+    specs = [_get(tool, "toolSpec") for tool in elements(_get(config, "tools"), "tools")]
+    specs = [spec for spec in specs if spec is not None]
+    if not specs:
+        return
+    try:
+        view.tools = [canonical(spec) for spec in specs]
+    except Exception as exc:  # a schema that will not serialise is the app's business
+        view.unreadable = f"tools could not be read ({type(exc).__name__})"
+        return
+    if "claude" in (view.model or "").lower():
+        choice = _get(config, "toolChoice")
+        forced = choice is not None and (_get(choice, "any") is not None or _get(choice, "tool") is not None)
+        view.prompt_overhead += tool_prompt_tokens(view.model, forced=forced)
+
+
+def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> RequestView:
+    config = _get(kwargs, "inferenceConfig")
+    max_tokens = _int(_get(config, "maxTokens")) if config is not None else None
+    view = RequestView(provider=LABEL, operation="chat", model=_str(_get(kwargs, "modelId")), items=[],
+                       max_output_tokens=max_tokens, stream=api == "converse_stream")
+    fields = _get(kwargs, "additionalModelRequestFields")
+    thinking = _get(fields, "thinking") if isinstance(fields, Mapping) else None
+    budget = _int(_get(thinking, "budget_tokens")) if isinstance(thinking, Mapping) else None
+    if budget is not None and max_tokens is not None:
+        view.reply_room = max(0, max_tokens - budget)
+    _tools(_get(kwargs, "toolConfig"), view)
+    system = _get(kwargs, "system")
+    if system is not None:
+        texts: list[str] = []
+        refs: list[str] = []
+        cost = _blocks(system, texts, refs, view.model)
+        text = "\n".join(texts)
+        if text.strip():
+            view.items.append(("system", text, tuple(refs), "instructions", cost))
+    items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True,
+          memo=memo)
+    return view
+
+
+def _body(value: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """The JSON document of an ``invoke_model`` body, or why it is not read."""
+    if isinstance(value, (bytes, bytearray, str)):
+        try:
+            document = json.loads(value)
+        except ValueError:
+            return None, "body is not JSON"
+        if isinstance(document, dict):
+            return document, None
+        return None, "body is not a JSON object"
+    if value is None:
+        return None, "no body"
+    return None, f"body is a {type(value).__name__}, left unread for the SDK"
+
+
+def _anthropic_body(document: Mapping[str, Any]) -> bool:
+    version = document.get("anthropic_version")
+    return isinstance(version, str) and version.startswith("bedrock-")
+
+
+def _invoke(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> RequestView:
+    model = _str(_get(kwargs, "modelId"))
+    stream = api in _STREAMS
+    document, why = _body(_get(kwargs, "body"))
+    if document is not None and _anthropic_body(document):
+        view = ANTHROPIC.normalise("messages", {**document, "model": model}, memo)
+        view.provider, view.stream = LABEL, stream
+        return view
+    if why is None:
+        why = "body is not an Anthropic Messages body (anthropic_version bedrock-…), the only model body read here"
+    return RequestView(provider=LABEL, operation="chat", model=model, items=[], stream=stream,
+                       unreadable=f"invoke_model: {why}")
+
+
+def _usage(answer: Answer, usage: Any) -> None:
+    """Converse ``usage``: everything the prompt cost, cache reads and writes included."""
+    if usage is None:
+        return
+    base = _int(_get(usage, "inputTokens"))
+    if base is not None:
+        answer.input_tokens = base + (_int(_get(usage, "cacheReadInputTokens")) or 0) + (
+            _int(_get(usage, "cacheWriteInputTokens")) or 0)
+    answer.output_tokens = _int(_get(usage, "outputTokens"))
+
+
+def _reply_text(content: Any) -> str:
+    return "".join(_str(_get(b, "text")) or "" for b in elements(content, "content") if isinstance(b, Mapping))
+
+
+def _converse_answer(result: Any) -> Answer | None:
+    output = _get(result, "output")
+    if output is None:
+        return None
+    message = _get(output, "message")
+    reason = _str(_get(result, "stopReason"))
+    answer = Answer(finish_reasons=[reason] if reason else [],
+                    text=_reply_text(_get(message, "content")) if message is not None else "")
+    _usage(answer, _get(result, "usage"))
+    return answer
+
+
+def _headers(result: Any) -> Mapping[str, Any]:
+    metadata = _get(result, "ResponseMetadata")
+    headers = _get(metadata, "HTTPHeaders") if metadata is not None else None
+    return headers if isinstance(headers, Mapping) else {}
+
+
+def _header_int(headers: Mapping[str, Any], name: str) -> int | None:
+    value = headers.get(name)
+    return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
+def _counted(answer: Answer, headers: Mapping[str, Any]) -> Answer:
+    """Bedrock's own token counts (response headers), where the body gave none."""
+    if answer.input_tokens is None:
+        answer.input_tokens = _header_int(headers, "x-amzn-bedrock-input-token-count")
+    if answer.output_tokens is None:
+        answer.output_tokens = _header_int(headers, "x-amzn-bedrock-output-token-count")
+    return answer
+
+
+def _invoke_answer(headers: Mapping[str, Any], document: Any) -> Answer:
+    """An ``invoke_model`` body, once read: an Anthropic message is read as one; any other body's
+    content is not, only Bedrock's counts."""
+    answer = None
+    if isinstance(document, dict) and document.get("type") == "message":
+        answer = ANTHROPIC.read_response("messages", document)
+    return _counted(answer or Answer(), headers)
+
+
+class BedrockAdapter:
+    provider = LABEL
+
+    def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
+        if api.startswith("converse"):
+            return _converse(api, kwargs, memo)
+        return _invoke(api, kwargs, memo)
+
+    def read_response(self, api: str, result: Any) -> Answer | None:
+        """The result ``_make_api_call`` returned: Converse's answer; an ``invoke_model`` result whose
+        body was not observed gives Bedrock's counts only."""
+        if api.startswith("converse"):
+            return _converse_answer(result)
+        return _counted(Answer(), _headers(result))
+
+    def stream_reader(self, api: str) -> _ConverseStream | _ChunkStream:
+        return _ConverseStream() if api == "converse_stream" else _ChunkStream()
+
+
+def pending(api: str, result: Any) -> Pending | None:
+    """Where the result holds its answer still to come: a stream's ``EventStream``; the raw body
+    beneath ``invoke_model``'s ``StreamingBody``. Converse's result is its answer."""
+    if not isinstance(result, dict):
+        return None
+    if api == "converse_stream" and "stream" in result:
+        return Pending(result, "stream", "events")
+    if api == "invoke_model_with_response_stream" and "body" in result:
+        return Pending(result, "body", "events")
+    body = result.get("body") if api == "invoke_model" else None
+    if body is None or getattr(body, "_raw_stream", None) is None:
+        return None
+    headers = _headers(result)
+    return Pending(body, "_raw_stream", "body", read=lambda document: _invoke_answer(headers, document))
+
+
+class _ConverseStream:
+    """ConverseStream events: messageStart, contentBlockStart / Delta / Stop, messageStop, metadata."""
+
+    def __init__(self) -> None:
+        self._reply = Answer()
+        self._texts: list[str] = []
+
+    def feed(self, event: Any) -> None:
+        if not isinstance(event, Mapping):
+            return
+        delta = _get(_get(event, "contentBlockDelta"), "delta") if "contentBlockDelta" in event else None
+        if delta is not None:
+            text = _str(_get(delta, "text"))
+            if text:
+                self._texts.append(text)
+        stop = _get(event, "messageStop")
+        if stop is not None:
+            reason = _str(_get(stop, "stopReason"))
+            if reason:
+                self._reply.finish_reasons = [reason]
+        metadata = _get(event, "metadata")
+        if metadata is not None:
+            _usage(self._reply, _get(metadata, "usage"))
+
+    def reply(self) -> Answer:
+        self._reply.text = "".join(self._texts)
+        return self._reply
+
+
+class _ChunkStream:
+    """InvokeModelWithResponseStream events: ``chunk``s whose ``bytes`` are the model's own stream
+    events (Anthropic's, read by the Anthropic module); the last one carries Bedrock's counts."""
+
+    def __init__(self) -> None:
+        self._anthropic = ANTHROPIC.stream_reader("messages")
+        self._metrics: Any = None
+
+    def feed(self, event: Any) -> None:
+        chunk = _get(event, "chunk") if isinstance(event, Mapping) else None
+        data = _get(chunk, "bytes") if chunk is not None else None
+        if not isinstance(data, (bytes, bytearray)):
+            return
+        try:
+            document = json.loads(data)
+        except ValueError:  # not JSON: not a body read here
+            return
+        if not isinstance(document, dict):
+            return
+        if isinstance(document.get("type"), str):
+            self._anthropic.feed(document)
+        metrics = document.get("amazon-bedrock-invocationMetrics")
+        if metrics is not None:
+            self._metrics = metrics
+
+    def reply(self) -> Answer:
+        answer = self._anthropic.reply()
+        metrics = self._metrics
+        if metrics is not None:
+            if answer.input_tokens is None:
+                answer.input_tokens = _int(_get(metrics, "inputTokenCount"))
+            if answer.output_tokens is None:
+                answer.output_tokens = _int(_get(metrics, "outputTokenCount"))
+        return answer
+
+
+ADAPTER = BedrockAdapter()
+
+
+def as_call(body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
+    """A captured body as its call site saw it: an Anthropic body is an ``invoke_model`` body; any
+    other is Converse's (whose wire names are its argument names), the model from the capture line."""
+    if _anthropic_body(body):
+        return "invoke_model", {"modelId": model, "body": json.dumps(body)}
+    return "converse", {**body, "modelId": model}
+
+
+PROVIDER = Provider(
+    distribution="botocore",
+    module="botocore",
+    supported=(1, 1),
+    label=LABEL,
+    adapter=ADAPTER,
+    sites=SITES,
+    dispatch=dispatch,
+    pending=pending,
+    transport=TRANSPORT,
+    offline=as_call,
+)
