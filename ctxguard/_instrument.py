@@ -15,8 +15,9 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from . import facts, intercept
 from ._isolation import report_internal_error, set_error_counter
+from .budget import add_model_windows, load_model_windows
 from .capture import CaptureWriter, Redact
-from .config import Config
+from .config import ENV_MODEL_WINDOWS, Config
 from .guard import Guard
 from .policy import Policy
 from .providers import BY_DISTRIBUTION
@@ -87,6 +88,17 @@ def _start_tracing(otlp_endpoint: str | None) -> _otlp.OtlpTracing | None:
         return None
 
 
+def _add_model_windows_file(path: str) -> None:
+    """``CTXGUARD_MODEL_WINDOWS``: its entries win over the shipped ones and over ``model_windows=``.
+    A file that cannot be read or holds no valid table is one warning naming it and the problem,
+    never an error raised into the app: the windows known before stand."""
+    try:
+        add_model_windows(load_model_windows(path))
+    except (OSError, ValueError) as exc:
+        logger.warning("ctxguard: %s=%s ignored: %s; the shipped model windows (and model_windows= given in "
+                       "code) stand", ENV_MODEL_WINDOWS, path, exc)
+
+
 def instrument(
     *,
     policy: Policy | None = None,
@@ -105,6 +117,7 @@ def instrument(
     capture_redact: Redact | None = None,
     span: str = "auto",
     hash_ids: bool = False,
+    model_windows: Mapping[str, int] | None = None,
 ) -> Guard | None:
     """Guard every call of the installed (or later imported) LLM SDKs.
 
@@ -160,6 +173,10 @@ def instrument(
     ``hash_ids`` (or ``CTXGUARD_HASH_IDS=1``): conversation and fact ids go into spans and logs
     as keyed digests (the key of the payload digests), for apps whose ids are personal data;
     see ``ctxguard.telemetry.ids`` and docs/privacy.md.
+
+    ``model_windows`` (``{model id: context window in tokens}``) adds to or overrides the shipped
+    window table; ``CTXGUARD_MODEL_WINDOWS`` names a TOML or JSON file that does the same and wins
+    over both (docs/budget.md, "Adding or overriding windows"). Entries stay for the process.
     """
     global _guard, _server, _tracing
     if Config.disabled():
@@ -172,6 +189,8 @@ def instrument(
         if _guard is not None:
             logger.debug("ctxguard: instrument() called again; keeping the active guard")
             return _guard
+        if model_windows is not None:  # a mistake here raises ValueError: nothing has started yet
+            add_model_windows(model_windows)
         config = Config.resolve(
             mode=mode,
             digest_key=digest_key,
@@ -181,6 +200,8 @@ def instrument(
             span=span,
             hash_ids=hash_ids,
         )
+        if config.model_windows is not None:
+            _add_model_windows_file(config.model_windows)
         tracing = _start_tracing(otlp_endpoint) if tracer_provider is None else None
         try:
             guard = Guard(

@@ -21,6 +21,7 @@ __all__ = [
     "ENV_HASH_IDS",
     "ENV_MAX_CONVERSATIONS",
     "ENV_METRICS_PORT",
+    "ENV_MODEL_WINDOWS",
     "ENV_MODE",
     "ENV_SPAN",
     "Config",
@@ -49,6 +50,9 @@ ENV_MAX_CONVERSATIONS = "CTXGUARD_MAX_CONVERSATIONS"
 #: or less); docs/operations.md, "Memory", says how they share it.
 ENV_CACHE_BYTES = "CTXGUARD_CACHE_BYTES"
 CACHE_BYTES = 64 * 1024 * 1024
+#: A TOML or JSON file of model context windows, added to the shipped table and winning over it
+#: (docs/budget.md, "Adding or overriding windows"); read by ``instrument()``.
+ENV_MODEL_WINDOWS = "CTXGUARD_MODEL_WINDOWS"
 #: ``auto`` (default): ctxguard's attributes go on another instrumentation's span of the same
 #: call when there is one; ``own``: ctxguard always records a span of its own.
 ENV_SPAN = "CTXGUARD_SPAN"
@@ -129,6 +133,7 @@ class Config:
     capture_path: str | None = None
     span: SpanChoice = "auto"
     hash_ids: bool = False
+    model_windows: str | None = None  # the CTXGUARD_MODEL_WINDOWS file, read by instrument()
 
     @staticmethod
     def disabled() -> bool:
@@ -179,4 +184,5 @@ class Config:
             capture_path=os.environ.get(ENV_CAPTURE_PATH, "").strip() or capture_path,
             span="own" if span == "own" else "auto",
             hash_ids=bool(hash_ids) if hashed is None else hashed,
+            model_windows=os.environ.get(ENV_MODEL_WINDOWS, "").strip() or None,
         )
