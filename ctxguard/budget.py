@@ -32,7 +32,7 @@ __all__ = [
 
 #: The shipped table (docs/budget.md, "The window table"): each entry's window, its source and the
 #: date it was read there, and what the number counts.
-DATA_FILE = "data/model_windows.toml"
+_DATA_FILE = "data/model_windows.toml"
 
 #: The two fields the budget needs, read without a TOML parser: tomllib takes ~10 ms on this file, a
 #: cost every ``import ctxguard`` would pay; one regex takes a few hundred µs. The file keeps
@@ -42,7 +42,7 @@ _ENTRY = re.compile(r'^\[models\."([^"]+)"\]\nwindow = (\d+)$', re.MULTILINE)
 
 
 def _shipped() -> dict[str, int]:
-    text = resources.files(__package__ or "ctxguard").joinpath(DATA_FILE).read_text(encoding="utf-8")
+    text = resources.files(__package__ or "ctxguard").joinpath(_DATA_FILE).read_text(encoding="utf-8")
     return {model: int(window) for model, window in _ENTRY.findall(text)}
 
 

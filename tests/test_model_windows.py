@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -220,9 +221,12 @@ def test_an_installed_package_finds_the_data_file(tmp_path):
     """What setuptools puts in the wheel (its build_py: packages and package-data from pyproject.toml),
     imported from there and not from the source tree, reads the table through importlib.resources. (The
     same selection goes into the sdist: both were checked by hand with pip wheel and build_sdist.)"""
-    lib = tmp_path / "lib"
+    src, lib = tmp_path / "src", tmp_path / "lib"  # a fresh copy: no egg-info left by an earlier build
+    shutil.copytree(ROOT / "ctxguard", src / "ctxguard", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
     build = f"from setuptools import setup; setup(script_args=['-q', 'build_py', '--build-lib', {str(lib)!r}])"
-    subprocess.run([sys.executable, "-c", build], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-c", build], cwd=src, check=True, capture_output=True)
     assert (tmp_path / "lib" / "ctxguard" / "data" / "model_windows.toml").is_file()
     code = ("import ctxguard.budget as b, importlib.resources as r; "
             "print(b.__file__); print(len(b.MODEL_WINDOWS)); print(b.window_for('claude-opus-5-5')); "
