@@ -148,6 +148,9 @@ def test_the_remembered_resolutions_are_bounded():
         window_for(f"unknown-model-{i}")
         assert len(budget._resolved) <= budget._RESOLVED_MAX
     assert window_for("gpt-4o") == 128_000
+    huge = "x" * 10_000
+    assert window_for(huge) is None and huge not in budget._resolved  # a long string is not kept
+    assert window_for("openai/" + "a" * 300 + "/gpt-4o") == 128_000
 
 
 # -- overrides ---------------------------------------------------------------------------------
