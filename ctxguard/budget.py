@@ -63,9 +63,12 @@ _BEDROCK = re.compile(
     r"(.+?)(?:-v\d+(?::\d+)?)?(?::\d+k)?$"
 )
 #: model string -> the table key it resolved to ("" for none); re-made when the table's size changes.
+#: At most ``_RESOLVED_MAX`` strings of at most ``_REMEMBERED_CHARS`` characters (a model string is
+#: the app's, of any length): a longer one is resolved again each time.
 _resolved: dict[str, str] = {}
 _resolved_size = len(MODEL_WINDOWS)
 _RESOLVED_MAX = 1024
+_REMEMBERED_CHARS = 256
 
 
 def _resolve(model: str) -> str:
@@ -105,7 +108,9 @@ def window_for(model: str | None) -> int | None:
         if _resolved_size != len(MODEL_WINDOWS) or len(_resolved) >= _RESOLVED_MAX:
             _resolved.clear()
             _resolved_size = len(MODEL_WINDOWS)
-        key = _resolved[model] = _resolve(model)
+        key = _resolve(model)
+        if len(model) <= _REMEMBERED_CHARS:
+            _resolved[model] = key
     return MODEL_WINDOWS.get(key) if key else None
 
 
