@@ -15,8 +15,9 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from . import facts, intercept
 from ._isolation import report_internal_error, set_error_counter
+from .budget import add_model_windows, load_model_windows
 from .capture import CaptureWriter, Redact
-from .config import Config
+from .config import ENV_MODEL_WINDOWS, Config
 from .guard import Guard
 from .policy import Policy
 from .providers import BY_DISTRIBUTION
@@ -87,6 +88,17 @@ def _start_tracing(otlp_endpoint: str | None) -> _otlp.OtlpTracing | None:
         return None
 
 
+def _add_model_windows_file(path: str) -> None:
+    """``CTXGUARD_MODEL_WINDOWS``: its entries win over the shipped ones and over ``model_windows=``.
+    A file that cannot be read or holds no valid table is one warning naming it and the problem,
+    never an error raised into the app: the windows known before stand."""
+    try:
+        add_model_windows(load_model_windows(path))
+    except (OSError, ValueError) as exc:
+        logger.warning("ctxguard: %s=%s ignored: %s; the shipped model windows (and model_windows= given in "
+                       "code) stand", ENV_MODEL_WINDOWS, path, exc)
+
+
 def instrument(
     *,
     policy: Policy | None = None,
@@ -106,6 +118,7 @@ def instrument(
     span: str = "auto",
     hash_ids: bool = False,
     ollama_num_ctx: int | None = None,
+    model_windows: Mapping[str, int] | None = None,
 ) -> Guard | None:
     """Guard every call of the installed (or later imported) LLM SDKs.
 
@@ -166,6 +179,10 @@ def instrument(
     a request that sets no ``options.num_ctx`` (default 4096, Ollama's own below 24 GiB of VRAM;
     set your server's ``OLLAMA_CONTEXT_LENGTH``): the budget judges those requests against it, since
     the server silently drops what does not fit (docs/budget.md).
+
+    ``model_windows`` (``{model id: context window in tokens}``) adds to or overrides the shipped
+    window table; ``CTXGUARD_MODEL_WINDOWS`` names a TOML or JSON file that does the same and wins
+    over both (docs/budget.md, "Adding or overriding windows"). Entries stay for the process.
     """
     global _guard, _server, _tracing
     if Config.disabled():
@@ -178,6 +195,8 @@ def instrument(
         if _guard is not None:
             logger.debug("ctxguard: instrument() called again; keeping the active guard")
             return _guard
+        if model_windows is not None:  # a mistake here raises ValueError: nothing has started yet
+            add_model_windows(model_windows)
         config = Config.resolve(
             mode=mode,
             digest_key=digest_key,
@@ -188,6 +207,8 @@ def instrument(
             hash_ids=hash_ids,
             ollama_num_ctx=ollama_num_ctx,
         )
+        if config.model_windows is not None:
+            _add_model_windows_file(config.model_windows)
         tracing = _start_tracing(otlp_endpoint) if tracer_provider is None else None
         try:
             guard = Guard(

@@ -10,93 +10,157 @@ on both OpenAI and Anthropic, so the reserved output already covers them; the
 from __future__ import annotations
 
 import functools
+import json
 import re
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 
 __all__ = [
     "MODEL_WINDOWS",
     "Budget",
     "BudgetBreakdown",
     "BudgetEval",
+    "add_model_windows",
     "budget_for",
     "evaluate",
+    "load_model_windows",
     "window_for",
 ]
 
-#: Context windows in tokens, maintained by hand (see docs/budget.md for sources and
-#: the update rule). Dated snapshots (``-2024-08-06``, ``-20250514``) and ``-latest``
-#: resolve to their family; anything else unknown is *not* guessed.
-MODEL_WINDOWS: dict[str, int] = {
-    # OpenAI
-    "gpt-3.5-turbo": 16_385,
-    "gpt-4": 8_192,
-    "gpt-4-32k": 32_768,
-    "gpt-4-turbo": 128_000,
-    "gpt-4-turbo-preview": 128_000,
-    "gpt-4-1106-preview": 128_000,
-    "gpt-4-0125-preview": 128_000,
-    "gpt-4o": 128_000,
-    "gpt-4o-mini": 128_000,
-    "chatgpt-4o": 128_000,
-    "gpt-4.1": 1_047_576,
-    "gpt-4.1-mini": 1_047_576,
-    "gpt-4.1-nano": 1_047_576,
-    "gpt-4.5-preview": 128_000,
-    "o1": 200_000,
-    "o1-mini": 128_000,
-    "o1-pro": 200_000,
-    "o3": 200_000,
-    "o3-mini": 200_000,
-    "o3-pro": 200_000,
-    "o4-mini": 200_000,
-    "gpt-5": 400_000,
-    "gpt-5-mini": 400_000,
-    "gpt-5-nano": 400_000,
-    "gpt-5-chat": 128_000,
-    "gpt-5-codex": 400_000,
-    "gpt-5.1": 400_000,
-    # Anthropic
-    "claude-3-haiku": 200_000,
-    "claude-3-sonnet": 200_000,
-    "claude-3-opus": 200_000,
-    "claude-3-5-haiku": 200_000,
-    "claude-3-5-sonnet": 200_000,
-    "claude-3-7-sonnet": 200_000,
-    "claude-sonnet-4": 200_000,
-    "claude-opus-4": 200_000,
-    "claude-opus-4-1": 200_000,
-    "claude-sonnet-4-5": 200_000,
-    "claude-haiku-4-5": 200_000,
-    "claude-opus-4-5": 200_000,
-    # Google Gemini: the published input token limit (output has its own, separate limit,
-    # so input + reserved output against this window errs on the safe side).
-    "gemini-2.0-flash": 1_048_576,
-    "gemini-2.0-flash-lite": 1_048_576,
-    "gemini-2.5-pro": 1_048_576,
-    "gemini-2.5-flash": 1_048_576,
-}
+#: The shipped table (docs/budget.md, "The window table"): each entry's window, its source and the
+#: date it was read there, and what the number counts.
+_DATA_FILE = "data/model_windows.toml"
 
-_SNAPSHOT = re.compile(r"^(.+?)-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4}|\d{3}|latest)$")
+#: The two fields the budget needs, read without a TOML parser: tomllib takes ~10 ms on this file, a
+#: cost every ``import ctxguard`` would pay; one regex takes a few hundred µs. The file keeps
+#: ``window`` the first key of each ``[models."id"]`` table, and tests/test_model_windows.py holds
+#: this reading equal to tomllib's full parse.
+_ENTRY = re.compile(r'^\[models\."([^"]+)"\]\nwindow = (\d+)$', re.MULTILINE)
+
+
+def _shipped() -> dict[str, int]:
+    text = resources.files(__package__ or "ctxguard").joinpath(_DATA_FILE).read_text(encoding="utf-8")
+    return {model: int(window) for model, window in _ENTRY.findall(text)}
+
+
+#: Context windows in tokens by model id, read from the shipped data file at import; user entries
+#: (``add_model_windows``, ``instrument(model_windows=)``, ``CTXGUARD_MODEL_WINDOWS``) are added to
+#: it and win. ``window_for`` resolves ids to these keys; anything else unknown is *not* guessed.
+MODEL_WINDOWS: dict[str, int] = _shipped()
+
+#: Dated snapshots (``-2024-08-06``, ``-20250514``, Cohere's ``-08-2024``), four- and three-digit
+#: versions (``-0613``, ``-001``) and ``-latest`` name their family.
+_SNAPSHOT = re.compile(r"^(.+?)-(\d{4}-\d{2}-\d{2}|\d{8}|\d{2}-\d{4}|\d{4}|\d{3}|latest)$")
+#: A Bedrock model id (``anthropic.claude-sonnet-4-5-20250929-v1:0``), optionally behind a
+#: cross-region inference profile's geography (``us.``, ``global.`` ...): the vendor prefix, the
+#: ``-v1:0`` version and a ``:200k`` context variant are Bedrock's, not the model's.
+_BEDROCK = re.compile(
+    r"^(?:(?:us|eu|apac|global|us-gov|jp|au|ca)\.)?"
+    r"(?:anthropic|meta|amazon|mistral|cohere|deepseek|openai|qwen|google|writer|ai21|nvidia|minimax|moonshotai)\."
+    r"(.+?)(?:-v\d+(?::\d+)?)?(?::\d+k)?$"
+)
+#: model string -> the table key it resolved to ("" for none); re-made when the table's size changes.
+#: At most ``_RESOLVED_MAX`` strings of at most ``_REMEMBERED_CHARS`` characters (a model string is
+#: the app's, of any length): a longer one is resolved again each time.
+_resolved: dict[str, str] = {}
+_resolved_size = len(MODEL_WINDOWS)
+_RESOLVED_MAX = 1024
+_REMEMBERED_CHARS = 256
+
+
+def _resolve(model: str) -> str:
+    """The table key ``model`` names, or "": a provider or ARN prefix (``openai/``, ``models/``,
+    ``...:inference-profile/``) and a Vertex ``@version`` dropped, a Bedrock id unwrapped, an Ollama
+    ``:tag`` tried with and then without, a snapshot suffix tried as its family."""
+    name = model.strip().lower().rsplit("/", 1)[-1].split("@", 1)[0]
+    bedrock = _BEDROCK.match(name)
+    if bedrock:
+        name = bedrock.group(1)
+    for candidate in (name, name.split(":", 1)[0]):
+        if candidate in MODEL_WINDOWS:
+            return candidate
+        snapshot = _SNAPSHOT.match(candidate)
+        if snapshot and snapshot.group(1) in MODEL_WINDOWS:
+            return snapshot.group(1)
+    return ""
 
 
 def window_for(model: str | None) -> int | None:
-    """The model's context window in tokens (``MODEL_WINDOWS``); dated snapshots and ``-latest``
-    resolve to their family, unknown models to None (never guessed).
+    """The model's context window in tokens (``MODEL_WINDOWS``); snapshots, aliases, Bedrock,
+    Vertex, provider-prefixed ids and Ollama tags resolve to their family (docs/budget.md), unknown
+    models to None (never guessed). Runs on every call: a resolution is remembered.
 
     >>> window_for("gpt-4o-2024-08-06")
     128000
+    >>> window_for("us.anthropic.claude-sonnet-4-5-20250929-v1:0")
+    200000
     >>> window_for("my-finetune-v7") is None
     True
     """
-    if not model or not isinstance(model, str):
+    global _resolved_size
+    if not isinstance(model, str) or not model:
         return None
-    name = model.rsplit("/", 1)[-1].strip().lower()
-    window = MODEL_WINDOWS.get(name)
-    if window is None:
-        match = _SNAPSHOT.match(name)
-        if match:
-            window = MODEL_WINDOWS.get(match.group(1))
-    return window
+    key = _resolved.get(model)
+    if key is None or _resolved_size != len(MODEL_WINDOWS):
+        if _resolved_size != len(MODEL_WINDOWS) or len(_resolved) >= _RESOLVED_MAX:
+            _resolved.clear()
+            _resolved_size = len(MODEL_WINDOWS)
+        key = _resolve(model)
+        if len(model) <= _REMEMBERED_CHARS:
+            _resolved[model] = key
+    return MODEL_WINDOWS.get(key) if key else None
+
+
+def _entries(data: object, where: str) -> dict[str, int]:
+    """``{id: window}`` from a mapping of ids to windows, or to tables with a ``window`` (the shipped
+    file's shape, also under a top-level ``models``)."""
+    if isinstance(data, Mapping) and isinstance(data.get("models"), Mapping):
+        data = data["models"]
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where}: expected a mapping of model id to window, got {type(data).__name__}")
+    entries: dict[str, int] = {}
+    for model, value in data.items():
+        window = value.get("window") if isinstance(value, Mapping) else value
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError(f"{where}: a model id must be a non-empty string, got {model!r}")
+        if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+            raise ValueError(f"{where}: {model!r}: the window must be a positive number of tokens, got {window!r}")
+        entries[model.strip().lower()] = window
+    return entries
+
+
+def add_model_windows(windows: Mapping[str, object]) -> None:
+    """Add or override entries of ``MODEL_WINDOWS`` (ids are matched in lower case); they win over
+    the shipped ones. ``ValueError`` for an entry that is not a model id and a positive window.
+
+    >>> add_model_windows({"acme-support-ft": 32_768})  # doctest: +SKIP
+    """
+    MODEL_WINDOWS.update(_entries(windows, "model windows"))
+
+
+def load_model_windows(path: str | Path) -> dict[str, int]:
+    """The entries of a TOML or JSON file (JSON when it ends in ``.json``): a mapping of model id to
+    window, or tables in the shipped file's shape. ``ValueError`` says what is wrong, ``OSError``
+    when the file cannot be read."""
+    raw = Path(path).read_bytes()
+    if str(path).lower().endswith(".json"):
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:  # also a JSONDecodeError, and bytes that are not UTF-8
+            raise ValueError(f"not JSON: {exc}") from None
+    else:
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover - Python 3.10
+            import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
+            raise ValueError(f"not TOML: {exc}") from None
+    return _entries(data, "entries")
 
 
 def _check_terms(**terms: int | None) -> None:

@@ -21,6 +21,7 @@ __all__ = [
     "ENV_HASH_IDS",
     "ENV_MAX_CONVERSATIONS",
     "ENV_METRICS_PORT",
+    "ENV_MODEL_WINDOWS",
     "ENV_MODE",
     "ENV_OLLAMA_NUM_CTX",
     "ENV_SPAN",
@@ -51,6 +52,9 @@ ENV_MAX_CONVERSATIONS = "CTXGUARD_MAX_CONVERSATIONS"
 #: or less); docs/operations.md, "Memory", says how they share it.
 ENV_CACHE_BYTES = "CTXGUARD_CACHE_BYTES"
 CACHE_BYTES = 64 * 1024 * 1024
+#: A TOML or JSON file of model context windows, added to the shipped table and winning over it
+#: (docs/budget.md, "Adding or overriding windows"); read by ``instrument()``.
+ENV_MODEL_WINDOWS = "CTXGUARD_MODEL_WINDOWS"
 #: ``auto`` (default): ctxguard's attributes go on another instrumentation's span of the same
 #: call when there is one; ``own``: ctxguard always records a span of its own.
 ENV_SPAN = "CTXGUARD_SPAN"
@@ -137,6 +141,7 @@ class Config:
     capture_path: str | None = None
     span: SpanChoice = "auto"
     hash_ids: bool = False
+    model_windows: str | None = None  # the CTXGUARD_MODEL_WINDOWS file, read by instrument()
     ollama_num_ctx: int = OLLAMA_NUM_CTX
 
     @property
@@ -201,4 +206,5 @@ class Config:
             span="own" if span == "own" else "auto",
             hash_ids=bool(hash_ids) if hashed is None else hashed,
             ollama_num_ctx=num_ctx or ollama_num_ctx or OLLAMA_NUM_CTX,
+            model_windows=os.environ.get(ENV_MODEL_WINDOWS, "").strip() or None,
         )

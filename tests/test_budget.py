@@ -45,7 +45,8 @@ def test_budget_evaluate_derives_the_missing_terms_from_the_request():
 
 @pytest.mark.parametrize(("model", "window"), [
     ("gpt-4o", 128_000), ("gpt-4o-2024-08-06", 128_000), ("gpt-4-0613", 8_192), ("gpt-4.1-mini", 1_047_576),
-    ("claude-sonnet-4-20250514", 200_000), ("claude-3-5-sonnet-latest", 200_000), ("openai/gpt-4o", 128_000),
+    ("claude-sonnet-4-20250514", 200_000), ("claude-3-5-haiku-latest", 200_000), ("openai/gpt-4o", 128_000),
+    ("claude-3-5-sonnet-latest", 200_000),  # retired on the API, kept: partner platforms and captures name it
     ("gemini-2.5-flash", 1_048_576), ("models/gemini-2.0-flash-001", 1_048_576), ("gemini-3-ultra", None),
     ("gpt-4o-mini-tts", None), ("gpt-4.5-turbo", None), ("", None), (None, None), (41, None), (b"gpt-4o", None),
 ])
@@ -58,7 +59,9 @@ def test_a_window_the_request_sets_is_used_before_the_table_and_after_budget_win
     terms = {"input_tokens": 3000, "system_tokens": 0, "tools_tokens": 0, "max_output_tokens": 100}
     ev = budget_mod.evaluate(Budget(), model="gpt-4o", request_window=2048, **terms)
     assert not isinstance(ev, str) and ev.breakdown.window == 2048 and ev.headroom < 0
-    ev = budget_mod.evaluate(Budget(), model="llama3.2", request_window=2048, **terms)  # not in the table
+    ev = budget_mod.evaluate(Budget(), model="llama3.2", request_window=2048, **terms)  # not the native 131,072
+    assert not isinstance(ev, str) and ev.breakdown.window == 2048
+    ev = budget_mod.evaluate(Budget(), model="acme-local:7b", request_window=2048, **terms)  # not in the table
     assert not isinstance(ev, str) and ev.breakdown.window == 2048
     ev = budget_mod.evaluate(Budget(window=8192), model="gpt-4o", request_window=2048, **terms)
     assert not isinstance(ev, str) and ev.breakdown.window == 8192  # the user's own setting wins
