@@ -176,6 +176,7 @@ def own(side: str, guard: Any, tracer: Any, send: Callable[[Any], tuple[Any, byt
     under the peer's wrapper, whose SDK call runs inside ``operator.call``, where callgrind's
     collection toggles off again: its wrapper's work alone is counted."""
     global COUNTING
+    import openai
     import overhead as ov
     from opentelemetry import context as otel_context
     from opentelemetry import trace
@@ -183,9 +184,6 @@ def own(side: str, guard: Any, tracer: Any, send: Callable[[Any], tuple[Any, byt
     import ctxguard
     from ctxguard.intercept.answers import returned
     from ctxguard.providers import openai as openai_provider
-
-
-    import openai
 
     # The call site's object, as the wrapper passes it: its client's identity is read per call.
     resource = openai.OpenAI(api_key="bench", base_url="http://127.0.0.1:9/v1").chat.completions
