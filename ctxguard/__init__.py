@@ -18,6 +18,7 @@ from .guard import Guard
 from .pinned import render_pinned
 from .policy import Pinned, Policy
 from .summaries import SUMMARY_PROMPT
+from .telemetry.sampling import ViolationSampler
 from .violations import ContextViolation, Violation
 
 __version__ = "0.1.0"
@@ -39,6 +40,7 @@ __all__ = [
     "Policy",
     "RedisLedger",
     "Violation",
+    "ViolationSampler",
     "budget_for",
     "checkpoint",
     "conversation",

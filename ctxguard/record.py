@@ -132,8 +132,11 @@ class Recorder:
                 return
             t.usage_elsewhere = records_usage(over) or inference_span(theirs, payload.model)
         # Attributes go on right after creation, through the non-validating fast path;
-        # handing them to start_span would have the SDK re-validate each one.
-        span = self.tracer.start_span(f"{payload.operation} {payload.model or 'unknown'}", kind=SpanKind.CLIENT)
+        # handing them to start_span would have the SDK re-validate each one. But the names of the
+        # checks that failed are start attributes: a sampler sees them (``ViolationSampler``).
+        failed = verdict.violations and tuple(dict.fromkeys(v.check for v in verdict.violations))
+        span = self.tracer.start_span(f"{payload.operation} {payload.model or 'unknown'}", kind=SpanKind.CLIENT,
+                                      attributes={attr.VIOLATIONS: failed} if failed else None)
         t.span = span
         t.token = otel_context.attach(trace.set_span_in_context(span))
         if span.is_recording():
