@@ -4,7 +4,7 @@ ctxguard never calls a model. An app that summarises its older turns with its ow
 model can start from ``SUMMARY_PROMPT``; ``ContextBuilder`` then checks the summary
 it is handed against the conversation's active facts (a paraphrase tends to lose
 exactly the digits, identifiers and names), counts a lossy one in
-``ctxguard_summary_lossy_total`` and leaves a note that the next guarded call of the
+``ctxguard_lossy_summaries_total`` and leaves a note that the next guarded call of the
 conversation puts on its span (``ctxguard.summary.lossy``: fact ids, never values).
 """
 

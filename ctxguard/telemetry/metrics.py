@@ -121,7 +121,7 @@ class Metrics:
         )
         self.errors_at = {w: self._series(errors, (w,)) for w in WHERE}
         lossy = self._family(
-            "ctxguard_summary_lossy_total", "Supplied summaries that lost an active fact's value.", ()
+            "ctxguard_lossy_summaries_total", "Supplied summaries that lost an active fact's value.", ()
         )
         self.lossy_at = self._series(lossy, ())
         duration = self._family(

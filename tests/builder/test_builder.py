@@ -223,7 +223,7 @@ def test_lossy_summary_keeps_the_fact_pinned_counts_and_reaches_the_span(harness
         faithful = b.build(chat(10), "status?", summary="Refund 1,249.50 EUR for order A-1041 requested.")
         client.chat.completions.create(model="gpt-4o", messages=faithful)
     assert "refund_amount: 1,249.50 EUR" in messages[1]["content"]
-    assert harness.metric("ctxguard_summary_lossy_total") == 1
+    assert harness.metric("ctxguard_lossy_summaries_total") == 1
     first, second = [s for s in harness.spans() if "ctxguard.payload.hash" in s.attributes]
     assert list(first.attributes["ctxguard.summary.lossy"]) == ["refund_amount"]
     assert "ctxguard.summary.lossy" not in second.attributes

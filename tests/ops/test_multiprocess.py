@@ -152,7 +152,7 @@ def test_counts_add_up_across_worker_processes(
     assert value("ctxguard_calls_total", {"provider": "anthropic", "operation": "chat"}) == 0
     assert value("ctxguard_blocked_total", {"check": "system_at_head"}) == 0
     assert value("ctxguard_evictions_total", {"kind": "system"}) == 0
-    assert value("ctxguard_summary_lossy_total", {}) == 0
+    assert value("ctxguard_lossy_summaries_total", {}) == 0
     assert value("ctxguard_pinned_tokens_count", {}) == 0
     assert value("ctxguard_guard_errors_total", {"where": "checks"}) == 0
 

@@ -180,7 +180,7 @@ def test_every_labelled_series_exists_at_zero_from_instrument():
     assert registry.get_sample_value("ctxguard_calls_total", {"provider": "openai", "operation": "chat"}) == 0
     assert registry.get_sample_value("ctxguard_guard_errors_total", {"where": "checks"}) == 0
     assert registry.get_sample_value("ctxguard_messages_dropped_total", {"role": "user"}) == 0
-    assert registry.get_sample_value("ctxguard_summary_lossy_total") == 0
+    assert registry.get_sample_value("ctxguard_lossy_summaries_total") == 0
 
 
 def test_metrics_port_serves_on_loopback():
