@@ -27,9 +27,17 @@ def doc_lines() -> list[str]:
     return [line for path in DOCS for line in path.read_text(encoding="utf-8").splitlines()]
 
 
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    found = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(found[0].choices) if found else {}
+
+
 def verbs() -> dict[str, argparse.ArgumentParser]:
-    (subparsers,) = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    return dict(subparsers.choices)
+    """Each verb's parser by the words that name it (``ops export``: a verb of a verb)."""
+    named = {}
+    for verb, parser in _subcommands(_parser()).items():
+        named.update({f"{verb} {sub}": p for sub, p in _subcommands(parser).items()} or {verb: parser})
+    return named
 
 
 def flags() -> list[tuple[str, str]]:
@@ -38,8 +46,9 @@ def flags() -> list[tuple[str, str]]:
 
 
 def test_the_parsers_are_read():
-    assert set(verbs()) == {"demo", "budget", "check", "diff", "report"}
+    assert set(verbs()) == {"demo", "budget", "check", "diff", "report", "ops export"}
     assert ("report", "--no-progress") in flags() and ("report", "-o") in flags()
+    assert ("ops export", "--force") in flags()
 
 
 @pytest.mark.parametrize(("verb", "option"), flags())

@@ -1,4 +1,4 @@
-"""``ctxguard`` command line (SPEC §7): ``demo``, ``budget``, ``check``, ``diff``, ``report``."""
+"""``ctxguard`` command line (SPEC §7): ``demo``, ``budget``, ``check``, ``diff``, ``report``, ``ops export``."""
 
 from __future__ import annotations
 
@@ -36,6 +36,10 @@ def _parser() -> argparse.ArgumentParser:
     from . import report
 
     report.add_arguments(verbs.add_parser("report", help="write a self-contained HTML fact-survival report"))
+
+    from . import ops
+
+    ops.add_arguments(verbs.add_parser("ops", help="the operations artefacts: dashboard, alert rules, ..."))
     return parser
 
 
@@ -74,6 +78,10 @@ def _run(args: argparse.Namespace) -> int:
         from .report import run_report
 
         return run_report(args)
+    if args.verb == "ops":
+        from .ops import run_ops
+
+        return run_ops(args)
     from .budget import run_budget
 
     return run_budget(args)
