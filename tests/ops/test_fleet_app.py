@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
@@ -167,8 +166,8 @@ def test_a_killed_worker_costs_only_its_own_request_and_the_totals_stay_exact(
     ended_before = fleet.total("ctxguard_guard_duration_seconds_count")
     turns: list[tuple[str, Future[dict[str, Any]]]] = []
     with ThreadPoolExecutor(8) as pool:
-        def load(start: int, stop: int) -> None:
-            for i in range(start, stop):
+        def load(first: int, last: int) -> None:
+            for i in range(first, last):
                 turns.append((f"question {i}", pool.submit(fleet.chat, f"load-{i}", f"question {i}")))
 
         load(0, 20)
@@ -239,11 +238,14 @@ def test_a_system_prompt_evicted_in_one_worker_pages_through_alertmanager(fleet:
 
     assert fleet.total("ctxguard_evictions_total", kind="system") - evicted_before == 1  # an event: once
     assert fleet.total("ctxguard_violations_total", check="fact_present") - missing_before == 1  # turn 5
+    import redis  # redis-py is there: the redis_url fixture skips without it
+
     ledger = ctxguard.RedisLedger(fleet.redis_url)
     try:  # the worker wrote the fact event where every worker reads it
         assert redis.Redis.from_url(fleet.redis_url).llen(ledger.key(("buggy", None))) == 1
     finally:
         ledger.close()
+    assert fleet.total("ctxguard_guard_errors_total") == 0
 
     alert = wait_for("CtxguardSystemPromptEvicted at the webhook",
                      lambda: stack.firing("CtxguardSystemPromptEvicted"), timeout=90)
