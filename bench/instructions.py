@@ -70,7 +70,9 @@ CACHE_SIM = ("--cache-sim=yes", "--branch-sim=yes", "--I1=65536,16,64", "--D1=49
 
 
 def child(side: str, size: int, calls: int, grow: bool) -> None:
-    """Runs under valgrind: warm up both paths, then ``calls`` calls of one side."""
+    """Runs under valgrind: warm up both paths, then ``calls`` calls of one side
+    (``side@choice``: the guarded side with ``instrument(metrics=choice)``)."""
+    side, _, choice = side.partition("@")
     sys.path.insert(0, str(Path(__file__).parent))
     import openai
     import overhead as ov
@@ -100,7 +102,16 @@ def child(side: str, size: int, calls: int, grow: bool) -> None:
         assert peer is not None, "opentelemetry-instrumentation-openai-v2 not importable"
     policy = ctxguard.Policy(pinned=ctxguard.Pinned(max_tokens=800))
     registry = prometheus_client.CollectorRegistry()
-    guard = ctxguard.instrument(policy=policy, registry=registry, tracer_provider=provider, digest_key=ov.KEY)
+    meters = None
+    if choice in ("otel", "both"):
+        # A reader that is never collected here: what a call pays is the recording; an
+        # export reads the cells (and the SDK's aggregations) once per interval, off the call.
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+        meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    guard = ctxguard.instrument(policy=policy, registry=registry, tracer_provider=provider, digest_key=ov.KEY,
+                                metrics=choice or "prometheus", meter_provider=meters)
     assert guard is not None, "ctxguard disabled (CTXGUARD_DISABLED?)"
     ov.keep_bare_calls_bare()
     orig = Completions.create.__wrapped__  # type: ignore[attr-defined]
@@ -249,6 +260,9 @@ def main() -> int:
     parser.add_argument("--grow", action="store_true", help="append one new message per call (from each size)")
     parser.add_argument("--own", action="store_true", help="count ctxguard's hooks and a bare span alone, no SDK")
     parser.add_argument("--cache", action="store_true", help="also simulate the caches: misses per call, by level")
+    parser.add_argument("--metrics", default="", metavar="CHOICES",
+                        help="with --own: also count ctxguard with instrument(metrics=C) for each C of a comma list "
+                             "(prometheus,otel,both), in the same run")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         print("valgrind not found (Debian: apt-get install valgrind)", file=sys.stderr)
@@ -258,6 +272,10 @@ def main() -> int:
     peer = importlib.util.find_spec("opentelemetry.instrumentation.openai_v2") is not None
     if peer:
         sides = (*sides, "peer-own" if args.own else "peer")
+    choices = [c for c in args.metrics.split(",") if c]
+    if choices and not args.own:
+        parser.error("--metrics needs --own")
+    sides = (*sides, *(f"guarded-own@{c}" for c in choices))
     jobs = [(side, size) for size in sizes for side in sides]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         events = dict(
@@ -292,6 +310,13 @@ def main() -> int:
         lo, hi = sizes[0], sizes[-1]
         per = (per_call[hi] - per_call[lo]) / (hi - lo)
         print(f"\nper message beyond {lo}: {per:,.0f} instructions")
+    if choices:
+        print("\n| msgs | metrics= | ctxguard instructions/call | vs the default (Prometheus cells) |")
+        print("|---:|---|---:|---:|")
+        for size in sizes:
+            for c in choices:
+                n = totals[(f"guarded-own@{c}", size)] / args.calls
+                print(f"| {size} | {c} | {n:,.0f} | {n - per_call[size]:+,.0f} |")
     if args.cache:
         cache_table(events, sizes, args.calls, args.own)
     return 0

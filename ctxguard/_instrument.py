@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -108,6 +109,8 @@ def instrument(
     capture_content: bool = False,
     registry: CollectorRegistry | None = None,
     tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+    metrics: str = "prometheus",
     metrics_port: int | None = None,
     ledger: object | None = None,
     conversation_id: Callable[[Mapping[str, Any]], str | None] | None = None,
@@ -141,6 +144,13 @@ def instrument(
     decision is made here, once: once ctxguard has its own provider, a global one
     the app sets later gets ctxguard's spans only after ``uninstrument()`` and
     ``instrument()`` again. See ``ctxguard.telemetry.otlp``.
+
+    ``metrics`` (or ``CTXGUARD_METRICS``): ``"prometheus"`` (default), ``"otel"`` or ``"both"``.
+    ``"otel"`` and ``"both"`` put every metric on an OpenTelemetry meter of ``meter_provider``
+    (default: the global one; the API's proxy until the app sets one, which then receives them),
+    plus the GenAI client metrics ``gen_ai.client.token.usage`` and
+    ``gen_ai.client.operation.duration``; ``"otel"`` creates no Prometheus series at all
+    (``ctxguard.telemetry.meter``; docs/operations.md, "OpenTelemetry metrics").
 
     ``metrics_port`` serves ``/metrics`` on 127.0.0.1. Under gunicorn-style
     pre-forked workers, set ``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's
@@ -206,6 +216,7 @@ def instrument(
             span=span,
             hash_ids=hash_ids,
             ollama_num_ctx=ollama_num_ctx,
+            metrics=metrics,
         )
         if config.model_windows is not None:
             _add_model_windows_file(config.model_windows)
@@ -216,11 +227,15 @@ def instrument(
                 policy=policy,
                 registry=registry,
                 tracer_provider=tracing.provider if tracing is not None else tracer_provider,
+                meter_provider=meter_provider,
                 ledger=ledger,
                 conversation_id=conversation_id,
                 clock=clock,
             )
-            if config.metrics_port is not None:
+            if config.metrics_port is not None and config.metrics == "otel":
+                logger.warning("ctxguard: /metrics not served on port %d: metrics='otel' creates no Prometheus "
+                               "series (use metrics='both' for both)", config.metrics_port)
+            elif config.metrics_port is not None:
                 _server = _serve_metrics(config.metrics_port, registry)
         except BaseException:
             if tracing is not None:
@@ -255,6 +270,7 @@ def uninstrument() -> None:
         intercept.uninstall()
         if _guard is not None:
             _guard.stop_capture()
+            _guard.stop_meters()
         set_error_counter(None)
         facts.configure(None, None)  # facts recorded from now on go to the process default
         _guard = None

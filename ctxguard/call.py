@@ -65,6 +65,7 @@ class Call:
 
     def block(self) -> None:
         """Enforce mode: count, close the span, and refuse to send."""
+        self.trace.unsent = True
         with guarded("telemetry"):
             self._stages.recorder.blocked(self.verdict)
         self._conclude(None, _perf(), error_type=ContextViolation.__name__, unanswered="not sent (enforce mode)")

@@ -20,12 +20,14 @@ __all__ = [
     "ENV_DISABLED",
     "ENV_HASH_IDS",
     "ENV_MAX_CONVERSATIONS",
+    "ENV_METRICS",
     "ENV_METRICS_PORT",
     "ENV_MODEL_WINDOWS",
     "ENV_MODE",
     "ENV_OLLAMA_NUM_CTX",
     "ENV_SPAN",
     "Config",
+    "MetricsChoice",
     "Mode",
     "OLLAMA_NUM_CTX",
     "SpanChoice",
@@ -40,6 +42,9 @@ ENV_DIGEST_KEY = "CTXGUARD_DIGEST_KEY"
 ENV_CAPTURE_CONTENT = "CTXGUARD_CAPTURE_CONTENT"
 #: Port for a Prometheus ``/metrics`` endpoint on 127.0.0.1.
 ENV_METRICS_PORT = "CTXGUARD_METRICS_PORT"
+#: Where the metrics go: ``prometheus`` (default), ``otel`` (an OpenTelemetry meter, and no
+#: Prometheus series at all) or ``both``.
+ENV_METRICS = "CTXGUARD_METRICS"
 #: ``1``/``true`` exports conversation and fact ids as keyed digests (spans, span events, logs).
 ENV_HASH_IDS = "CTXGUARD_HASH_IDS"
 #: ``1`` (or ``true``/``yes``/``on``) makes ``instrument()`` a no-op.
@@ -69,6 +74,8 @@ logger = logging.getLogger("ctxguard")
 
 Mode = Literal["observe", "enforce"]
 SpanChoice = Literal["auto", "own"]
+MetricsChoice = Literal["prometheus", "otel", "both"]
+METRICS_CHOICES = ("prometheus", "otel", "both")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -143,6 +150,7 @@ class Config:
     hash_ids: bool = False
     model_windows: str | None = None  # the CTXGUARD_MODEL_WINDOWS file, read by instrument()
     ollama_num_ctx: int = OLLAMA_NUM_CTX
+    metrics: MetricsChoice = "prometheus"
 
     @property
     def server_windows(self) -> dict[str, int]:
@@ -165,9 +173,13 @@ class Config:
         span: str = "auto",
         hash_ids: bool = False,
         ollama_num_ctx: int | None = None,
+        metrics: str = "prometheus",
     ) -> Config:
         if mode not in ("observe", "enforce"):
             raise ValueError(f"mode must be 'observe' or 'enforce', got {mode!r}")
+        if metrics not in METRICS_CHOICES:
+            raise ValueError(f"metrics must be 'prometheus', 'otel' or 'both', got {metrics!r}")
+        metrics = _choice(ENV_METRICS, METRICS_CHOICES) or metrics
         if span not in ("auto", "own"):
             raise ValueError(f"span must be 'auto' or 'own', got {span!r}")
         if ollama_num_ctx is not None and ollama_num_ctx <= 0:
@@ -207,4 +219,5 @@ class Config:
             hash_ids=bool(hash_ids) if hashed is None else hashed,
             ollama_num_ctx=num_ctx or ollama_num_ctx or OLLAMA_NUM_CTX,
             model_windows=os.environ.get(ENV_MODEL_WINDOWS, "").strip() or None,
+            metrics="otel" if metrics == "otel" else "both" if metrics == "both" else "prometheus",
         )

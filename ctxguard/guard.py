@@ -17,7 +17,9 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
@@ -39,6 +41,7 @@ from .providers.base import Provider
 from .record import Recorder, Trace
 from .telemetry.ids import ExportedIds
 from .telemetry.log import WarningLimiter
+from .telemetry.meter import meters_for
 from .telemetry.metrics import Metrics, metrics_for
 from .tokens import Calibration, default_counter
 from .wiredigest import WireDigests
@@ -67,6 +70,7 @@ class Guard:
         policy: Policy | None = None,
         registry: CollectorRegistry | None = None,
         tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
         ledger: object | None = None,
         conversation_id: Callable[[Mapping[str, Any]], str | None] | None = None,
         clock: Callable[[], datetime] | None = None,
@@ -75,7 +79,7 @@ class Guard:
         """``sinks``: private fact sinks (offline checking), instead of making ``ledger`` the process's."""
         self.config = config
         self.policy = policy if policy is not None else Policy()
-        self.metrics: Metrics = metrics_for(registry, CHECK_NAMES, LABELS)
+        self.metrics: Metrics = metrics_for(registry, CHECK_NAMES, LABELS, prometheus=config.metrics != "otel")
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         facts = sinks if sinks is not None else facts_mod.configure(ledger, clock)  # type: ignore[arg-type]
         self._inspector = inspector_for(config, facts)
@@ -90,6 +94,10 @@ class Guard:
             self._inspector, self._recorder, WireDigests(digester, max_bytes=config.cache_bytes // 8), self.calibration
         )
         self._conversation_id = conversation_id
+        if config.metrics != "prometheus":
+            meters = meters_for(meter_provider if meter_provider is not None else otel_metrics.get_meter_provider(),
+                                self.metrics)
+            self.metrics.mirror = self._recorder.meters = meters
 
     @property
     def enforce(self) -> bool:
@@ -111,6 +119,15 @@ class Guard:
             raise RuntimeError(f"already capturing to {self._recorder.capture.path}")
         self._recorder.capture = writer
         self._inspector.facts.capture = writer
+
+    def stop_meters(self) -> None:
+        """The OpenTelemetry instruments stop reporting (``uninstrument()``; they cannot be removed)."""
+        meters = self._recorder.meters
+        if meters is not None:
+            meters.active = False
+            self._recorder.meters = None
+            if self.metrics.mirror is meters:
+                self.metrics.mirror = None
 
     def stop_capture(self) -> None:
         writer, self._recorder.capture = self._recorder.capture, None
@@ -150,7 +167,7 @@ class Guard:
         except Exception as exc:
             report_internal_error("checks", exc)
         recorder = self._recorder
-        t = Trace()
+        t = Trace(started)
         try:
             recorder.start(t, verdict, over)
         except Exception as exc:

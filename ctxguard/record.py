@@ -9,6 +9,7 @@ the end) and ``end`` (the answer's attributes, the duration, the span ended).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ from .summaries import LOSSY
 from .telemetry import spans as attr
 from .telemetry.ids import ExportedIds
 from .telemetry.log import WarningLimiter, log_violations
+from .telemetry.meter import Meters
 from .telemetry.metrics import Hist, Metrics
 from .telemetry.neighbours import claimed_beneath, inference_span, ours_to_add, records_usage, their_call_span
 from .violations import Violation
@@ -39,9 +41,12 @@ class Trace:
     """The telemetry of one call in flight: its span (ctxguard's, or another instrumentation's
     it adopted), what goes on the span when it ends, and what is counted then."""
 
-    __slots__ = ("adopted", "attrs", "cells", "request", "span", "token", "usage_elsewhere")
+    __slots__ = ("adopted", "attrs", "began", "cells", "request", "span", "token", "unsent", "usage_elsewhere")
 
-    def __init__(self) -> None:
+    def __init__(self, began: float = 0.0) -> None:
+        self.began = began  # perf_counter() when ctxguard first saw the call
+        #: Enforce mode refused to send it: no GenAI operation took place.
+        self.unsent = False
         self.span: trace.Span | None = None
         self.token: object | None = None
         #: The span is another instrumentation's span of this call: ctxguard adds to it, never ends it.
@@ -88,6 +93,8 @@ class Recorder:
         self.warnings = warnings
         #: Where request bodies and fact events are being captured, if anywhere (opt-in).
         self.capture: CaptureWriter | None = None
+        #: The OpenTelemetry instruments (``metrics="otel"`` or ``"both"``), for the GenAI client metrics.
+        self.meters: Meters | None = None
 
     # -- before sending -------------------------------------------------
 
@@ -271,6 +278,18 @@ class Recorder:
         m = self.metrics
         cells, t.cells = t.cells, []
         m.add(cells, ((m.duration_h, elapsed),))
+        meters = self.meters
+        if meters is not None and not (t.adopted or t.usage_elsewhere or t.unsent):
+            # Only when ctxguard's own span records the usage: the instrumentation whose span
+            # does records these too, and two would double every token on a GenAI dashboard.
+            payload = verdict.payload
+            meters.call(
+                operation=payload.operation, provider=payload.provider, request_model=payload.model,
+                response_model=reply.model if reply is not None else None, server=payload.server,
+                duration=time.perf_counter() - t.began,
+                input_tokens=reply.input_tokens if reply is not None else None,
+                output_tokens=reply.output_tokens if reply is not None else None, error_type=error_type,
+            )
 
 
 def _request_attributes(a: dict[str, Any], payload: Payload) -> None:

@@ -24,7 +24,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from prometheus_client import REGISTRY, CollectorRegistry, values
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -32,6 +32,13 @@ from prometheus_client.utils import floatToGoString
 
 from .._isolation import WHERE
 from ..payload import ROLES
+
+
+class Mirror(Protocol):
+    """Where a call's histogram observations also go (``telemetry.meter.Meters``)."""
+
+    def record(self, observed: list[tuple[int, float]], /) -> None:
+        """(first cell of the series, value) per observation."""
 
 __all__ = ["EVICTION_KINDS", "OPERATIONS", "ROLES", "Hist", "Metrics", "metrics_for"]
 
@@ -72,27 +79,36 @@ class Metrics:
     """All ctxguard series on one registry. The hot path adds to cells by index:
     ``m.add([m.calls_at[...], m.checks_at[...]], [(m.tokens_h[p], n)])``."""
 
-    def __init__(self, registry: CollectorRegistry, check_names: tuple[str, ...], providers: tuple[str, ...]) -> None:
-        """``check_names`` and ``providers``: every check and ``provider`` label, each a fixed set."""
-        self.check_names = check_names
-        self.providers = providers
+    def __init__(
+        self, registry: CollectorRegistry | None, check_names: tuple[str, ...], providers: tuple[str, ...]
+    ) -> None:
+        """``check_names`` and ``providers``: every check and ``provider`` label, each a fixed set.
+        ``registry`` None: no Prometheus series at all (``metrics="otel"``; the cells still count,
+        for the OpenTelemetry instruments that read them)."""
+        self.check_names, self.providers = check_names, providers
         self._families: list[_Family] = []
         self._cells: list[float] = []
-        self._shared: list[Any] | None = [] if _multiprocess() else None  # mmap values, multiprocess mode
+        self._shared: list[Any] | None = [] if registry is not None and _multiprocess() else None  # mmap values
+        #: The OpenTelemetry instruments fed from these cells, if any (``metrics="otel"`` or ``"both"``).
+        self.mirror: Mirror | None = None
         self._lock = threading.Lock()
         self._created = time.time()
+        self._lay_out(check_names, providers)
+        self._collector = _Collector(self)
+        if registry is not None:
+            registry.register(self._collector)
 
+    def _lay_out(self, check_names: tuple[str, ...], providers: tuple[str, ...]) -> None:
+        """Every family and series, in exposition order."""
         calls = self._family("ctxguard_calls_total", "LLM calls inspected by ctxguard.", ("provider", "operation"))
         self.calls_at = {(p, o): self._series(calls, (p, o)) for p in providers for o in OPERATIONS}
         checks = self._family("ctxguard_checks_total", "Check evaluations by outcome.", ("check", "outcome"))
         self.checks_at = {(c, o): self._series(checks, (c, o)) for c in check_names for o in OUTCOMES}
         violations = self._family("ctxguard_violations_total", "Failed checks.", ("check", "provider"))
         self.violations_at = {(c, p): self._series(violations, (c, p)) for c in check_names for p in providers}
-        evictions = self._family(
-            "ctxguard_evictions_total",
-            "Protected items (system, pinned, fact) that vanished from a conversation's payload.",
-            ("kind",),
-        )
+        evictions = self._family("ctxguard_evictions_total",
+                                 "Protected items (system, pinned, fact) that vanished from a conversation's payload.",
+                                 ("kind",))
         self.evictions_at = {k: self._series(evictions, (k,)) for k in EVICTION_KINDS}
         blocked = self._family(
             "ctxguard_blocked_total", "Requests not sent because a check failed (enforce mode).", ("check",)
@@ -128,8 +144,6 @@ class Metrics:
             "ctxguard_guard_duration_seconds", "ctxguard's own time per call.", (), _DURATION_BUCKETS
         )
         self.duration_h = self._hist(duration, ())
-        self._collector = _Collector(self)
-        registry.register(self._collector)
 
     # -- layout -----------------------------------------------------------
 
@@ -156,15 +170,20 @@ class Metrics:
         """Add one to each of ``cells`` (a cell may repeat) and record each observation, under one lock."""
         hits = list(cells)
         sums: list[tuple[int, float]] = []
+        seen: list[tuple[int, float]] = []  # (first cell, value): what the mirror records
         for (start, bounds), value in observed:
             hits.append(start + bisect.bisect_left(bounds, value))  # le: the first bound >= value
             sums.append((start + len(bounds) + 1, value))
+            seen.append((start, value))
         with self._lock:
             v = self._cells
             for i in hits:
                 v[i] += 1
             for i, amount in sums:
                 v[i] += amount
+        mirror = self.mirror
+        if mirror is not None and seen:
+            mirror.record(seen)
         shared = self._shared
         if shared is not None:
             for i in hits:
@@ -185,6 +204,20 @@ class Metrics:
         self.add_amount(self.dropped_at.get(role, self.dropped_at["other"]), count)
 
     # -- exposition -------------------------------------------------------
+
+    def layout(self) -> list[_Family]:
+        """The families, in order (each with its name, kind, labels, bounds and series' cells)."""
+        return list(self._families)
+
+    def counts(self, family_name: str) -> list[tuple[float, dict[str, str]]]:
+        """A counter family's series now: (value, {label: value}) each."""
+        family = next(f for f in self._families if f.name == family_name)
+        with self._lock:
+            cells = self._cells
+            values = [cells[start] for _, start in family.series]
+        names = family.labelnames
+        return [(value, dict(zip(names, labelvalues, strict=True)))
+                for value, (labelvalues, _) in zip(values, family.series, strict=True)]
 
     def register(self, registry: CollectorRegistry) -> None:
         """Expose these same series on one more registry as well."""
@@ -241,6 +274,7 @@ def _mmap_values(family: _Family, labelvalues: tuple[str, ...]) -> list[Any]:
 _lock = threading.Lock()
 _by_registry: weakref.WeakKeyDictionary[CollectorRegistry, Metrics] = weakref.WeakKeyDictionary()
 _process_metrics: Metrics | None = None
+_unexposed: Metrics | None = None  # metrics="otel": on no registry
 
 
 def _multiprocess() -> bool:
@@ -249,9 +283,14 @@ def _multiprocess() -> bool:
 
 
 def metrics_for(
-    registry: CollectorRegistry | None, check_names: tuple[str, ...], providers: tuple[str, ...]
+    registry: CollectorRegistry | None, check_names: tuple[str, ...], providers: tuple[str, ...],
+    *, prometheus: bool = True,
 ) -> Metrics:
     """The series on ``registry`` (default: the global one), created on first use.
+
+    ``prometheus`` False (``metrics="otel"``): cells on no registry at all, one set per process
+    (so ``instrument()`` again keeps counting from where it was, as the OpenTelemetry counters
+    that read them must).
 
     In multiprocess mode a series' value lives in one mmap entry per process, keyed
     by name and labels, not by registry, and each value object caches the value it
@@ -259,7 +298,12 @@ def metrics_for(
     ``b``, then ``a`` again) would write stale counts over each other's, so there
     the process keeps one set of series and registers it on every registry.
     """
-    global _process_metrics
+    global _process_metrics, _unexposed
+    if not prometheus:
+        with _lock:
+            if _unexposed is None or (_unexposed.check_names, _unexposed.providers) != (check_names, providers):
+                _unexposed = Metrics(None, check_names, providers)
+            return _unexposed
     registry = REGISTRY if registry is None else registry
     with _lock:
         metrics = _by_registry.get(registry)
