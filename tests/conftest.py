@@ -143,3 +143,36 @@ def traced() -> Iterator[Callable[[], int]]:
         yield retained
     finally:
         tracemalloc.stop()
+
+
+# -- real servers ----------------------------------------------------------------
+
+import shutil  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import NoReturn  # noqa: E402
+
+from tests.servers import REQUIRE_REDIS, redis_server  # noqa: E402
+
+
+def _redis_unavailable(reason: str) -> NoReturn:
+    if REQUIRE_REDIS:
+        pytest.fail(f"{reason} (CTXGUARD_REQUIRE_REDIS=1)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``redis://127.0.0.1:PORT/0`` of a throwaway ``redis-server``, one per test session (the fact
+    store's tests, the fleet app's). Skipped when ``redis-server`` or redis-py is missing, unless
+    ``CTXGUARD_REQUIRE_REDIS=1`` (CI sets it after installing both): then a missing one fails."""
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        _redis_unavailable("redis-py not installed: pip install 'ctxguard[redis]'")
+    server = shutil.which("redis-server") or (
+        "/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None
+    )
+    if server is None:
+        _redis_unavailable("redis-server not found: apt-get install -y redis-server")
+    with redis_server(server, tmp_path_factory.mktemp("redis")) as url:
+        yield url

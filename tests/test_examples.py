@@ -60,3 +60,14 @@ def test_retention_suite_example_catches_each_bug(bug: str, caught_by: str):
     assert caught_by in failed
     if bug != "rotating":  # an app without its system prompt fails nearly everything
         assert failed == {caught_by}
+
+
+def test_fleet_app_refuses_to_start_without_a_multiprocess_directory(tmp_path):
+    """examples/fleet_app runs end to end in tests/ops/test_fleet_app.py; this is the one rule that
+    test cannot show: without PROMETHEUS_MULTIPROC_DIR each worker would count on its own."""
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    out = subprocess.run([sys.executable, "-m", "gunicorn", "-c", "examples/fleet_app/gunicorn.conf.py",
+                          "--bind", "127.0.0.1:0", "--control-socket", str(tmp_path / "gunicorn.ctl")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode != 0
+    assert "set PROMETHEUS_MULTIPROC_DIR" in out.stderr

@@ -686,6 +686,7 @@ class _Handler(BaseHTTPRequestHandler):
         ctx = replace(ctx, payload=payload)
         if kind == _OLLAMA and not payload.get("model"):  # checked before any model is looked for
             self._send_error(ctx, req, 400, _error_body(ctx, 400, "model is required"))
+            return
         if kind in (_INVOKE, _INVOKE_STREAM) and _invoke_shape(payload) is None:
             # Bedrock validates the body against the model's own schema before anything else.
             self._send_error(ctx, req, 400, _error_body(ctx, 400, _MALFORMED))

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REQUIRE, free_port
+from tests.servers import REQUIRE_REDIS, free_port
 
 try:
     import redis
 except ImportError:
-    if REQUIRE:
+    if REQUIRE_REDIS:
         raise
     pytest.skip("redis-py not installed: pip install 'ctxguard[redis]'", allow_module_level=True)
 

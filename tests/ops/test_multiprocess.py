@@ -13,7 +13,6 @@ import contextlib
 import os
 import selectors
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -28,6 +27,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from ctxguard.testing import FakeLLM
+from tests.servers import free_port
 
 WORKERS = 3
 CALLS = {"provider": "openai", "operation": "chat"}
@@ -119,12 +119,6 @@ def _status(proc: subprocess.Popen[str], timeout: float = 60) -> str:
     return line
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_counts_add_up_across_worker_processes(
     fake_llm: FakeLLM, multiproc_dir: Path, spawn: list[subprocess.Popen[str]]
 ) -> None:
@@ -161,7 +155,7 @@ def test_metrics_port_serves_the_aggregate_of_all_workers(
     fake_llm: FakeLLM, multiproc_dir: Path, spawn: list[subprocess.Popen[str]]
 ) -> None:
     """Every worker asks for the same port, as they would under gunicorn: one serves, none fails."""
-    port = _free_port()
+    port = free_port()
     workers = [_start(spawn, multiproc_dir, fake_llm.base_url, calls=i + 1, port=port) for i in range(WORKERS)]
     statuses = [_status(proc) for proc in workers]
     assert sorted(statuses) == ["not-serving"] * (WORKERS - 1) + ["serving"]
@@ -270,7 +264,7 @@ def test_preloaded_master_serves_its_forked_workers_counts(
     fake_llm: FakeLLM, multiproc_dir: Path, spawn: list[subprocess.Popen[str]]
 ) -> None:
     """gunicorn --preload: instrument() ran in the master; the workers are forks of it."""
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CTXGUARD_", "OTEL_"))}
     env["PROMETHEUS_MULTIPROC_DIR"] = str(multiproc_dir)
     master = subprocess.Popen(

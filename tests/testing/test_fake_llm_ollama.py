@@ -168,9 +168,9 @@ def test_errors_are_ollamas(llm: FakeLLM, client: Client) -> None:
         client.chat(model="llama9", messages=MESSAGES)
     assert (info.value.status_code, info.value.error) == (404, 'model "llama9" not found, try pulling it first')
     assert llm.responses[0].status == 404
+    llm.script(Reply(status=500))  # a request refused for its missing model leaves it to the next
     status, _, body = _post(llm, {"messages": MESSAGES, "stream": False})
     assert (status, json.loads(body)) == (400, {"error": "model is required"})
-    llm.script(Reply(status=500))
     with pytest.raises(ResponseError) as info:
         list(client.chat(model=MODEL, messages=MESSAGES, stream=True))
     assert info.value.status_code == 500 and info.value.error
