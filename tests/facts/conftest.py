@@ -1,4 +1,5 @@
-"""A real ``redis-server`` for the Redis fact store's tests, one per test session.
+"""A real ``redis-server`` for the Redis fact store's tests: one per test session, and one
+per test for the tests that kill or freeze it.
 
 Skipped when ``redis-server`` or redis-py is missing, unless
 ``CTXGUARD_REQUIRE_REDIS=1`` (CI sets it after installing both), in which case a
@@ -9,12 +10,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 import pytest
 
@@ -55,9 +58,15 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=5)
 
 
-@pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``redis://127.0.0.1:PORT/0`` of a throwaway server (no persistence, temp dir)."""
+class RedisServer(NamedTuple):
+    proc: subprocess.Popen[bytes]
+    url: str  # redis://127.0.0.1:PORT/0
+
+
+@contextmanager
+def redis_server(workdir: Path) -> Iterator[RedisServer]:
+    """A throwaway ``redis-server`` (no persistence, in ``workdir``), stopped on exit. Tests that
+    kill or freeze a server start one of their own with it."""
     try:
         import redis  # noqa: F401
     except ImportError:
@@ -67,7 +76,6 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
     if server is None:
         _unavailable("redis-server not found: apt-get install -y redis-server")
-    workdir: Path = tmp_path_factory.mktemp("redis")
     log = workdir / "redis.log"
     port = free_port()
     with log.open("wb") as out:
@@ -100,6 +108,22 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     f"redis-server did not answer PING within {START_TIMEOUT}s:\n{log.read_text(errors='replace')}"
                 )
             time.sleep(0.02)  # poll interval, not a wait for readiness
-        yield f"redis://127.0.0.1:{port}/0"
+        yield RedisServer(proc, f"redis://127.0.0.1:{port}/0")
     finally:
+        with suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGCONT)  # a test may have left it stopped
         _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``redis://127.0.0.1:PORT/0`` of a throwaway server shared by the session's tests."""
+    with redis_server(tmp_path_factory.mktemp("redis")) as server:
+        yield server.url
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A server of this test's own, to kill or freeze (``SIGSTOP``) without touching the session's."""
+    with redis_server(tmp_path) as server:
+        yield server
