@@ -16,7 +16,6 @@ already held. Processes with different digest keys cannot match each other's val
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -85,7 +84,9 @@ class ValueDigests:
         self.key = self._digester.text("key")[:WORD_HEX]
 
     def scope(self, scope: Scope) -> str:
-        return self._digester.text("s\x1f" + json.dumps(scope))  # a list of two: injective
+        conversation, tenant = scope  # the conversation's length first, the tenant marked: injective
+        return self._digester.text(f"s\x1f{len(conversation)}\x1f{conversation}\x1f"
+                                   + ("-" if tenant is None else "+" + tenant))
 
     def value(self, norm: str) -> str:
         return self._digester.text("v\x1f" + norm)
