@@ -224,7 +224,7 @@ class RedisLedger:
         if reader is not None:
             reader.stop()
 
-    def stream_client(self) -> Any:
+    def _stream_client(self) -> Any:
         """A client of its own for the reader: its blocking reads never hold a connection the call
         path needs, and it times out only past the read's wait."""
         import redis
@@ -299,7 +299,7 @@ class StreamReader:
         while not stopping.is_set():
             try:
                 if self._client is None:
-                    self._client = self._ledger.stream_client()
+                    self._client = self._ledger._stream_client()
                 if not self.live:
                     while self._take(self._client.xread({self._ledger.stream_key: self.last_id}, count=PAGE)) == PAGE:
                         pass  # the backlog, without waiting: caught up when a page is not full
