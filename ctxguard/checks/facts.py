@@ -19,19 +19,15 @@ def _clear(fact_id: str, stage: str, expected: Version | None, observed: Version
 
 
 def _view(ctx: Context) -> FactView | Skip:
-    return Skip(ctx.facts) if isinstance(ctx.facts, str) else ctx.facts
-
-
-def _own_view(ctx: Context) -> FactView | Skip:
     """The view, for the checks of the conversation's own facts: unknown while its ledger cannot be read."""
-    view = _view(ctx)
-    if isinstance(view, FactView) and view.unavailable is not None:
-        return Skip(view.unavailable)
-    return view
+    facts = ctx.facts
+    if isinstance(facts, str):
+        return Skip(facts)
+    return facts if facts.unavailable is None else Skip(facts.unavailable)
 
 
 def fact_present(payload: Payload, ctx: Context) -> list[Violation] | Skip:
-    view = _own_view(ctx)
+    view = _view(ctx)
     if isinstance(view, Skip):
         return view
     if not ctx.policy.require_facts:
@@ -53,7 +49,7 @@ def fact_present(payload: Payload, ctx: Context) -> list[Violation] | Skip:
 
 
 def fact_current(payload: Payload, ctx: Context) -> list[Violation] | Skip:
-    view = _own_view(ctx)
+    view = _view(ctx)
     if isinstance(view, Skip):
         return view
     if not view.state.stale:
@@ -74,7 +70,7 @@ def fact_current(payload: Payload, ctx: Context) -> list[Violation] | Skip:
 
 
 def fact_forgotten(payload: Payload, ctx: Context) -> list[Violation] | Skip:
-    view = _own_view(ctx)
+    view = _view(ctx)
     if isinstance(view, Skip):
         return view
     if not view.state.forgotten:
@@ -93,9 +89,9 @@ def fact_forgotten(payload: Payload, ctx: Context) -> list[Violation] | Skip:
 
 
 def fact_scoped(payload: Payload, ctx: Context) -> list[Violation] | Skip:
-    view = _view(ctx)
-    if isinstance(view, Skip):
-        return view
+    view = ctx.facts  # judged also while the conversation's own facts are unknown (its ledger unreadable)
+    if isinstance(view, str):
+        return Skip(view)
     if view.unsearched and not view.foreign:
         return Skip(f"{view.unsearched} message(s) over {LARGE_TEXT:,} characters not searched for other "
                     "conversations' values")
