@@ -46,6 +46,12 @@ class Digester:
         # BLAKE2b accepts keys up to 64 bytes; longer secrets are condensed first.
         self._key = key if len(key) <= 64 else hashlib.blake2b(key, digest_size=64).digest()
 
+    def derived(self, purpose: str) -> Digester:
+        """A digester keyed for ``purpose`` from this one's key: the same in every process that
+        shares the key, and its digests never equal this one's (no digest of one use can be
+        matched against a digest of another)."""
+        return Digester(hashlib.blake2b(purpose.encode(), key=self._key, digest_size=32).digest())
+
     def bytes(self, data: bytes) -> str:
         return hashlib.blake2b(data, key=self._key, digest_size=16).hexdigest()
 

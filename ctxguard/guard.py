@@ -84,6 +84,8 @@ class Guard:
         facts = sinks if sinks is not None else facts_mod.configure(ledger, clock)  # type: ignore[arg-type]
         self._inspector = inspector_for(config, facts)
         digester = self._inspector.measurer.digester
+        if sinks is None:  # a random per-process key could match no other process's digests
+            facts.share(digester if config.digest_key is not None else None)
         #: How conversation and fact ids are exported: as they are, or keyed digests (``hash_ids``).
         self.ids = ExportedIds(digester if config.hash_ids else None)
         self._recorder = Recorder(

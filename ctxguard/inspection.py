@@ -21,6 +21,7 @@ from .checks import ANSWER_CHECKS, WIRE_CHECKS, Context, Outcome, Skip, outcome,
 from .conversation import ConversationMemory, Diff, Scope
 from .facts.evaluate import FactView, build_view
 from .facts.index import words
+from .facts.ledger import FactState
 from .facts.matching import Chunked, searchable
 from .measure import Measurer
 from .memo import Memos
@@ -35,6 +36,8 @@ __all__ = ["NO_FACTS", "Inspector", "Verdict"]
 _DEFAULT_BUDGET = budget_mod.Budget()
 
 NO_FACTS = "no facts recorded for this conversation"
+#: A conversation's facts while its ledger cannot be read: only other conversations' values are judged.
+_UNKNOWN = FactState()
 
 
 @dataclass(slots=True)
@@ -150,7 +153,7 @@ class Inspector:
                 report_internal_error("conversation", exc)
         diff = verdict.diff
         facts = self.fact_view(scope, payload) if payload.unreadable is None else payload.unreadable
-        if isinstance(facts, FactView) and scope is not None:
+        if isinstance(facts, FactView) and facts.unavailable is None and scope is not None:
             with guarded("conversation"):
                 present = {v.label for v in facts.state.active.values() if facts.sent(v)}
                 active = {v.label for v in facts.state.active.values()}
@@ -202,16 +205,26 @@ class Inspector:
         checkpoints = sinks.stages.take(scope)
         if scope in sinks.lost:
             return "fact writes of this conversation were lost while the ledger was unavailable"
+        shared = sinks.shared
+        if shared is not None:
+            shared.start()  # after a fork, the child's own reader (no I/O here: the thread does it)
+        fleet = shared.index if shared is not None and len(shared.index) else None
+        unavailable: str | None = None
+        state = _UNKNOWN
         if not sinks.usable():
-            return "fact ledger unavailable (circuit open)"
-        with guarded("ledger"):
+            unavailable = "fact ledger unavailable (circuit open)"
+        else:
             try:
                 state = sinks.ledger.state(scope, sinks.clock())
-            except Exception:
+            except Exception as exc:
                 sinks.failed()
-                raise
-            if not (state.active or state.forgotten or len(sinks.index)):
-                return NO_FACTS
+                report_internal_error("ledger", exc)
+                unavailable = "fact ledger unavailable"
+        if unavailable is not None and not (len(sinks.index) or fleet is not None):
+            return unavailable
+        if not (state.active or state.forgotten or len(sinks.index) or fleet is not None):
+            return NO_FACTS
+        with guarded("ledger"):
             norms = [self.norm(m.digest, m.text) for m in payload.messages]
             return build_view(
                 state,
@@ -222,6 +235,9 @@ class Inspector:
                 self.memory.fact_locations(scope),
                 sinks.index,
                 lambda: [self.words(m.digest, n) for m, n in zip(payload.messages, norms, strict=True)],
+                fleet,
+                sinks.reach(),
+                unavailable,
             )
         return "fact ledger unavailable"
 

@@ -336,20 +336,27 @@ def _skips(outcomes: list[Outcome]) -> tuple[str, ...]:
 
 def _fact_attributes(view: FactView) -> dict[str, Any]:
     """fact_id@version lists only: never a value."""
+    foreign = tuple([f"{v.fact_id}@foreign" for _, v in view.foreign])
+    if view.unavailable is not None:  # the conversation's own facts are unknown: only other conversations'
+        return {attr.FACTS_LEAKED: foreign, attr.FACTS_REACH: view.reach or "process"}
     state = view.state
     present = tuple(v.label for v in state.active.values() if view.sent(v))
     missing = tuple(v.label for fid, v in state.active.items() if fid not in view.too_short and not view.sent(v))
     stale = tuple(v.label for vs in state.stale.values() for v in vs if view.sent(v))
     leaked = [v.label for vs in state.forgotten.values() for v in vs if view.sent(v)]
-    leaked.extend(f"{v.fact_id}@foreign" for _, v in view.foreign)
+    leaked.extend(foreign)
     short = view.too_short_labels()
-    return {
+    a: dict[str, Any] = {
         attr.FACTS_PRESENT: present,
         attr.FACTS_MISSING: missing,
         attr.FACTS_STALE: stale,
         attr.FACTS_LEAKED: tuple(leaked),
-        **({attr.FACTS_TOO_SHORT: short} if short else {}),
     }
+    if short:
+        a[attr.FACTS_TOO_SHORT] = short
+    if view.reach is not None:
+        a[attr.FACTS_REACH] = view.reach
+    return a
 
 
 def _reply_attributes(reply: Answer, *, usage: bool = True) -> dict[str, Any]:

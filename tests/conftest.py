@@ -151,7 +151,7 @@ import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import NoReturn  # noqa: E402
 
-from tests.servers import REQUIRE_REDIS, redis_server  # noqa: E402
+from tests.servers import REQUIRE_REDIS, RedisServer, redis_server  # noqa: E402
 
 
 def _redis_unavailable(reason: str) -> NoReturn:
@@ -160,11 +160,9 @@ def _redis_unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``redis://127.0.0.1:PORT/0`` of a throwaway ``redis-server``, one per test session (the fact
-    store's tests, the fleet app's). Skipped when ``redis-server`` or redis-py is missing, unless
-    ``CTXGUARD_REQUIRE_REDIS=1`` (CI sets it after installing both): then a missing one fails."""
+def _redis_binary() -> str:
+    """redis-server's path. Skipped when it or redis-py is missing, unless ``CTXGUARD_REQUIRE_REDIS=1``
+    (CI sets it after installing both): then a missing one fails."""
     try:
         import redis  # noqa: F401
     except ImportError:
@@ -174,5 +172,19 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
     if server is None:
         _redis_unavailable("redis-server not found: apt-get install -y redis-server")
-    with redis_server(server, tmp_path_factory.mktemp("redis")) as url:
-        yield url
+    return server
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``redis://127.0.0.1:PORT/0`` of a throwaway ``redis-server``, one per test session (the fact
+    store's tests, the fleet app's)."""
+    with redis_server(_redis_binary(), tmp_path_factory.mktemp("redis")) as server:
+        yield server.url
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A server of this test's own, to kill or freeze (``SIGSTOP``) without touching the session's."""
+    with redis_server(_redis_binary(), tmp_path) as server:
+        yield server

@@ -8,15 +8,16 @@ stopping a process, and a throwaway ``redis-server`` (the ``redis_url`` fixture 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["REQUIRE_REDIS", "free_port", "redis_server", "stop", "wait_for"]
+__all__ = ["REQUIRE_REDIS", "RedisServer", "free_port", "redis_server", "stop", "wait_for"]
 
 #: CI installs redis-server and redis-py and sets this: their tests must then run, not skip.
 REQUIRE_REDIS = os.environ.get("CTXGUARD_REQUIRE_REDIS") == "1"
@@ -63,9 +64,15 @@ def _answers_ping(port: int) -> bool:
         return s.recv(64).startswith(b"+PONG")
 
 
+class RedisServer(NamedTuple):
+    proc: subprocess.Popen[bytes]
+    url: str  # redis://127.0.0.1:PORT/0
+
+
 @contextmanager
-def redis_server(binary: str, workdir: Path) -> Iterator[str]:
-    """``redis://127.0.0.1:PORT/0`` of a throwaway ``redis-server`` (no persistence, ``workdir``)."""
+def redis_server(binary: str, workdir: Path) -> Iterator[RedisServer]:
+    """A throwaway ``redis-server`` (no persistence, in ``workdir``), stopped on exit; a test that
+    kills or freezes (``SIGSTOP``) one starts its own (the ``private_redis`` fixture)."""
     log = workdir / "redis.log"
     port = free_port()
     with log.open("wb") as out:
@@ -85,6 +92,8 @@ def redis_server(binary: str, workdir: Path) -> Iterator[str]:
             wait_for("redis-server to answer PING", ready, timeout=REDIS_START_TIMEOUT, interval=0.02)
         except AssertionError as exc:
             raise RuntimeError(f"{exc}:\n{log.read_text(errors='replace')}") from None
-        yield f"redis://127.0.0.1:{port}/0"
+        yield RedisServer(proc, f"redis://127.0.0.1:{port}/0")
     finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)  # a test may have left it stopped
         stop(proc, timeout=5)

@@ -224,7 +224,11 @@ def test_a_value_remembers_the_last_conversations_that_recorded_it():
     owners = index._values["alpha-111"].owners
     assert len(owners) == MAX_OWNERS and list(owners) == [("o2", None), ("o3", None), ("o4", None), ("o1", None)]
     assert [c.scope for c in index.foreign(("me", None), [words("alpha-111")])] == [("o1", None)]
-    assert [c.scope for c in index.foreign(("o1", None), [words("alpha-111")])] == [("o4", None)]
+    # A conversation among the owners recorded the value itself: not foreign to it, even when its
+    # ledger cannot be read to say so (docs/facts.md, "Across processes").
+    assert index.foreign(("o4", None), [words("alpha-111")]) == []
+    # One the cap pushed out is told of the most recent other.
+    assert [c.scope for c in index.foreign(("o0", None), [words("alpha-111")])] == [("o1", None)]
 
 
 def test_lossy_summary_notes_forget_the_least_recently_noted_conversation():

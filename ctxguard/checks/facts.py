@@ -19,7 +19,11 @@ def _clear(fact_id: str, stage: str, expected: Version | None, observed: Version
 
 
 def _view(ctx: Context) -> FactView | Skip:
-    return Skip(ctx.facts) if isinstance(ctx.facts, str) else ctx.facts
+    """The view, for the checks of the conversation's own facts: unknown while its ledger cannot be read."""
+    facts = ctx.facts
+    if isinstance(facts, str):
+        return Skip(facts)
+    return facts if facts.unavailable is None else Skip(facts.unavailable)
 
 
 def fact_present(payload: Payload, ctx: Context) -> list[Violation] | Skip:
@@ -85,25 +89,32 @@ def fact_forgotten(payload: Payload, ctx: Context) -> list[Violation] | Skip:
 
 
 def fact_scoped(payload: Payload, ctx: Context) -> list[Violation] | Skip:
-    view = _view(ctx)
-    if isinstance(view, Skip):
-        return view
+    view = ctx.facts  # judged also while the conversation's own facts are unknown (its ledger unreadable)
+    if isinstance(view, str):
+        return Skip(view)
     if view.unsearched and not view.foreign:
         return Skip(f"{view.unsearched} message(s) over {LARGE_TEXT:,} characters not searched for other "
                     "conversations' values")
-    return [
-        Violation("fact_scoped", f"{version.fact_id} of another conversation is in this payload",
-                  version.fact_id, "payload",
-                  clear=f"{version.fact_id} of conversation {scope[0]!r} sent here: {version.value!r}")
-        for scope, version in view.foreign
-    ]
+    return [_foreign(owner, version) for owner, version in view.foreign]
+
+
+def _foreign(owner: tuple[str, str | None] | str, version: Version) -> Violation:
+    fact_id = version.fact_id
+    if isinstance(owner, str):  # from the fleet index: recorded by another process, shared as digests
+        return Violation(
+            "fact_scoped", f"{fact_id} of a conversation of another process (known here only by digest) is in this "
+            "payload", fact_id, "payload",
+            clear=f"{fact_id} of a conversation of another process, known here only by its digest {owner[:16]}, "
+                  f"sent here: {version.value!r}")
+    return Violation("fact_scoped", f"{fact_id} of another conversation is in this payload", fact_id, "payload",
+                     clear=f"{fact_id} of conversation {owner[0]!r} sent here: {version.value!r}")
 
 
 def answer_consistent(payload: Payload, ctx: Context, reply: Answer | None, unanswered: str) -> list[Violation] | Skip:
     """After the response: the answer states a stale value whose active value was sent (a
     model-level miss). ``unanswered``: why there is no answer, if there is none."""
     view = ctx.facts
-    if not isinstance(view, FactView):
+    if not isinstance(view, FactView) or view.unavailable is not None:
         return UNLISTED  # its reason is the fact checks' (on the span)
     if reply is None:
         return Skip(unanswered)

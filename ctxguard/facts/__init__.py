@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -18,10 +19,14 @@ from typing import Any, Protocol, TypeVar
 from .._isolation import guarded, report_internal_error
 from ..cache import BoundedLRU
 from ..conversation import Scope, current_conversation
+from ..digest import Digester
 from .index import ValueIndex
 from .ledger import FactEvent, FactState, Ledger, MemoryLedger, Version, reduce
 from .matching import normalise, strings_in, value_text
+from .redis import RedisLedger, StreamReader
 from .stages import STAGES, StageBook
+
+logger = logging.getLogger("ctxguard")
 
 
 class FactCapture(Protocol):
@@ -70,7 +75,40 @@ class Sinks:
         # first to have lost one go first out past 10,000 (losing another does not move it up).
         self.lost: BoundedLRU[Scope, None] = BoundedLRU(10_000)
         self.capture: FactCapture | None = None  # set while a capture file records fact events
+        #: With a shared RedisLedger: the other processes' values, as digests (``share``).
+        self.shared: StreamReader | None = None
+        self._unshared = False  # a RedisLedger that cannot share: no digest key common to the processes
         self._lock = threading.Lock()
+
+    def share(self, digester: Digester | None) -> None:
+        """With a ``RedisLedger``, judge ``fact_scoped`` across processes: recorded values are
+        published as keyed digests and the other processes' followed (docs/facts.md, "Across
+        processes"). ``None``: no digest key is configured, so no other process could match
+        this one's digests; detection stays per process, and spans say so."""
+        if not isinstance(self.ledger, RedisLedger):
+            return
+        if digester is None:
+            self._unshared = True
+            logger.warning("ctxguard: RedisLedger without a digest key (digest_key= or CTXGUARD_DIGEST_KEY): "
+                           "other conversations' values are detected only when recorded in this process")
+            return
+        self.shared = self.ledger.share(digester)
+
+    def stop(self) -> None:
+        """Stop sharing (the ledger itself stays usable: it is the app's)."""
+        ledger = self.ledger
+        if self.shared is not None and isinstance(ledger, RedisLedger):
+            self.shared = None
+            ledger.stop_sharing()
+
+    def reach(self) -> str | None:
+        """Where ``fact_scoped`` sees other conversations' values from: ``"fleet"`` (every process
+        sharing the Redis ledger), ``"process"`` (this one only, while sharing is impossible,
+        starting or failing), None (a ledger that is not shared: per process by design)."""
+        shared = self.shared
+        if shared is not None:
+            return "fleet" if shared.live else "process"
+        return "process" if self._unshared else None
 
     def usable(self) -> bool:
         return time.monotonic() >= self.down_until
@@ -127,6 +165,8 @@ SINKS = _DEFAULT
 def configure(ledger: Ledger | None, clock: Callable[[], datetime] | None) -> Sinks:
     """Called by ``instrument()``: the given ledger (with its own index), else the process default."""
     global SINKS
+    if SINKS is not _DEFAULT:
+        SINKS.stop()
     if ledger is None:
         _DEFAULT.clock = clock or _utc_now
         SINKS = _DEFAULT

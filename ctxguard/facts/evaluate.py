@@ -7,7 +7,8 @@ from collections.abc import Callable
 from ..conversation import Scope
 from .index import ValueIndex
 from .ledger import FactState, Version
-from .matching import MIN_MATCH_CHARS, Chunked
+from .matching import MIN_MATCH_CHARS, Chunked, distinctive
+from .shared import DigestIndex
 
 __all__ = ["FactView", "build_view"]
 
@@ -25,8 +26,8 @@ class FactView:
     stays put costs a set look-up, not a scan of the history.
     """
 
-    __slots__ = ("_positions", "_sent", "checkpoints", "digests", "foreign", "locations", "norms", "state",
-                 "too_short", "unsearched")
+    __slots__ = ("_positions", "_sent", "checkpoints", "digests", "foreign", "locations", "norms", "reach", "state",
+                 "too_short", "unavailable", "unsearched")
 
     def __init__(
         self,
@@ -41,7 +42,13 @@ class FactView:
         self.digests = digests
         self.checkpoints = checkpoints  # stage -> normalised text
         self.locations = locations  # fact_id@version -> digest of a message that carried it
-        self.foreign: list[tuple[Scope, Version]] = []  # other conversations' values sent here
+        # Other conversations' values sent here, each with its conversation: a scope, or (found by
+        # the fleet index) the digest of a conversation of another process, the value as found here.
+        self.foreign: list[tuple[Scope | str, Version]] = []
+        self.reach: str | None = None  # Sinks.reach(): where the foreign values were looked for
+        # Why the conversation's own facts are unknown (its ledger unreachable): only fact_scoped is
+        # judged then, from this process's indexes.
+        self.unavailable: str | None = None
         self.too_short: list[str] = []  # fact ids that cannot be matched reliably
         self.unsearched = 0  # messages too large to search for other conversations' values
         self._sent: dict[str, int] = {}  # fact_id@version -> index of the message carrying it, or -1
@@ -115,8 +122,15 @@ def build_view(
     locations: dict[str, str],
     index: ValueIndex,
     message_words: Callable[[], list[frozenset[str]]],
+    fleet: DigestIndex | None = None,
+    reach: str | None = None,
+    unavailable: str | None = None,
 ) -> FactView:
+    """``fleet``: the other processes' values (a shared ``RedisLedger``), None when it holds none;
+    ``unavailable``: why ``state`` is empty (the ledger could not be read)."""
     view = FactView(state, norms, digests, checkpoints, locations)
+    view.reach = reach
+    view.unavailable = unavailable
     for fact_id, version in state.active.items():
         if len(version.norm) < MIN_MATCH_CHARS:
             view.too_short.append(fact_id)
@@ -128,24 +142,22 @@ def build_view(
                       if len(v.norm) >= MIN_MATCH_CHARS)
         for text in large:
             text.search(values)
-        view.unsearched = len(large) if len(index) else 0
-    if len(index):
+        view.unsearched = len(large) if len(index) or fleet is not None else 0
+    if len(index) or fleet is not None:
         mwords = message_words()
-        candidates = index.foreign(scope, mwords)
         own = state.norms
-        for candidate in candidates:
+        for candidate in index.foreign(scope, mwords) if len(index) else ():
             version = candidate.version
             norm = version.norm
-            if norm in own or not _distinctive(norm):
+            if norm in own or not distinctive(norm):
                 continue
             # A message can hold the value only if it has all the value's words: a set test
             # first, the substring search only in the few messages that pass it.
             value_words = candidate.words
             if any(value_words <= ws and norm in text for text, ws in zip(norms, mwords, strict=True)):
                 view.foreign.append((candidate.scope, version))
+        if fleet is not None:
+            here = {version.norm for _, version in view.foreign}  # found in this process: named by its scope
+            view.foreign.extend(found for found in fleet.foreign(scope, own, norms, digests, mwords)
+                                if found[1].norm not in here)
     return view
-
-
-def _distinctive(norm: str) -> bool:
-    """Only values unlikely to be typed independently count as leaks (no false alarms on "pune")."""
-    return len(norm) >= 8 or any(ch.isdigit() for ch in norm)

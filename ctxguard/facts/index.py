@@ -97,9 +97,10 @@ class ValueIndex:
 
     def foreign(self, scope: Scope, message_words: list[frozenset[str]]) -> list[Candidate]:
         """Values recorded in another conversation whose index word is in one of the messages:
-        one candidate per value, however many conversations recorded it. The work under the
-        lock is bounded by the payload's words and the values under them, never by how many
-        conversations share a value."""
+        one candidate per value, however many conversations recorded it, none for a value
+        ``scope`` itself recorded here (judged so even when its ledger cannot be read). The work
+        under the lock is bounded by the payload's words and the values under them, never by how
+        many conversations share a value."""
         with self._lock:
             indexed = self._words
             hits: set[str] = set()
@@ -109,8 +110,7 @@ class ValueIndex:
             for word in hits:
                 for norm in self._by_word[word]:
                     entry = self._values[norm]
-                    for other, version in reversed(entry.owners.items()):
-                        if other != scope:
-                            out.append(Candidate(word, entry.words, other, version))
-                            break
+                    if scope not in entry.owners:
+                        other, version = next(reversed(entry.owners.items()))
+                        out.append(Candidate(word, entry.words, other, version))
             return out

@@ -17,7 +17,8 @@ from decimal import Decimal
 from typing import Any
 
 __all__ = [
-    "LARGE_TEXT", "MIN_MATCH_CHARS", "SEPARATOR", "Chunked", "normalise", "searchable", "strings_in", "value_text",
+    "LARGE_TEXT", "MIN_MATCH_CHARS", "SEPARATOR", "Chunked", "distinctive", "normalise", "searchable", "strings_in",
+    "value_text",
 ]
 
 MIN_MATCH_CHARS = 3
@@ -33,6 +34,12 @@ def normalise(text: str) -> str:
     'ship to zürich, file a-1041'
     """
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def distinctive(norm: str) -> bool:
+    """Only values unlikely to be typed independently count as leaks (no false alarms on "pune"):
+    8 characters or more, or a digit."""
+    return len(norm) >= 8 or any(ch.isdigit() for ch in norm)
 
 
 #: Texts longer than this (characters) are never normalised whole, which would copy them three

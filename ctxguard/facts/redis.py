@@ -29,29 +29,51 @@ versions, and eventually a fact that was set once long ago and never revised.
 Each append also resets the scope's expiry to ``ttl_seconds`` (``None``: never
 expires), so abandoned conversations do not accumulate.
 
-Not for Redis Cluster: the append script touches the shared counter and the
-scope's list, which live in different hash slots.
+``{prefix}:values``
+    A stream of ``SharedValue`` entries (``ctxguard.facts.shared``: keyed digests, a fact
+    id, two numbers; never a value), one per distinctive value recorded while the ledger
+    is shared (``instrument()`` shares it when a digest key is configured), written by the
+    same script as the event, capped at about ``max_shared`` entries (``MAXLEN ~``). Each
+    process's ``StreamReader`` thread follows it into its own ``DigestIndex``, which the
+    call path asks without any I/O (docs/facts.md, "Across processes").
+
+Not for Redis Cluster: the append script touches the shared counter, the scope's list
+and the stream, which live in different hash slots.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
+import logging
+import os
+import threading
+import weakref
 from datetime import datetime
 from typing import Any
 
+from .._isolation import report_internal_error
 from ..conversation import Scope
+from ..digest import Digester
 from .ledger import FactEvent, FactState, reduce
+from .matching import normalise
+from .shared import DigestIndex, SharedValue, ValueDigests
 
-__all__ = ["RedisLedger"]
+__all__ = ["RedisLedger", "StreamReader"]
+
+logger = logging.getLogger("ctxguard")
 
 FACTS_PER_SCOPE = 64  # max_events = max_revisions * FACTS_PER_SCOPE
 
-# KEYS[1] = arrival counter, KEYS[2] = scope list.
+# KEYS[1] = arrival counter, KEYS[2] = scope list, KEYS[3] = shared values stream.
 # ARGV[1] = the event's JSON object *without* "arrival", ARGV[2] = max events,
-# ARGV[3] = ttl in seconds (0: no expiry).
+# ARGV[3] = ttl in seconds (0: no expiry), ARGV[4] = the stream's MAXLEN, ARGV[5...] = the
+# shared value's field/value pairs (none: nothing shared).
 # One script, so that no other append can take an arrival number between our INCR
-# and our RPUSH: list order and arrival order agree. The arrival is spliced in as
-# text rather than through cjson, which would re-encode (and round) the payload.
+# and our RPUSH: list order and arrival order agree; and an event is shared if and only
+# if it is stored. The arrival is spliced in as text rather than through cjson, which
+# would re-encode (and round) the payload.
 _APPEND_LUA = """
 local arrival = redis.call('INCR', KEYS[1])
 local item = '{"arrival": ' .. string.format('%d', arrival) .. ', ' .. string.sub(ARGV[1], 2)
@@ -61,8 +83,24 @@ local ttl = tonumber(ARGV[3])
 if ttl > 0 then
   redis.call('EXPIRE', KEYS[2], ttl)
 end
+if #ARGV > 4 then
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, 5))
+end
 return arrival
 """
+
+#: The reader's XREAD waits this long for new entries (ms) before asking again; a new entry
+#: wakes it at once, so this bounds nothing but how often an idle reader asks.
+BLOCK_MS = 1_000
+#: Entries per read.
+PAGE = 500
+#: The reader's connection gives up on a silent Redis this long after its wait ends (s).
+READ_MARGIN_S = 1.0
+#: After a failed read the reader waits this long, doubled per failure up to RETRY_MAX_S (s).
+FIRST_RETRY_S = 0.5
+RETRY_MAX_S = 5.0
+#: ``close()`` / ``uninstrument()`` wait at most this long for the reader thread (s).
+STOP_TIMEOUT_S = 2.0
 
 
 def _escape(part: str) -> str:
@@ -92,6 +130,9 @@ class RedisLedger:
 
     ``client``: an already configured redis-py client (its own timeouts apply, and
     ``url`` and ``socket_timeout`` are ignored); ``close()`` then leaves it open.
+
+    ``max_shared``: the shared values stream holds about this many entries, and each
+    process's index of the other processes' values at most this many values.
     """
 
     def __init__(
@@ -103,9 +144,12 @@ class RedisLedger:
         ttl_seconds: int | None = 7 * 86400,
         socket_timeout: float = 0.25,
         client: Any = None,
+        max_shared: int = 100_000,
     ) -> None:
         if max_revisions <= 0:
             raise ValueError("RedisLedger max_revisions must be positive")
+        if max_shared <= 0:
+            raise ValueError("RedisLedger max_shared must be positive")
         if ttl_seconds is not None and ttl_seconds <= 0:
             raise ValueError("RedisLedger ttl_seconds must be positive or None")
         if socket_timeout <= 0:
@@ -114,6 +158,7 @@ class RedisLedger:
         self.max_revisions = max_revisions
         self.max_events = max_revisions * FACTS_PER_SCOPE
         self.ttl_seconds = ttl_seconds
+        self.max_shared = max_shared
         self._owns_client = client is None
         if client is None:
             try:
@@ -133,7 +178,10 @@ class RedisLedger:
             )
         self._client: Any = client
         self._arrival_key = f"{prefix}:arrival"
+        #: The stream of shared values (keyed digests only).
+        self.stream_key = f"{prefix}:values"
         self._append = client.register_script(_APPEND_LUA)
+        self._reader: StreamReader | None = None
 
     def __repr__(self) -> str:  # no url: it may carry a password
         return f"RedisLedger(prefix={self.prefix!r}, max_revisions={self.max_revisions})"
@@ -146,10 +194,14 @@ class RedisLedger:
         """Record ``event``; its ``arrival`` is replaced by the shared counter's next value."""
         payload = event.to_json()
         payload.pop("arrival", None)
-        self._append(
-            keys=[self._arrival_key, self.key(event.scope)],
-            args=[json.dumps(payload), self.max_events, self.ttl_seconds or 0],
-        )
+        args: list[Any] = [json.dumps(payload), self.max_events, self.ttl_seconds or 0, self.max_shared]
+        reader = self._reader
+        if reader is not None and event.value is not None:
+            shared = reader.digests.shared(event.scope, event.fact_id, normalise(event.value), reader.origin)
+            if shared is not None:
+                for field in shared.fields().items():
+                    args.extend(field)
+        self._append(keys=[self._arrival_key, self.key(event.scope), self.stream_key], args=args)
 
     def state(self, scope: Scope, now: datetime) -> FactState:
         """Reduce the scope's stored events; read afresh each time (other workers append)."""
@@ -158,7 +210,158 @@ class RedisLedger:
             return FactState()
         return reduce([FactEvent.from_json(json.loads(item)) for item in items], now)
 
+    def share(self, digester: Digester) -> StreamReader:
+        """Share recorded values with the other processes, as keyed digests, and follow theirs
+        (``instrument()`` calls it when a digest key is configured). Returns the started reader."""
+        self.stop_sharing()
+        reader = self._reader = StreamReader(self, ValueDigests(digester))
+        reader.start()
+        return reader
+
+    def stop_sharing(self) -> None:
+        """Stop publishing and stop the reader thread (``uninstrument()``, ``close()``)."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.stop()
+
+    def _stream_client(self) -> Any:
+        """A client of its own for the reader: its blocking reads never hold a connection the call
+        path needs, and it times out only past the read's wait."""
+        import redis
+
+        pool = self._client.connection_pool
+        kwargs = {**pool.connection_kwargs, "socket_timeout": BLOCK_MS / 1000 + READ_MARGIN_S}
+        return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
+
     def close(self) -> None:
-        """Release the connection pool (a ``client`` passed in is left to its owner)."""
+        """Stop sharing and release the connection pool (a ``client`` passed in is left to its owner)."""
+        self.stop_sharing()
         if self._owns_client:
             self._client.close()
+
+
+class StreamReader:
+    """A daemon thread that follows a ``RedisLedger``'s shared values stream into a local
+    ``DigestIndex`` (the call path reads the index, never Redis).
+
+    ``live``: the index holds every entry the stream had when the reader last heard from Redis
+    (its backlog loaded, its last read successful); False before that, and after a failed read
+    until it has caught up again. Each failed read is counted once
+    (``ctxguard_guard_errors_total{where="ledger"}``), retried after 0.5 s, doubled up to 5 s.
+    Entries this process wrote are skipped (its own ``ValueIndex`` has the values). A forked
+    child starts afresh: an empty index, a new origin, its own thread at first use (``start``).
+    """
+
+    def __init__(self, ledger: RedisLedger, digests: ValueDigests) -> None:
+        self.digests = digests
+        self._ledger = ledger
+        self._reset()
+        _READERS.add(self)
+
+    def _reset(self) -> None:
+        self.index = DigestIndex(self.digests, self._ledger.max_shared)
+        self.origin = os.urandom(8).hex()
+        self.live = False
+        self.last_id: str = "0-0"
+        self._other_key_warned = False
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._client: Any = None
+
+    def start(self) -> None:
+        """Start the thread, unless it runs (cheap: the call path asks it after a fork)."""
+        if self._thread is not None:
+            return
+        with self._lock:
+            if self._thread is None and not self._stopping.is_set():
+                self._thread = threading.Thread(target=self._run, name="ctxguard-shared-values", daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.live = False
+        client = self._client
+        if client is not None:  # wakes a read blocked in the socket
+            with contextlib.suppress(Exception):
+                client.connection_pool.disconnect()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(STOP_TIMEOUT_S)
+
+    def forked(self) -> None:
+        """In a forked child: the parent's thread is not here, and its index may be mid-update."""
+        if not self._stopping.is_set():
+            self._reset()
+
+    def _run(self) -> None:
+        stopping, retry = self._stopping, FIRST_RETRY_S
+        while not stopping.is_set():
+            try:
+                if self._client is None:
+                    self._client = self._ledger._stream_client()
+                if not self.live:
+                    while self._take(self._client.xread({self._ledger.stream_key: self.last_id}, count=PAGE)) == PAGE:
+                        pass  # the backlog, without waiting: caught up when a page is not full
+                    self.live = True
+                self._take(self._client.xread({self._ledger.stream_key: self.last_id}, count=PAGE, block=BLOCK_MS))
+                retry = FIRST_RETRY_S
+            except Exception as exc:
+                if stopping.is_set():
+                    break
+                self.live = False
+                report_internal_error("ledger", exc)
+                stopping.wait(retry)
+                retry = min(retry * 2, RETRY_MAX_S)
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    def _take(self, reply: Any) -> int:
+        """Index an XREAD reply's entries (RESP2 list or RESP3 map); how many it had."""
+        if isinstance(reply, dict):  # RESP3: {stream: [entries]}
+            batches = [value[0] if value else () for value in reply.values()]
+        else:  # RESP2: [[stream, entries]]
+            batches = [entries for _, entries in reply or ()]
+        n = 0
+        for entries in batches:
+            for entry_id, fields in entries:
+                n += 1
+                self.last_id = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+                try:
+                    shared = SharedValue.from_fields(fields)
+                except (KeyError, ValueError) as exc:
+                    report_internal_error("ledger", exc)
+                    continue
+                if shared.origin == self.origin:
+                    continue
+                if shared.key != self.digests.key:
+                    self._other_key()
+                    continue
+                self.index.add(shared)
+        return n
+
+    def _other_key(self) -> None:
+        if not self._other_key_warned:
+            self._other_key_warned = True
+            logger.warning("ctxguard: %s holds values shared by a process with another digest key; they cannot "
+                           "be matched here: give every worker the same CTXGUARD_DIGEST_KEY", self._ledger.stream_key)
+
+
+_READERS: weakref.WeakSet[StreamReader] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for reader in list(_READERS):
+        reader.forked()
+
+
+def _stop_readers() -> None:
+    for reader in list(_READERS):
+        reader.stop()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_stop_readers)

@@ -66,6 +66,9 @@ FACTS_MISSING = "ctxguard.facts.missing"
 FACTS_STALE = "ctxguard.facts.stale"
 FACTS_LEAKED = "ctxguard.facts.leaked"
 FACTS_TOO_SHORT = "ctxguard.facts.too_short"  # values under 3 characters: never judged, so never listed above
+#: ``fleet`` or ``process``: where fact_scoped looked for other conversations' values (a shared RedisLedger:
+#: every process, or this one only while sharing is starting, failing or impossible); absent when not shared.
+FACTS_REACH = "ctxguard.facts.reach"
 DIVERGENCE_STAGE = "ctxguard.divergence.stage"
 DIVERGENCE_FACT = "ctxguard.divergence.fact"
 WIRE_HASH = "ctxguard.wire.hash"

@@ -266,7 +266,7 @@ def test_injected_client_is_used_and_not_closed(redis_url: str, prefix: str) -> 
 
 
 def test_bad_limits_are_rejected(redis_url: str) -> None:
-    for kwargs in ({"max_revisions": 0}, {"ttl_seconds": 0}, {"socket_timeout": 0}):
+    for kwargs in ({"max_revisions": 0}, {"ttl_seconds": 0}, {"socket_timeout": 0}, {"max_shared": 0}):
         with pytest.raises(ValueError):
             RedisLedger(redis_url, **kwargs)  # type: ignore[arg-type]
 
