@@ -181,15 +181,15 @@ class Metrics:
                 v[i] += 1
             for i, amount in sums:
                 v[i] += amount
-        mirror = self.mirror
-        if mirror is not None and seen:
-            mirror.record(seen)
         shared = self._shared
         if shared is not None:
             for i in hits:
                 shared[i].inc(1)
             for i, amount in sums:
                 shared[i].inc(amount)
+        mirror = self.mirror
+        if mirror is not None and seen:  # last: an OpenTelemetry SDK that raises costs no Prometheus count
+            mirror.record(seen)
 
     def add_amount(self, cell: int, amount: float) -> None:
         with self._lock:
