@@ -48,6 +48,8 @@ logger = logging.getLogger("ctxguard")
 _lock = threading.RLock()
 _active: CallStarter | None = None
 _hooked: set[str] = set()
+#: Modules of a provider's call sites with a post-import hook (``_loaded``).
+_hooked_modules: set[str] = set()
 #: The SDKs the active guard patches (``install(only=...)``), and the ones warned about.
 _chosen: set[str] = set()
 _warned: set[str] = set()
@@ -169,17 +171,22 @@ def _patch(distribution: str) -> int:
         )
         return 0
     for module_name, class_name, attribute in provider.http_results:
+        module = _loaded(module_name, distribution)
+        if module is None:
+            continue
         try:
-            streams.HTTP_RESULTS[getattr(importlib.import_module(module_name), class_name)] = attribute
-        except (ImportError, AttributeError):
+            streams.HTTP_RESULTS[getattr(module, class_name)] = attribute
+        except AttributeError:
             logger.debug("ctxguard: %s.%s not found; its results are read as answers", module_name, class_name)
     wrapped = 0
     for site in provider.sites:
         class_name, _, method = site.attribute.rpartition(".")
+        module = _loaded(site.module, distribution)
+        if module is None:
+            continue
         try:
-            module = importlib.import_module(site.module)
             owner = getattr(module, class_name) if class_name else module
-        except (ImportError, AttributeError):
+        except AttributeError:
             logger.debug("ctxguard: %s.%s not found; skipped", site.module, site.attribute)
             continue
         make = _async_wrapper if site.kind == "async" else _sync_wrapper
@@ -187,13 +194,32 @@ def _patch(distribution: str) -> int:
             is not None
     for module_name, attribute, body in provider.transport:
         class_name, method = attribute.split(".")
+        module = _loaded(module_name, distribution)
+        if module is None:
+            continue
         try:
-            owner = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError):
+            owner = getattr(module, class_name)
+        except AttributeError:
             logger.debug("ctxguard: %s.%s not found; the body sent is not observed", module_name, attribute)
             continue
         wrap(owner, method, lambda original, site, body=body: wire.body_send(provider, body))
     return wrapped
+
+
+def _loaded(name: str, distribution: str) -> Any:
+    """The module ``name`` if the app has imported it, else None, with a hook that patches
+    ``distribution`` again when it is imported. The SDKs load their resource modules on first use
+    (openai's 500 modules, most of which an app never touches): importing them all here would cost
+    every app tens of MB and a large part of a second, and a module not imported yet has no method
+    anyone can call. A name that is not a module of the installed SDK is skipped (its hook never
+    fires)."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    if name not in _hooked_modules:
+        _hooked_modules.add(name)
+        wrapt.register_post_import_hook(_on_import(distribution), name)
+    return None
 
 
 def _patch_wire(distribution: str) -> None:
