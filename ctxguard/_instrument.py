@@ -122,6 +122,7 @@ def instrument(
     hash_ids: bool = False,
     ollama_num_ctx: int | None = None,
     model_windows: Mapping[str, int] | None = None,
+    tokenizer: str = "lazy",
 ) -> Guard | None:
     """Guard every call of the installed (or later imported) LLM SDKs.
 
@@ -193,6 +194,11 @@ def instrument(
     ``model_windows`` (``{model id: context window in tokens}``) adds to or overrides the shipped
     window table; ``CTXGUARD_MODEL_WINDOWS`` names a TOML or JSON file that does the same and wins
     over both (docs/budget.md, "Adding or overriding windows"). Entries stay for the process.
+
+    ``tokenizer`` (or ``CTXGUARD_TOKENIZER``): with tiktoken installed, ``"lazy"`` (default) counts
+    byte bounds, which decide most budget verdicts, and loads tiktoken (~40 MB, ~0.25 s) the first
+    time a verdict needs exact counts; ``"eager"`` loads it here. No verdict differs between the two
+    (docs/budget.md, "Exact only when it matters").
     """
     global _guard, _server, _tracing
     if Config.disabled():
@@ -217,6 +223,7 @@ def instrument(
             hash_ids=hash_ids,
             ollama_num_ctx=ollama_num_ctx,
             metrics=metrics,
+            tokenizer=tokenizer,
         )
         if config.model_windows is not None:
             _add_model_windows_file(config.model_windows)

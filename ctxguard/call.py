@@ -25,7 +25,6 @@ from .providers.base import Provider
 from .record import Recorder, Trace
 from .telemetry import spans as attr
 from .telemetry.neighbours import inference_span
-from .tokens import Calibration
 from .violations import ContextViolation
 from .wiredigest import WireDigests
 
@@ -41,7 +40,6 @@ class Stages:
     inspector: Inspector
     recorder: Recorder
     wire_digests: WireDigests
-    calibration: Calibration
 
 
 class Call:
@@ -147,7 +145,7 @@ class Call:
             error_type = reply.error
         if reply is not None and reply.input_tokens:
             try:
-                stages.calibration.observe(payload.model, payload.raw_tokens, reply.input_tokens)
+                stages.inspector.measurer.observe(payload, reply.input_tokens)
             except Exception as exc:
                 report_internal_error("tokens", exc)
         try:

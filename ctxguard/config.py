@@ -45,6 +45,9 @@ ENV_METRICS_PORT = "CTXGUARD_METRICS_PORT"
 #: Where the metrics go: ``prometheus`` (default), ``otel`` (an OpenTelemetry meter, and no
 #: Prometheus series at all) or ``both``.
 ENV_METRICS = "CTXGUARD_METRICS"
+#: When tiktoken is loaded: ``lazy`` (default: when a verdict needs an exact count, which the byte
+#: bounds decide for most requests) or ``eager`` (at ``instrument()``).
+ENV_TOKENIZER = "CTXGUARD_TOKENIZER"
 #: ``1``/``true`` exports conversation and fact ids as keyed digests (spans, span events, logs).
 ENV_HASH_IDS = "CTXGUARD_HASH_IDS"
 #: ``1`` (or ``true``/``yes``/``on``) makes ``instrument()`` a no-op.
@@ -75,6 +78,7 @@ logger = logging.getLogger("ctxguard")
 Mode = Literal["observe", "enforce"]
 SpanChoice = Literal["auto", "own"]
 MetricsChoice = Literal["prometheus", "otel", "both"]
+TokenizerChoice = Literal["lazy", "eager"]
 METRICS_CHOICES = ("prometheus", "otel", "both")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -135,6 +139,15 @@ def _digest_key(given: str | bytes | None) -> str | bytes | None:
     return given if given is not None else os.urandom(32)
 
 
+def _chosen(name: str, value: str, choices: tuple[str, ...], env: str) -> str:
+    """``value`` checked against ``choices`` (``ValueError`` naming them), then the environment's
+    choice if it makes one (``_choice``)."""
+    if value not in choices:
+        named = ", ".join(map(repr, choices[:-1])) + f" or {choices[-1]!r}"
+        raise ValueError(f"{name} must be {named}, got {value!r}")
+    return _choice(env, choices) or value
+
+
 @dataclass(frozen=True)
 class Config:
     """Resolved settings: ``Config.resolve(mode="enforce")`` applies env overrides."""
@@ -151,6 +164,7 @@ class Config:
     model_windows: str | None = None  # the CTXGUARD_MODEL_WINDOWS file, read by instrument()
     ollama_num_ctx: int = OLLAMA_NUM_CTX
     metrics: MetricsChoice = "prometheus"
+    tokenizer: TokenizerChoice = "lazy"
 
     @property
     def server_windows(self) -> dict[str, int]:
@@ -174,18 +188,14 @@ class Config:
         hash_ids: bool = False,
         ollama_num_ctx: int | None = None,
         metrics: str = "prometheus",
+        tokenizer: str = "lazy",
     ) -> Config:
-        if mode not in ("observe", "enforce"):
-            raise ValueError(f"mode must be 'observe' or 'enforce', got {mode!r}")
-        if metrics not in METRICS_CHOICES:
-            raise ValueError(f"metrics must be 'prometheus', 'otel' or 'both', got {metrics!r}")
-        metrics = _choice(ENV_METRICS, METRICS_CHOICES) or metrics
-        if span not in ("auto", "own"):
-            raise ValueError(f"span must be 'auto' or 'own', got {span!r}")
+        mode = _chosen("mode", mode, ("observe", "enforce"), ENV_MODE)
+        metrics = _chosen("metrics", metrics, METRICS_CHOICES, ENV_METRICS)
+        tokenizer = _chosen("tokenizer", tokenizer, ("lazy", "eager"), ENV_TOKENIZER)
+        span = _chosen("span", span, ("auto", "own"), ENV_SPAN)
         if ollama_num_ctx is not None and ollama_num_ctx <= 0:
             raise ValueError(f"ollama_num_ctx must be a positive number of tokens, got {ollama_num_ctx!r}")
-        mode = _choice(ENV_MODE, ("observe", "enforce")) or mode
-        span = _choice(ENV_SPAN, ("auto", "own")) or span
         key = _digest_key(digest_key)
         capture = _flag(ENV_CAPTURE_CONTENT)
         hashed = _flag(ENV_HASH_IDS)
@@ -220,4 +230,5 @@ class Config:
             ollama_num_ctx=num_ctx or ollama_num_ctx or OLLAMA_NUM_CTX,
             model_windows=os.environ.get(ENV_MODEL_WINDOWS, "").strip() or None,
             metrics="otel" if metrics == "otel" else "both" if metrics == "both" else "prometheus",
+            tokenizer="eager" if tokenizer == "eager" else "lazy",
         )

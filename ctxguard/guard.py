@@ -43,7 +43,7 @@ from .telemetry.ids import ExportedIds
 from .telemetry.log import WarningLimiter
 from .telemetry.meter import meters_for
 from .telemetry.metrics import Metrics, metrics_for
-from .tokens import Calibration, default_counter
+from .tokens import BOUND, Calibration, default_counter, tiktoken_installed
 from .wiredigest import WireDigests
 
 __all__ = ["Guard"]
@@ -93,7 +93,7 @@ class Guard:
         )
         self.calibration = self._inspector.measurer.calibration
         self._stages = Stages(
-            self._inspector, self._recorder, WireDigests(digester, max_bytes=config.cache_bytes // 8), self.calibration
+            self._inspector, self._recorder, WireDigests(digester, max_bytes=config.cache_bytes // 8)
         )
         self._conversation_id = conversation_id
         if config.metrics != "prometheus":
@@ -206,8 +206,12 @@ def _identify(payload: Payload, provider: Provider, instance: Any) -> None:
 def inspector_for(config: Config, facts: facts_mod.Sinks) -> Inspector:
     """An inspector with the memory budget shared out as docs/operations.md, "Memory", says."""
     budget = config.cache_bytes
-    counter = default_counter()
-    measurer = Measurer(Digester(config.digest_key), counter, Calibration(exact=counter.exact), max_bytes=budget // 4)
+    digester = Digester(config.digest_key)
+    if config.tokenizer == "lazy" and tiktoken_installed():
+        measurer = Measurer(digester, BOUND, Calibration(), max_bytes=budget // 4, exact=default_counter)
+    else:
+        counter = default_counter()
+        measurer = Measurer(digester, counter, Calibration(exact=counter.exact), max_bytes=budget // 4)
     # CTXGUARD_MAX_CONVERSATIONS raised past its share is honoured for conversations of ~25 messages.
     remembered = max(budget * 3 // 16, config.max_conversations * CONVERSATION_BYTES)
     memory = ConversationMemory(config.max_conversations, max_bytes=remembered)

@@ -16,6 +16,7 @@ from typing import Any
 from . import budget as budget_mod
 from . import facts as facts_mod
 from ._isolation import guarded, report_internal_error
+from .budget import BudgetEval
 from .cache import TwoGenerationCache, text_bytes, words_bytes
 from .checks import ANSWER_CHECKS, WIRE_CHECKS, Context, Outcome, Skip, outcome, run_checks
 from .conversation import ConversationMemory, Diff, Scope
@@ -29,6 +30,7 @@ from .payload import Answer, Payload
 from .pinned import PinnedBlock, find_block
 from .policy import Policy
 from .providers.base import Provider
+from .tokens import BOUND
 from .violations import Violation
 
 __all__ = ["NO_FACTS", "Inspector", "Verdict"]
@@ -129,23 +131,8 @@ class Inspector:
 
     def evaluate(self, verdict: Verdict, policy: Policy) -> None:
         """Fill ``verdict`` (``inspect``, for a verdict made already: filled as far as it got if this raises)."""
+        pinned, pinned_tokens, budget = self._counts(verdict, policy)
         payload, scope = verdict.payload, verdict.scope
-        pinned: PinnedBlock | None = None
-        pinned_tokens = 0
-        if policy.pinned is not None and payload.unreadable is None:
-            pinned = find_block(payload.messages, policy.pinned.marker)
-            if pinned is not None:
-                pinned_tokens = self.measurer.tokens(pinned.text)
-        system = payload.system
-        budget = budget_mod.evaluate(
-            policy.budget or _DEFAULT_BUDGET,
-            model=payload.model,
-            input_tokens=payload.tokens,
-            system_tokens=(system.tokens if system is not None else 0) + pinned_tokens,
-            tools_tokens=payload.tools_tokens,
-            max_output_tokens=payload.max_output_tokens,
-            request_window=payload.window,
-        )
         if scope is not None and payload.history_elsewhere is None and payload.unreadable is None:
             try:
                 verdict.diff = self.memory.observe(scope, payload, pinned=pinned is not None)
@@ -169,6 +156,55 @@ class Inspector:
         )
         verdict.outcomes = run_checks(payload, verdict.ctx)
         verdict.violations = [v for o in verdict.outcomes for v in o.violations]
+
+    def _counts(self, verdict: Verdict, policy: Policy) -> tuple[PinnedBlock | None, int, BudgetEval | str]:
+        """The pinned block, its tokens and the budget of ``verdict.payload``. A bound payload whose
+        bounds decide every verdict that reads a count shows its bounds scaled by the model's
+        learnt tokens a byte; one they do not decide is measured again exactly (it becomes
+        ``verdict.payload``), so that no verdict depends on whether the counts were exact."""
+        payload = verdict.payload
+        pinned = self._pinned(payload, policy)
+        pinned_tokens = self.measurer.tokens(pinned.text) if pinned is not None else 0
+        scale = 1.0
+        if payload.basis == BOUND.name:
+            if self._undecided(payload, policy, pinned_tokens):
+                payload = verdict.payload = self.measurer.exact(payload)
+                pinned = self._pinned(payload, policy)
+                pinned_tokens = self.measurer.tokens(pinned.text) if pinned is not None else 0
+            if payload.basis == BOUND.name:
+                scale = payload.tokens / payload.raw_tokens
+                pinned_tokens = min(pinned_tokens, _scaled(pinned_tokens, scale))  # an exact count's at most
+        system = payload.system
+        budget = budget_mod.evaluate(
+            policy.budget or _DEFAULT_BUDGET,
+            model=payload.model,
+            input_tokens=payload.tokens,
+            system_tokens=_scaled(system.tokens, scale) + pinned_tokens if system is not None else pinned_tokens,
+            tools_tokens=_scaled(payload.tools_tokens, scale),
+            max_output_tokens=payload.max_output_tokens,
+            request_window=payload.window,
+        )
+        return pinned, pinned_tokens, budget
+
+    @staticmethod
+    def _pinned(payload: Payload, policy: Policy) -> PinnedBlock | None:
+        if policy.pinned is None or payload.unreadable is not None:
+            return None
+        return find_block(payload.messages, policy.pinned.marker)
+
+    @staticmethod
+    def _undecided(payload: Payload, policy: Policy, pinned_bound: int) -> bool:
+        """Whether an exact count could fail a check that the bounds pass: the input's ceiling over
+        the window with the reservations, or (history having no other bound) over ``history_max``;
+        the pinned block's bound over its cap. What a bound payload shows is at most its ceiling, so
+        it passes what the bounds prove."""
+        if policy.pinned is not None and pinned_bound > policy.pinned.max_tokens:
+            return True
+        ev = budget_mod.evaluate(
+            policy.budget or _DEFAULT_BUDGET, model=payload.model, input_tokens=payload.ceiling, system_tokens=0,
+            tools_tokens=0, max_output_tokens=payload.max_output_tokens, request_window=payload.window,
+        )
+        return not isinstance(ev, str) and (ev.headroom < 0 or ev.over_history_max)
 
     def norm(self, digest: str, text: str) -> str | Chunked:
         """A message's text normalised for fact matching, cached by its digest; a text too
@@ -271,3 +307,8 @@ class Inspector:
         for name, judge in ANSWER_CHECKS.items():
             judged.append(verdict.judged(name, judge(verdict.payload, ctx, reply, unanswered)))
         return judged
+
+
+def _scaled(tokens: int, scale: float) -> int:
+    """A bound shown as tokens (``scale``: the payload's shown over its bound), or a count as it is."""
+    return tokens if scale == 1.0 else round(tokens * scale)

@@ -8,6 +8,9 @@ entries and in bytes (a message's text counts, since the cache keeps it as its k
 
 from __future__ import annotations
 
+import threading
+from collections import deque
+from collections.abc import Callable
 from itertools import accumulate, compress, count
 from operator import attrgetter
 from sys import getsizeof
@@ -17,15 +20,30 @@ from .cache import ENTRY_BYTES, TwoGenerationCache, str_bytes, text_bytes
 from .digest import Digester
 from .memo import Measured, Memo
 from .payload import TOOL_REFS, Item, Message, Payload, RequestView, message_key
-from .tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, Calibration, TokenCounter
+from .tokens import (
+    BOUND,
+    BOUND_SCALE,
+    MESSAGE_OVERHEAD,
+    REPLY_PRIMING,
+    Calibration,
+    TokenCounter,
+    loaded_counter,
+    utf8_bytes,
+)
 
-__all__ = ["MESSAGE_BYTES", "Measurer", "TwoGenerationCache"]
+__all__ = ["MESSAGE_BYTES", "Measurer", "TwoGenerationCache", "ceiling"]
 
 _digest_of = attrgetter("digest")
 _LARGE = 1 << 20  # characters: a message text past this is digested in pieces
 _tokens_of = attrgetter("tokens")
 _size_of = attrgetter("size")
 _tools_of = attrgetter("tool_refs")
+_bound_of = attrgetter("bound")
+#: A pending calibration sample of a bound payload: (reported, its bound, its Messages, its schemas).
+Pending = tuple[int, int, list[Message], list[str]]
+#: The bounds the pending samples may hold in all before the exact counter is loaded to count them
+#: (their Messages are kept alive meanwhile; most are the caches' and memos' anyway).
+PENDING_BOUND = 4 * 1024 * 1024
 
 
 def _common(items: list[Item], kept: list[Item]) -> int:
@@ -61,11 +79,15 @@ def _key_bytes(text: str, tokens: int) -> int:
 Resumed = tuple[int, list[Message], list[str], list[int], Any, int, "str | None", "int | None"]
 
 
-def _resumed(items: list[Item], last: Measured) -> Resumed:
+def _resumed(items: list[Item], memo: Memo | None, generation: int) -> Resumed:
     """What a memo's previous call gives this one: how many leading items are the same, their
     Messages, digests and running sums; the hasher, bytes held and digest when all of them are
-    (the payload extends that one); the first message with tool refs among the resumed ones."""
-    kept_items, kept_messages, kept_digests, kept_sums, kept_hasher, kept_held, kept_digest, kept_tool = last
+    (the payload extends that one); the first message with tool refs among the resumed ones.
+    Nothing from a memo measured in another ``generation`` (counted the other way)."""
+    last = memo.measured if memo is not None else None
+    if last is None or last[8] != generation:
+        return 0, [], [], [0], None, 0, None, None
+    kept_items, kept_messages, kept_digests, kept_sums, kept_hasher, kept_held, kept_digest, kept_tool, _ = last
     start = _common(items, kept_items)
     hasher, held, extends = None, 0, None
     if start == len(kept_items):
@@ -74,8 +96,40 @@ def _resumed(items: list[Item], last: Measured) -> Resumed:
     return start, kept_messages[:start], kept_digests[:start], kept_sums[: start + 1], hasher, held, extends, first_tool
 
 
+class _Basis:
+    """What a measurer counts with and what it has counted that way: swapped whole when the exact
+    counter replaces the bounds, so a call measuring meanwhile finishes in one basis."""
+
+    __slots__ = ("counter", "generation", "messages", "texts")
+
+    def __init__(self, counter: TokenCounter, generation: int, cap: int, max_bytes: int) -> None:
+        self.counter, self.generation = counter, generation
+        self.messages: TwoGenerationCache[Item, Message] = TwoGenerationCache(
+            cap, max_bytes - max_bytes // 8, _message_bytes)
+        self.texts: TwoGenerationCache[str, int] = TwoGenerationCache(cap // 10 or 1, max_bytes // 8, _key_bytes)
+
+
+def _recount(bound: int, messages: list[Message], schemas: list[str], counter: TokenCounter,
+             seen: dict[str, int]) -> int:
+    """The count ``counter`` gives a payload whose bound was ``bound``: each text's bytes less its
+    tokens come off (``seen`` caches them by text, across the payloads of one pass)."""
+    for text in (*(m.text for m in messages), *schemas):
+        saved = seen.get(text)
+        if saved is None:
+            saved = seen[text] = utf8_bytes(text) - counter.count(text)
+        bound -= saved
+    return bound
+
+
 class Measurer:
-    """``Measurer(Digester(key), counter, Calibration()).measure(view)`` -> Payload."""
+    """``Measurer(Digester(key), counter, Calibration()).measure(view)`` -> Payload.
+
+    With ``exact`` (the exact counter's loader), it counts byte bounds (``tokens.BOUND``) until a
+    verdict needs the exact counts (``exact(payload)``); the bounds' own calibration (``bounds``)
+    gives what a bound payload shows, and each report on one waits, with the payload, until the
+    exact counter is there to count it for ``calibration`` (docs/budget.md, "Exact only when it
+    matters").
+    """
 
     def __init__(
         self,
@@ -84,17 +138,42 @@ class Measurer:
         calibration: Calibration,
         cap: int = 50_000,
         max_bytes: int = 16 * 1024 * 1024,
+        *,
+        exact: Callable[[], TokenCounter] | None = None,
     ) -> None:
         """``max_bytes``: what both caches keep, an eighth of it for the recurring texts."""
         self.digester = digester
-        self.counter = counter
         self.calibration = calibration
-        self._messages: TwoGenerationCache[Item, Message] = TwoGenerationCache(
-            cap, max_bytes - max_bytes // 8, _message_bytes)
-        self._texts: TwoGenerationCache[str, int] = TwoGenerationCache(cap // 10 or 1, max_bytes // 8, _key_bytes)
+        self._cap, self._max_bytes = cap, max_bytes
+        self._load = exact
+        self._basis = _Basis(BOUND if exact is not None else counter, 0, cap, max_bytes)
+        #: Reported over bound, per model, learnt from every report whatever counted it.
+        self.bounds = Calibration(low=1 / 16)
+        self._pending: dict[str, deque[Pending]] = {}
+        self._pending_bound = 0
+        self._lock = threading.Lock()
+        if exact is not None:
+            calibration.exact = self._exact_model
+
+    @property
+    def counter(self) -> TokenCounter:
+        return self._basis.counter
+
+    @counter.setter
+    def counter(self, counter: TokenCounter) -> None:
+        """Count with ``counter`` from now on (what was counted before is forgotten)."""
+        with self._lock:
+            self._load = None
+            self._basis = _Basis(counter, self._basis.generation + 1, self._cap, self._max_bytes)
+
+    def _exact_model(self, model: str) -> bool:
+        return self._basis.counter.exact(model)
 
     def message(self, item: Item) -> Message:
-        cached = self._messages.get(item)
+        return self._message(item, self._basis)
+
+    def _message(self, item: Item, basis: _Basis) -> Message:
+        cached = basis.messages.get(item)
         if cached is not None:
             return cached
         role, text, refs, source, cost = item
@@ -102,22 +181,88 @@ class Measurer:
             digest = self.digester.text(f"{role}\x1f{text}\x1f" + "\x1e".join(refs))
         else:  # the same digest, without a copy of the text
             digest = self.digester.texts((role, "\x1f", text, "\x1f", "\x1e".join(refs)))
-        tokens = self.counter.count(text) + MESSAGE_OVERHEAD + cost
+        bound = utf8_bytes(text) + MESSAGE_OVERHEAD + cost
+        tokens = bound if basis.counter is BOUND else basis.counter.count(text) + MESSAGE_OVERHEAD + cost
         size = MESSAGE_BYTES + str_bytes(text) + (getsizeof(refs) + sum(map(str_bytes, refs)) if refs else 0)
         tools = _tool_refs(refs) if refs else ()
         if tools and tools is not refs:
             size += getsizeof(tools)  # its own tuple; the strings are the refs'
-        message = Message(role, text, digest, tokens, source, size, message_key(role, digest), tool_refs=tools)
-        self._messages.put(item, message)
+        message = Message(role, text, digest, tokens, source, size, message_key(role, digest), tool_refs=tools,
+                          bound=bound)
+        basis.messages.put(item, message)
         return message
 
     def tokens(self, text: str) -> int:
         """Count a text that recurs across calls (a tool schema, a pinned block), cached."""
-        cached = self._texts.get(text)
+        return self._tokens(text, self._basis)
+
+    @staticmethod
+    def _tokens(text: str, basis: _Basis) -> int:
+        cached = basis.texts.get(text)
         if cached is None:
-            cached = self.counter.count(text)
-            self._texts.put(text, cached)
+            cached = basis.counter.count(text)
+            basis.texts.put(text, cached)
         return cached
+
+    def exact(self, payload: Payload) -> Payload:
+        """``payload`` (a bound one) measured again with the exact counter, loaded now if it is
+        not yet: what it would have been had the counter been there all along."""
+        self.resolve()
+        view = payload.view
+        if view is None or self._basis.counter is BOUND:
+            return payload
+        fresh = self.measure(view)
+        fresh.provider, fresh.server, fresh.extends = payload.provider, payload.server, payload.extends
+        return fresh
+
+    def resolve(self) -> None:
+        """Replace the bounds with the exact counter (once): the caches start again, memos of the
+        bounds are not resumed, and each waiting report is counted in the order it came."""
+        with self._lock:
+            if self._load is None or self._basis.counter is not BOUND:
+                return
+            counter = self._load()
+            self._basis = _Basis(counter, self._basis.generation + 1, self._cap, self._max_bytes)
+            pending, self._pending, self._pending_bound = self._pending, {}, 0
+            seen: dict[str, int] = {}
+            for model, samples in pending.items():
+                for reported, bound, messages, schemas in samples:
+                    self.calibration.observe(model, _recount(bound, messages, schemas, counter, seen), reported)
+
+    def observe(self, payload: Payload, reported: int) -> None:
+        """Learn from the input tokens the provider reported for ``payload`` (``Calibration``)."""
+        model = payload.model
+        self.bounds.observe(model, payload.bound, reported)
+        if payload.basis != BOUND.name:
+            self.calibration.observe(model, payload.raw_tokens, reported)
+            return
+        if not model or reported <= 0 or payload.view is None:
+            return
+        schemas = payload.view.tools
+        with self._lock:
+            counter = self._basis.counter
+            if counter is BOUND:
+                self._wait(model, (reported, payload.raw_tokens, payload.messages, schemas))
+                full = self._pending_bound > PENDING_BOUND
+            else:  # the exact counter came meanwhile: count it now
+                counted = _recount(payload.raw_tokens, payload.messages, schemas, counter, {})
+        if counter is not BOUND:
+            self.calibration.observe(model, counted, reported)
+        elif full:
+            self.resolve()
+
+    def _wait(self, model: str, sample: Pending) -> None:
+        """Keep ``sample`` for the exact counter (under the lock): the last ``WINDOW`` per model, of
+        the first ``MAX_MODELS`` models, as ``calibration`` keeps its ratios."""
+        samples = self._pending.get(model)
+        if samples is None:
+            if len(self._pending) >= Calibration.MAX_MODELS:
+                return
+            samples = self._pending[model] = deque(maxlen=Calibration.WINDOW)
+        if len(samples) == samples.maxlen:
+            self._pending_bound -= samples[0][1]
+        samples.append(sample)
+        self._pending_bound += sample[1]
 
     def _hashed(self, hasher: Any, digests: list[str], start: int, grown: bool) -> Any:
         """The payload digest's hasher after all of ``digests``: ``hasher`` (after the first
@@ -134,16 +279,11 @@ class Measurer:
         """``memo``: the conversation's previous call (see ``ctxguard.memo``): its leading items
         equal to this call's are not looked up again, and the payload digest resumes after them."""
         items = view.items
-        last = memo.measured if memo is not None else None
-        messages: list[Message]
-        digests: list[str]
-        if last is None:
-            start, messages, digests, sums, hasher, held, extends, first_tool = 0, [], [], [0], None, 0, None, None
-        else:
-            start, messages, digests, sums, hasher, held, extends, first_tool = _resumed(items, last)
-        hit = self._messages._new.get  # inlined look-up: this loop runs once per new message per call
-        message = self.message
-        new = [hit(item) or message(item) for item in items[start:]]
+        basis = self._current()
+        start, messages, digests, sums, hasher, held, extends, first_tool = _resumed(items, memo, basis.generation)
+        hit = basis.messages._new.get  # inlined look-up: this loop runs once per new message per call
+        message = self._message
+        new = [hit(item) or message(item, basis) for item in items[start:]]
         messages.extend(new)
         if first_tool is None and new:
             # The first message with tool refs, for ``tool_pairs_intact``: looked for in the new
@@ -163,10 +303,10 @@ class Measurer:
                 held += sum(map(_size_of, new))
             # Kept as they are, not copied: the view's items and the payload's lists are never
             # changed after this point (the next call slices them).
-            memo.measured = (items, messages, digests, sums, hasher, held, digest, first_tool)
-        tools_tokens = sum(self.tokens(schema) for schema in view.tools) + view.prompt_overhead
+            memo.measured = (items, messages, digests, sums, hasher, held, digest, first_tool, basis.generation)
+        tools_tokens = sum(self._tokens(schema, basis) for schema in view.tools) + view.prompt_overhead
         raw = total + REPLY_PRIMING + tools_tokens
-        factor = self.calibration.factor(view.model)
+        tokens, source, bound, most = self._shown(basis, view, raw, messages)
         return Payload(
             provider=view.provider,
             operation=view.operation,
@@ -175,8 +315,8 @@ class Measurer:
             digests=digests,
             digest=digest,
             raw_tokens=raw,
-            tokens=raw if factor is None else round(raw * factor),
-            tokens_source=self.counter.name if factor is None else "calibrated",
+            tokens=tokens,
+            tokens_source=source,
             tools_tokens=tools_tokens,
             max_output_tokens=view.max_output_tokens,
             stream=view.stream,
@@ -187,4 +327,40 @@ class Measurer:
             first_tool=first_tool,
             tool_results=view.tool_results,
             window=view.window,
+            basis=basis.counter.name,
+            view=view if basis.counter is BOUND else None,
+            bound=bound,
+            ceiling=most,
         )
+
+    def _current(self) -> _Basis:
+        basis = self._basis
+        if basis.counter is BOUND and loaded_counter() is not None:
+            self.resolve()  # something else loaded the exact counter: no reason to bound any more
+            basis = self._basis
+        return basis
+
+    def _shown(
+        self, basis: _Basis, view: RequestView, raw: int, messages: list[Message],
+    ) -> tuple[int, str, int, int]:
+        """What a payload of ``raw`` counted tokens shows, its source, its bound and its ceiling
+        (``ceiling``). A bound shows its model's learnt tokens a byte (four bytes a token before
+        any report); a count, calibrated, never more than the ceiling."""
+        bounds = self.bounds.factor(view.model)
+        if basis.counter is BOUND:
+            source = "estimate" if bounds is None else "calibrated"
+            return round(raw * (bounds or BOUND_SCALE)), source, raw, ceiling(raw, bounds)
+        bound = sum(map(_bound_of, messages)) + REPLY_PRIMING + sum(map(utf8_bytes, view.tools)) + view.prompt_overhead
+        most = ceiling(bound, bounds)
+        factor = self.calibration.factor(view.model)
+        if factor is None:
+            return raw, basis.counter.name, bound, most
+        return min(round(raw * factor), most), "calibrated", bound, most
+
+
+def ceiling(bound: int, factor: float | None) -> int:
+    """The most tokens a payload of ``bound`` bytes and framing shows, counted exactly and
+    calibrated: its bound, or more where the provider has reported more tokens than bytes
+    (``factor``, its model's median reported over bound). An exact count is at most the bound
+    (``tokens.utf8_bytes``), so a bound-proven verdict is the exact count's verdict too."""
+    return bound if factor is None or factor <= 1 else round(bound * factor)

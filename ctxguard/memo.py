@@ -45,7 +45,7 @@ KEPT_BYTES = 300
 
 
 #: ``Memo.measured``: what the measurer keeps of a call for the next.
-Measured = tuple[list[Item], list[Message], list[str], list[int], Any, int, str, "int | None"]
+Measured = tuple[list[Item], list[Message], list[str], list[int], Any, int, str, "int | None", int]
 
 
 class Memo:
@@ -61,7 +61,8 @@ class Memo:
         #: (Items measured, their Messages, their digests, running token sums (``len + 1``),
         #: the payload digest's hasher after all of their digests, the bytes the Messages keep
         #: (``Message.size`` summed), the payload digest, the index of the first Message with tool
-        #: refs or None). Shared with the call's Payload, which never changes them.
+        #: refs or None, the measurer's generation: a memo of an earlier one, counted another way,
+        #: is not resumed). Shared with the call's Payload, which never changes them.
         self.measured: Measured | None = None
 
     @property

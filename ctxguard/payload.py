@@ -129,6 +129,9 @@ class Message:
     #: Its tool refs (``TOOL_REFS``), set by the measurer; the shared empty tuple for a message
     #: without any, which is most of them: one pointer a message, no new object.
     tool_refs: tuple[str, ...] = ()
+    #: Its text's UTF-8 bytes plus the framing and cost: at least ``tokens`` whatever counted them
+    #: (``tokens.utf8_bytes``), set by the measurer.
+    bound: int = 0
 
 
 @dataclass(slots=True)
@@ -173,6 +176,17 @@ class Payload:
     server: tuple[str, int | None] | None = None
     #: ``RequestView.tool_results``.
     tool_results: str = "next"
+    #: What counted ``raw_tokens`` (``TokenCounter.name``): ``"bound"`` while the measurer counts
+    #: byte bounds, which prove most verdicts without the exact counts (docs/budget.md).
+    basis: str = ""
+    #: The view it was measured from, kept for a bound payload: measured again exactly when a
+    #: verdict needs it (``Measurer.exact``).
+    view: RequestView | None = None
+    #: Its UTF-8 bytes, framing and costs: at least any exact count of it (``tokens.utf8_bytes``).
+    bound: int = 0
+    #: The most tokens it shows, counted exactly and calibrated (``measure.ceiling``): what a verdict
+    #: the bounds prove holds below.
+    ceiling: int = 0
     #: The first message (set from ``messages``, which is never changed after construction).
     head: Message | None = field(init=False)
     #: The instruction at the head, if the head is one.

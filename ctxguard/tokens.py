@@ -1,4 +1,4 @@
-"""Token counting: a fast estimator, tiktoken when available, calibration from usage.
+"""Token counting: byte bounds, a fast estimator, tiktoken when needed, calibration from usage.
 
 Counts feed the budget check, so they must be cheap on the hot path: callers
 cache per-message counts by content (see ``guard``), so a conversation that
@@ -14,11 +14,16 @@ from collections.abc import Callable
 from typing import Protocol
 
 __all__ = [
+    "BOUND",
+    "BoundCounter",
     "Calibration",
     "EstimateCounter",
     "TiktokenCounter",
     "TokenCounter",
     "default_counter",
+    "loaded_counter",
+    "tiktoken_installed",
+    "utf8_bytes",
 ]
 
 logger = logging.getLogger("ctxguard")
@@ -32,6 +37,22 @@ NON_TEXT_PART = 85
 #: Texts longer than this are estimated even when tiktoken is loaded (a 10 MB string
 #: would otherwise stall the app's call for seconds).
 TIKTOKEN_MAX_CHARS = 200_000
+#: What a byte bound shows as tokens until usage reports teach the model's ratio: four bytes a token.
+BOUND_SCALE = 0.25
+
+
+def utf8_bytes(text: str) -> int:
+    """The UTF-8 length of ``text``: no byte-level BPE (cl100k, o200k, Claude's, Llama 3's) and no
+    SentencePiece with byte fallback can make more tokens of it, since each token is at least one
+    byte. Every count below is at most this (tiktoken's, and the estimator's). A lone surrogate
+    counts its three bytes.
+
+    >>> utf8_bytes("naïve"), utf8_bytes("日本"), utf8_bytes("👍")
+    (6, 6, 4)
+    """
+    if text.isascii():  # a flag of the str: no scan
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 class TokenCounter(Protocol):
@@ -55,6 +76,24 @@ class EstimateCounter:
 
     def exact(self, model: str) -> bool:
         return False
+
+
+class BoundCounter:
+    """Counts a text as its UTF-8 bytes: an upper bound on any exact count, with nothing to load.
+    What a lazy measurer counts with until a verdict needs the exact counts (``measure.Measurer``,
+    docs/budget.md, "Exact only when it matters")."""
+
+    name = "bound"
+
+    def count(self, text: str) -> int:
+        return utf8_bytes(text)
+
+    def exact(self, model: str) -> bool:
+        return False
+
+
+#: The one ``BoundCounter``: a measurer counts in bounds while its counter is this object.
+BOUND = BoundCounter()
 
 
 class TiktokenCounter:
@@ -113,6 +152,22 @@ def _load_tiktoken() -> TokenCounter | None:
     return None
 
 
+def tiktoken_installed() -> bool:
+    """Whether tiktoken can be imported, found without importing it (``instrument()`` then counts
+    lazily: bounds first, tiktoken when a verdict needs it)."""
+    from importlib.util import find_spec
+
+    try:
+        return find_spec("tiktoken") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def loaded_counter() -> TokenCounter | None:
+    """``default_counter()`` if something in the process has loaded it already, else None."""
+    return _default
+
+
 def default_counter() -> TokenCounter:
     """tiktoken when installed with an offline encoding, else the estimator (loaded once)."""
     global _default
@@ -148,8 +203,13 @@ class Calibration:
     LOW, HIGH = 0.25, 4.0
     EXACT_FLOOR = 0.9
 
-    def __init__(self, exact: Callable[[str], bool] | None = None) -> None:
-        self._exact = exact
+    def __init__(
+        self, exact: Callable[[str], bool] | None = None, *, low: float = LOW, high: float = HIGH,
+    ) -> None:
+        """``exact(model)``: whether the counts observed are that model's own tokenizer's (the
+        ``EXACT_FLOOR`` applies); ``low``/``high``: the bounds of a ratio."""
+        self.exact = exact
+        self.low, self.high = low, high
         self._ratios: dict[str, deque[float]] = {}
         self._factors: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -160,7 +220,7 @@ class Calibration:
     def observe(self, model: str | None, counted: int, reported: int) -> None:
         if not model or counted <= 0 or reported <= 0:
             return
-        ratio = min(self.HIGH, max(self.LOW, reported / counted))
+        ratio = min(self.high, max(self.low, reported / counted))
         with self._lock:
             ratios = self._ratios.get(model)
             if ratios is None:
@@ -172,6 +232,6 @@ class Calibration:
             if n < self.MIN_REPORTS:
                 return
             factor = sorted(ratios)[n // 2]  # the median (the upper one of an even count)
-            if factor < self.EXACT_FLOOR and self._exact is not None and self._exact(model):
+            if factor < self.EXACT_FLOOR and self.exact is not None and self.exact(model):
                 factor = self.EXACT_FLOOR
             self._factors[model] = factor

@@ -1,0 +1,84 @@
+"""Exact only when it matters (docs/budget.md): with tiktoken loaded lazily, byte bounds decide the
+verdicts they can, and the exact counts the rest. No verdict may depend on which: the same calls,
+through the real SDK to the fake (whose usage grows with what was sent, so calibration learns),
+give the same violations, in the same words, with tiktoken loaded eagerly and lazily."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import ctxguard
+from ctxguard import tokens
+from ctxguard.pinned import render_pinned
+
+tiktoken = pytest.importorskip("tiktoken")
+
+WINDOW = 4_000
+POLICY = ctxguard.Policy(
+    budget=ctxguard.Budget(window=WINDOW, history_max=3_200), pinned=ctxguard.Pinned(max_tokens=300),
+)
+_PROSE = ("The delivery to Pune was moved to Thursday because the warehouse closed early. "
+          "Please confirm the new slot and keep the order id in your reply. ")
+_CODE = "def total(items):\n    return sum(i.price * i.qty for i in items if i.qty > 0)  # 税込\n"
+_CJK = "配送先の住所を変更しました。木曜日の午前中にお届けします。ご確認ください。"
+_EMOJI = "👨‍👩‍👧 great 🎉🎉 thanks 👍🏽 see you 🚚💨 "
+_MIXED = "Order #A-1041 → 北京 (ETA 3d) ✅ résumé naïve café — ok? "
+KINDS = {"prose": _PROSE, "code": _CODE, "cjk": _CJK, "emoji": _EMOJI, "mixed": _MIXED}
+
+
+def _corpus() -> list[list[tuple[str, list[dict[str, str]]]]]:
+    """Conversations that grow turn by turn past the window (or stay within its bytes), one per
+    model, kind and pinned-block size (bytes under its cap; bytes over but tokens under; tokens
+    over): every verdict near its edge at some turn, the early turns far from all of them."""
+    rng = random.Random(7)
+    conversations = []
+    for model in ("gpt-4", "gpt-4o"):
+        for kind, unit in KINDS.items():
+            for size, reach in ((60, 0.7), (60, 5), (600, 5), (1_600, 5)):
+                facts = {f"fact_{i}": (unit * 40)[i * 7: i * 7 + size // 4] for i in range(4)}
+                system = "You are a support agent.\n" + render_pinned(facts, max_tokens=10_000)
+                history = [{"role": "system", "content": system}]
+                step = rng.randrange(500, 900)
+                calls = []
+                while sum(len(m["content"].encode()) for m in history) < reach * WINDOW:
+                    history = [*history, {"role": "user", "content": (unit * 400)[:step]},
+                               {"role": "assistant", "content": (unit * 9)[: rng.randrange(20, 200)]}]
+                    calls.append((model, [*history, {"role": "user", "content": unit[:40]}]))
+                conversations.append(calls)
+    return conversations
+
+
+def _run(harness, client, monkeypatch, tokenizer: str):  # type: ignore[no-untyped-def]
+    """Each conversation in a guard of its own, as in a fresh process: (per call, what its tokens
+    came from and its violations), and how many conversations loaded the tokenizer."""
+    out, loaded = [], 0
+    for calls in _corpus():
+        monkeypatch.setattr(tokens, "_default", None)
+        harness.exporter.clear()
+        harness.start(mode="collect", policy=POLICY, tokenizer=tokenizer)
+        for model, messages in calls:
+            client.chat.completions.create(model=model, messages=messages, max_tokens=300)
+        loaded += tokens.loaded_counter() is not None
+        for span in harness.spans():
+            found = [(e.attributes["check"], e.attributes["detail"]) for e in span.events
+                     if e.name == "ctxguard.violation"]
+            out.append((span.attributes["ctxguard.payload.tokens_source"], found))
+    return out, loaded
+
+
+def test_no_verdict_depends_on_loading_the_tokenizer_lazily(harness, llm, client, monkeypatch):
+    lazy, lazily_loaded = _run(harness, client, monkeypatch, "lazy")
+    eager, _ = _run(harness, client, monkeypatch, "eager")
+    calls = sum(map(len, _corpus()))
+    assert len(lazy) == len(eager) == calls
+    assert [v for _, v in lazy] == [v for _, v in eager]  # the same checks failed, in the same words
+    checks = {check for _, found in eager for check, _ in found}
+    assert checks == {"payload_under_budget", "pinned_capped"}  # both verdicts were crossed
+    failing = sum(1 for _, found in eager if found)
+    assert 0 < failing < calls
+    # The bounds decided many calls on their own, and the exact counts the rest.
+    bound_decided = sum(1 for source, _ in lazy if source in ("estimate", "calibrated"))
+    assert calls * 0.2 < bound_decided < calls
+    assert 0 < lazily_loaded < len(_corpus())
