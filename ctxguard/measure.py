@@ -18,7 +18,7 @@ from typing import Any
 
 from .cache import ENTRY_BYTES, TwoGenerationCache, str_bytes, text_bytes
 from .digest import Digester
-from .memo import Measured, Memo
+from .memo import Memo
 from .payload import TOOL_REFS, Item, Message, Payload, RequestView, message_key
 from .tokens import (
     BOUND,

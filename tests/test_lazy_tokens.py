@@ -12,6 +12,7 @@ import pytest
 import ctxguard
 from ctxguard import tokens
 from ctxguard.pinned import render_pinned
+from ctxguard.testing import Reply
 
 tiktoken = pytest.importorskip("tiktoken")
 
@@ -47,10 +48,50 @@ def _corpus() -> list[list[tuple[str, list[dict[str, str]]]]]:
                                {"role": "assistant", "content": (unit * 9)[: rng.randrange(20, 200)]}]
                     calls.append((model, [*history, {"role": "user", "content": unit[:40]}]))
                 conversations.append(calls)
+        conversations.append(_terse(model))
+        conversations.append(_skewed(model))
     return conversations
 
 
-def _run(harness, client, monkeypatch, tokenizer: str):  # type: ignore[no-untyped-def]
+_RARE = "𓀀𓀁𓀂𓀃𓀄𓀅𓀆𓀇 "  # hieroglyphs: four bytes each, and nearly a token a byte or two
+
+
+def _skewed(model: str) -> list[tuple[str, list[dict[str, str]]]]:
+    """A provider that reports twice what cl100k counts for prose (so the calibrated count doubles),
+    then a text that tiktoken counts nearly a token a byte: doubled, the count would pass the
+    bytes, which no byte-level tokenizer can; the ceiling holds it at the bound."""
+    system = "Be skewed.\n" + render_pinned({"city": "Pune"}, max_tokens=100)
+    history: list[dict[str, str]] = [{"role": "system", "content": system}]
+    calls = []
+    for turn in range(16):
+        text = (_PROSE * 3)[:100] if turn < 10 else (_RARE * 40)[:125]
+        history = [*history, {"role": "user", "content": text}, {"role": "assistant", "content": "ok"}]
+        calls.append((model, [*history, {"role": "user", "content": f"turn {turn}"}]))
+    return calls
+
+
+def _terse(model: str) -> list[tuple[str, list[dict[str, str]]]]:
+    """A chat of one-word messages on a provider whose framing is larger than the bounds allow for
+    (six tokens a message, as the fake reports it here): more tokens reported than bytes sent."""
+    system = "Be terse.\n" + render_pinned({"city": "Pune"}, max_tokens=100)
+    history: list[dict[str, str]] = [{"role": "system", "content": system}]
+    calls = []
+    for turn in range(12):
+        history = [*history, *({"role": "user", "content": "ok"}, {"role": "assistant", "content": "k"}) * 30]
+        calls.append((model, [*history, {"role": "user", "content": f"turn {turn}"}]))
+    return calls
+
+
+def _reported(messages: list[dict[str, str]]) -> int | None:
+    """What the fake reports for a terse or skewed chat (None: its own count, which grows with the text)."""
+    if messages[0]["content"].startswith("Be terse."):
+        return 6 * len(messages)
+    if messages[0]["content"].startswith("Be skewed."):
+        return round(0.45 * sum(len(m["content"].encode()) for m in messages))
+    return None
+
+
+def _run(harness, llm, client, monkeypatch, tokenizer: str):  # type: ignore[no-untyped-def]
     """Each conversation in a guard of its own, as in a fresh process: (per call, what its tokens
     came from and its violations), and how many conversations loaded the tokenizer."""
     out, loaded = [], 0
@@ -59,6 +100,9 @@ def _run(harness, client, monkeypatch, tokenizer: str):  # type: ignore[no-untyp
         harness.exporter.clear()
         harness.start(mode="collect", policy=POLICY, tokenizer=tokenizer)
         for model, messages in calls:
+            reported = _reported(messages)
+            if reported is not None:
+                llm.script(Reply(text="k", input_tokens=reported))
             client.chat.completions.create(model=model, messages=messages, max_tokens=300)
         loaded += tokens.loaded_counter() is not None
         for span in harness.spans():
@@ -69,11 +113,14 @@ def _run(harness, client, monkeypatch, tokenizer: str):  # type: ignore[no-untyp
 
 
 def test_no_verdict_depends_on_loading_the_tokenizer_lazily(harness, llm, client, monkeypatch):
-    lazy, lazily_loaded = _run(harness, client, monkeypatch, "lazy")
-    eager, _ = _run(harness, client, monkeypatch, "eager")
+    lazy, lazily_loaded = _run(harness, llm, client, monkeypatch, "lazy")
+    eager, _ = _run(harness, llm, client, monkeypatch, "eager")
     calls = sum(map(len, _corpus()))
     assert len(lazy) == len(eager) == calls
     assert [v for _, v in lazy] == [v for _, v in eager]  # the same checks failed, in the same words
+    terse = [v for (_, v), (model, messages) in zip(eager, (c for cs in _corpus() for c in cs), strict=True)
+             if _reported(messages) is not None]
+    assert any(terse) and not all(terse)  # more tokens than bytes crossed the window too
     checks = {check for _, found in eager for check, _ in found}
     assert checks == {"payload_under_budget", "pinned_capped"}  # both verdicts were crossed
     failing = sum(1 for _, found in eager if found)
