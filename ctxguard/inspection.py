@@ -165,17 +165,22 @@ class Inspector:
         payload = verdict.payload
         pinned = self._pinned(payload, policy)
         pinned_tokens = self.measurer.tokens(pinned.text) if pinned is not None else 0
-        scale = 1.0
-        if payload.basis == BOUND.name:
-            if self._undecided(payload, policy, pinned_tokens):
-                payload = verdict.payload = self.measurer.exact(payload)
-                pinned = self._pinned(payload, policy)
-                pinned_tokens = self.measurer.tokens(pinned.text) if pinned is not None else 0
-            if payload.basis == BOUND.name:
-                scale = payload.tokens / payload.raw_tokens
-                pinned_tokens = min(pinned_tokens, _scaled(pinned_tokens, scale))  # an exact count's at most
+        if payload.basis != BOUND.name:
+            return pinned, pinned_tokens, self._budget(payload, policy, pinned_tokens, 1.0)
+        scale = payload.tokens / payload.raw_tokens
+        shown = min(pinned_tokens, _scaled(pinned_tokens, scale))  # what an exact count shows, at most
+        budget = self._budget(payload, policy, shown, scale)
+        if not _undecided(payload, policy, pinned_tokens, budget):
+            return pinned, shown, budget
+        payload = verdict.payload = self.measurer.exact(payload)
+        pinned = self._pinned(payload, policy)
+        pinned_tokens = self.measurer.tokens(pinned.text) if pinned is not None else 0
+        return pinned, pinned_tokens, self._budget(payload, policy, pinned_tokens, 1.0)
+
+    @staticmethod
+    def _budget(payload: Payload, policy: Policy, pinned_tokens: int, scale: float) -> BudgetEval | str:
         system = payload.system
-        budget = budget_mod.evaluate(
+        return budget_mod.evaluate(
             policy.budget or _DEFAULT_BUDGET,
             model=payload.model,
             input_tokens=payload.tokens,
@@ -184,27 +189,12 @@ class Inspector:
             max_output_tokens=payload.max_output_tokens,
             request_window=payload.window,
         )
-        return pinned, pinned_tokens, budget
 
     @staticmethod
     def _pinned(payload: Payload, policy: Policy) -> PinnedBlock | None:
         if policy.pinned is None or payload.unreadable is not None:
             return None
         return find_block(payload.messages, policy.pinned.marker)
-
-    @staticmethod
-    def _undecided(payload: Payload, policy: Policy, pinned_bound: int) -> bool:
-        """Whether an exact count could fail a check that the bounds pass: the input's ceiling over
-        the window with the reservations, or (history having no other bound) over ``history_max``;
-        the pinned block's bound over its cap. What a bound payload shows is at most its ceiling, so
-        it passes what the bounds prove."""
-        if policy.pinned is not None and pinned_bound > policy.pinned.max_tokens:
-            return True
-        ev = budget_mod.evaluate(
-            policy.budget or _DEFAULT_BUDGET, model=payload.model, input_tokens=payload.ceiling, system_tokens=0,
-            tools_tokens=0, max_output_tokens=payload.max_output_tokens, request_window=payload.window,
-        )
-        return not isinstance(ev, str) and (ev.headroom < 0 or ev.over_history_max)
 
     def norm(self, digest: str, text: str) -> str | Chunked:
         """A message's text normalised for fact matching, cached by its digest; a text too
@@ -307,6 +297,22 @@ class Inspector:
         for name, judge in ANSWER_CHECKS.items():
             judged.append(verdict.judged(name, judge(verdict.payload, ctx, reply, unanswered)))
         return judged
+
+
+def _undecided(payload: Payload, policy: Policy, pinned_bound: int, shown: BudgetEval | str) -> bool:
+    """Whether an exact count could fail a check that the bounds pass (``shown``: the bound
+    payload's budget): the input's ceiling over the window with the reservations, or (history
+    having no other bound) over ``history_max``; the pinned block's bound over its cap. What a
+    bound payload shows is at most its ceiling, so it passes what the bounds prove."""
+    if policy.pinned is not None and pinned_bound > policy.pinned.max_tokens:
+        return True
+    if isinstance(shown, str):
+        return False  # no window: nothing reads a count
+    ceiling = payload.ceiling
+    if shown.breakdown.window - ceiling - shown.reserved < 0:
+        return True
+    retrieved = shown.breakdown.retrieved
+    return shown.history_max is not None and max(0, ceiling - retrieved) > shown.history_max
 
 
 def _scaled(tokens: int, scale: float) -> int:

@@ -179,6 +179,8 @@ class Recorder:
         }
         if len(messages) > attr.MESSAGE_ATTR_CAP:
             a[attr.MESSAGE_TRUNCATED] = True
+        if payload.view is not None:  # a bound payload (``Payload.basis``)
+            a[attr.TOKENS_CEILING] = payload.ceiling
         _request_attributes(a, payload)
         if scope is not None:
             a[attr.CONVERSATION_ID] = scope[0]

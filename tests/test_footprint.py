@@ -1,5 +1,6 @@
 """What ``instrument()`` costs a process that has not used the SDKs yet: it imports none of their
-lazily loaded modules, and a call site whose module the SDK loads later is still guarded."""
+lazily loaded modules, and a call site whose module the SDK loads later is still guarded; nor
+tiktoken while byte bounds decide the verdicts (bench/footprint.py measures the memory and time)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ _LATE_SITE = textwrap.dedent("""
         client.responses.create(model="gpt-4o", input="hello")  # the SDK imports the module now
     spans = [s for s in exporter.get_finished_spans() if "ctxguard.payload.hash" in (s.attributes or {})]
     print(json.dumps({"added": added, "loaded_early": loaded_early, "loaded": late in sys.modules,
-                      "spans": len(spans)}))
+                      "spans": len(spans), "tiktoken": "tiktoken" in sys.modules,
+                      "source": spans[0].attributes["ctxguard.payload.tokens_source"] if spans else None}))
 """)
 
 
@@ -40,3 +42,5 @@ def test_instrument_imports_no_sdk_module_and_guards_a_site_loaded_later() -> No
     assert found["added"] == []  # instrument() loaded no module of the SDK
     assert not found["loaded_early"] and found["loaded"]
     assert found["spans"] == 1  # the Responses call, whose module came after instrument(), is guarded
+    # Far from its window, the call's verdicts were proven by its bytes: tiktoken (~40 MB) not loaded.
+    assert not found["tiktoken"] and found["source"] == "estimate"
