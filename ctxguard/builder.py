@@ -207,6 +207,7 @@ class ContextBuilder:
             raise ValueError("memory must be a mapping of id -> text, or None")
         guard = active_guard()
         measurer = guard.measurer if guard is not None else self._measurer()
+        measurer.resolve()  # a plan is made of exact counts: a lazy guard loads its tokenizer here
         factor = max(1.0, (guard.calibration.factor(self.model) if guard is not None else None) or 1.0)
         view = form.adapter.normalise(form.api, {"model": self.model, "messages": messages})
         if view.unreadable is not None:

@@ -271,3 +271,19 @@ def test_calibrated_counts_are_respected(harness):
         out = builder(budget=budget, tail_tokens=10_000).build(chat(40), "next")
         outcomes = judge(guard, {"model": "gpt-4o", "messages": out})
     assert outcomes["payload_under_budget"].outcome == "pass", outcomes["payload_under_budget"]
+
+
+def test_a_lazy_guard_plans_with_exact_counts(harness, monkeypatch):
+    """Under a guard that has not loaded its tokenizer yet (it counts bytes until a verdict needs
+    more), a plan is still made of exact counts: the same messages as under an eager guard."""
+    pytest.importorskip("tiktoken")
+    from ctxguard import tokens
+
+    history = chat(60)
+    plans = []
+    for tokenizer in ("lazy", "eager"):
+        monkeypatch.setattr(tokens, "_default", None)
+        harness.start(mode="observe", tokenizer=tokenizer)
+        with ctxguard.conversation(f"plan-{tokenizer}"):
+            plans.append(builder(budget=ctxguard.Budget(window=3_000, reserved_output=500)).build(history, "and?"))
+    assert len(plans[0]) > 5 and plans[0] == plans[1]
