@@ -3,7 +3,8 @@
 Each sample is a fresh interpreter that imports openai and an OpenTelemetry SDK tracer provider
 (what the app has anyway), then, timed, imports and instruments ctxguard (lazy tokenizer, the
 default; or ``CTXGUARD_TOKENIZER=eager``; or nothing, the baseline), then makes ``--calls`` chat
-calls to a loopback FakeLLM run by this script (usage that grows with the input). Bytecode is cached (in a temporary directory) as after a pip install. RSS is the resident set from
+calls to a loopback FakeLLM run by this script (usage that grows with the input). Bytecode is
+cached (in a temporary directory) as after a pip install. RSS is the resident set from
 /proc/self/statm, read after a gc.collect(). The variants run interleaved, round by round, and
 the report gives medians over ``--rounds``: RSS after instrument() and after the calls, both less
 the baseline's at the same point, and the import + instrument time.

@@ -36,7 +36,7 @@ def _corpus() -> list[list[tuple[str, list[dict[str, str]]]]]:
     rng = random.Random(7)
     conversations = []
     for model in ("gpt-4", "gpt-4o"):
-        for kind, unit in KINDS.items():
+        for unit in KINDS.values():
             for size, reach in ((60, 0.7), (60, 5), (600, 5), (1_600, 5)):
                 facts = {f"fact_{i}": (unit * 40)[i * 7: i * 7 + size // 4] for i in range(4)}
                 system = "You are a support agent.\n" + render_pinned(facts, max_tokens=10_000)
