@@ -180,12 +180,15 @@ class Inspector:
     @staticmethod
     def _budget(payload: Payload, policy: Policy, pinned_tokens: int, scale: float) -> BudgetEval | str:
         system = payload.system
+        system_tokens, tools_tokens = (system.tokens if system is not None else 0), payload.tools_tokens
+        if scale != 1.0:
+            system_tokens, tools_tokens = _scaled(system_tokens, scale), _scaled(tools_tokens, scale)
         return budget_mod.evaluate(
             policy.budget or _DEFAULT_BUDGET,
             model=payload.model,
             input_tokens=payload.tokens,
-            system_tokens=_scaled(system.tokens, scale) + pinned_tokens if system is not None else pinned_tokens,
-            tools_tokens=_scaled(payload.tools_tokens, scale),
+            system_tokens=system_tokens + pinned_tokens,
+            tools_tokens=tools_tokens,
             max_output_tokens=payload.max_output_tokens,
             request_window=payload.window,
         )

@@ -279,7 +279,9 @@ class Measurer:
         """``memo``: the conversation's previous call (see ``ctxguard.memo``): its leading items
         equal to this call's are not looked up again, and the payload digest resumes after them."""
         items = view.items
-        basis = self._current()
+        basis = self._basis
+        if basis.counter is BOUND:
+            basis = self._current()
         start, messages, digests, sums, hasher, held, extends, first_tool = _resumed(items, memo, basis.generation)
         hit = basis.messages._new.get  # inlined look-up: this loop runs once per new message per call
         message = self._message
