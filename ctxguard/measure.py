@@ -75,25 +75,36 @@ def _key_bytes(text: str, tokens: int) -> int:
     return text_bytes(tokens, text)
 
 
-#: ``_resumed``: start, Messages, digests, sums, hasher, bytes held, extends, first tool index.
-Resumed = tuple[int, list[Message], list[str], list[int], Any, int, "str | None", "int | None"]
+#: ``_resumed``: start, Messages, digests, sums, hasher, bytes held, extends, first tool index,
+#: the resumed Messages' bounds summed (when it extends).
+Resumed = tuple[int, list[Message], list[str], list[int], Any, int, "str | None", "int | None", int]
 
 
 def _resumed(items: list[Item], memo: Memo | None, generation: int) -> Resumed:
     """What a memo's previous call gives this one: how many leading items are the same, their
     Messages, digests and running sums; the hasher, bytes held and digest when all of them are
-    (the payload extends that one); the first message with tool refs among the resumed ones.
-    Nothing from a memo measured in another ``generation`` (counted the other way)."""
+    (the payload extends that one), and their bounds summed; the first message with tool refs
+    among the resumed ones. Nothing from a memo measured in another ``generation`` (counted the
+    other way)."""
     last = memo.measured if memo is not None else None
     if last is None or last[8] != generation:
-        return 0, [], [], [0], None, 0, None, None
-    kept_items, kept_messages, kept_digests, kept_sums, kept_hasher, kept_held, kept_digest, kept_tool, _ = last
+        return 0, [], [], [0], None, 0, None, None, 0
+    kept_items, kept_messages, kept_digests, kept_sums, kept_hasher, kept_held, kept_digest, kept_tool = last[:8]
     start = _common(items, kept_items)
-    hasher, held, extends = None, 0, None
+    hasher, held, extends, bound = None, 0, None, 0
     if start == len(kept_items):
-        hasher, held, extends = kept_hasher.copy(), kept_held, kept_digest
+        hasher, held, extends, bound = kept_hasher.copy(), kept_held, kept_digest, last[9]
     first_tool = kept_tool if kept_tool is not None and kept_tool < start else None
-    return start, kept_messages[:start], kept_digests[:start], kept_sums[: start + 1], hasher, held, extends, first_tool
+    return (start, kept_messages[:start], kept_digests[:start], kept_sums[: start + 1], hasher, held, extends,
+            first_tool, bound)
+
+
+def _carried(kept: int, extends: str | None, new: list[Message], messages: list[Message],
+             field: Callable[[Message], int]) -> int:
+    """``field`` summed over ``messages``: the resumed ones' sum (``kept``) carried on when all of
+    them were resumed (the payload ``extends`` the memo's), else added up again (after an edit or
+    a trim)."""
+    return kept + sum(map(field, new)) if extends is not None else sum(map(field, messages))
 
 
 class _Basis:
@@ -282,7 +293,8 @@ class Measurer:
         basis = self._basis
         if basis.counter is BOUND:
             basis = self._current()
-        start, messages, digests, sums, hasher, held, extends, first_tool = _resumed(items, memo, basis.generation)
+        start, messages, digests, sums, hasher, held, extends, first_tool, bound = _resumed(
+            items, memo, basis.generation)
         hit = basis.messages._new.get  # inlined look-up: this loop runs once per new message per call
         message = self._message
         new = [hit(item) or message(item, basis) for item in items[start:]]
@@ -294,21 +306,19 @@ class Measurer:
         sums.extend(accumulate(map(_tokens_of, new), initial=sums.pop()))  # running sums, in C
         total = sums[-1]
         digests.extend(map(_digest_of, new))  # map + attrgetter: a C loop, over the new ones only
+        # The messages' bounds: their counts, when counted as bounds.
+        bound = total if basis.counter is BOUND else _carried(bound, extends, new, messages, _bound_of)
         hasher = self._hashed(hasher, digests, start, bool(new))
         digest = hasher.hexdigest()
         if memo is not None:
-            # The bytes its messages keep, for the memo's bound: the kept ones' sum carried on when
-            # all of them were resumed, else added up again (after an edit or a trim).
-            if extends is None:
-                held = sum(map(_size_of, messages))
-            elif new:
-                held += sum(map(_size_of, new))
+            held = _carried(held, extends, new, messages, _size_of)  # the bytes they keep, for the memo's bound
             # Kept as they are, not copied: the view's items and the payload's lists are never
             # changed after this point (the next call slices them).
-            memo.measured = (items, messages, digests, sums, hasher, held, digest, first_tool, basis.generation)
+            memo.measured = (items, messages, digests, sums, hasher, held, digest, first_tool, basis.generation,
+                             bound)
         tools_tokens = sum(self._tokens(schema, basis) for schema in view.tools) + view.prompt_overhead
         raw = total + REPLY_PRIMING + tools_tokens
-        tokens, source, bound, most = self._shown(basis, view, raw, messages)
+        tokens, source, bound, most = self._shown(basis, view, raw, bound)
         return Payload(
             provider=view.provider,
             operation=view.operation,
@@ -343,16 +353,17 @@ class Measurer:
         return basis
 
     def _shown(
-        self, basis: _Basis, view: RequestView, raw: int, messages: list[Message],
+        self, basis: _Basis, view: RequestView, raw: int, messages: int,
     ) -> tuple[int, str, int, int]:
-        """What a payload of ``raw`` counted tokens shows, its source, its bound and its ceiling
-        (``ceiling``). A bound shows its model's learnt tokens a byte (four bytes a token before
-        any report); a count, calibrated, never more than the ceiling."""
+        """What a payload of ``raw`` counted tokens, whose messages' bounds sum to ``messages``,
+        shows, its source, its bound and its ceiling (``ceiling``). A bound shows its model's learnt
+        tokens a byte (four bytes a token before any report); a count, calibrated, never more than
+        the ceiling."""
         bounds = self.bounds.factor(view.model)
         if basis.counter is BOUND:
             source = "estimate" if bounds is None else "calibrated"
             return round(raw * (bounds or BOUND_SCALE)), source, raw, ceiling(raw, bounds)
-        bound = sum(map(_bound_of, messages)) + REPLY_PRIMING + sum(map(utf8_bytes, view.tools)) + view.prompt_overhead
+        bound = messages + REPLY_PRIMING + sum(map(utf8_bytes, view.tools)) + view.prompt_overhead
         most = ceiling(bound, bounds)
         factor = self.calibration.factor(view.model)
         if factor is None:

@@ -332,3 +332,17 @@ def test_a_memo_counts_the_bytes_its_messages_keep_whatever_changed() -> None:
         view = openai_provider.ADAPTER.normalise("chat.completions", {"model": "gpt-4o", "messages": messages}, memo)
         payload = m.measure(view, memo)
         assert memo.measured is not None and memo.measured[5] == sum(msg.size for msg in payload.messages)
+
+
+def test_a_memo_carries_the_bound_of_the_messages_it_resumes() -> None:
+    """An exactly counted payload's bound (its messages' bytes and framing), carried on from the
+    previous call, is the bound it has measured from scratch, whatever changed."""
+    m, memo = measurer(), Memo()
+    texts = ["a" * 10, "b" * 200, "ç" * 3000]
+    for history in (texts, [*texts, "d" * 40], [*texts, "d" * 40, "é" * 7], ["a" * 10, "B" * 5, "ç" * 3000], []):
+        messages = [{"role": "user", "content": t} for t in history]
+        kwargs = {"model": "gpt-4o", "messages": messages}
+        payload = m.measure(openai_provider.ADAPTER.normalise("chat.completions", kwargs, memo), memo)
+        fresh = measurer().measure(openai_provider.ADAPTER.normalise("chat.completions", kwargs))
+        assert (payload.bound, payload.ceiling) == (fresh.bound, fresh.ceiling)
+        assert payload.bound >= sum(len(t.encode()) for t in history)
