@@ -163,8 +163,10 @@ class Measurer:
         self._pending: dict[str, deque[Pending]] = {}
         self._pending_bound = 0
         self._lock = threading.Lock()
-        if exact is not None:
-            calibration.exact = self._exact_model
+        #: Whether ``calibration.exact`` follows the counter (a lazy measurer's does: it changes).
+        self._tracks = exact is not None
+        if self._tracks:
+            calibration.exact = BOUND.exact
 
     @property
     def counter(self) -> TokenCounter:
@@ -175,10 +177,13 @@ class Measurer:
         """Count with ``counter`` from now on (what was counted before is forgotten)."""
         with self._lock:
             self._load = None
-            self._basis = _Basis(counter, self._basis.generation + 1, self._cap, self._max_bytes)
+            self._count_with(counter)
 
-    def _exact_model(self, model: str) -> bool:
-        return self._basis.counter.exact(model)
+    def _count_with(self, counter: TokenCounter) -> None:
+        """A new basis counting with ``counter`` (under the lock)."""
+        self._basis = _Basis(counter, self._basis.generation + 1, self._cap, self._max_bytes)
+        if self._tracks:
+            self.calibration.exact = counter.exact
 
     def message(self, item: Item) -> Message:
         return self._message(item, self._basis)
@@ -233,7 +238,7 @@ class Measurer:
             if self._load is None or self._basis.counter is not BOUND:
                 return
             counter = self._load()
-            self._basis = _Basis(counter, self._basis.generation + 1, self._cap, self._max_bytes)
+            self._count_with(counter)
             pending, self._pending, self._pending_bound = self._pending, {}, 0
             seen: dict[str, int] = {}
             for model, samples in pending.items():
