@@ -1,6 +1,7 @@
 """ctxguard's per-call cost in CPU instructions, counted by valgrind: the same number on every run.
 
     .venv/bin/python bench/instructions.py [--sizes 20,200] [--calls 10] [--grow]   # ~10 min
+    .venv/bin/python bench/instructions.py --own --shapes chat,tools,parts,responses,anthropic,facts --sizes 20
 
 Time-based numbers (bench/overhead.py) move by ±20% with whatever else the machine
 does; an instruction count does not, so this is the benchmark to compare two commits
@@ -41,6 +42,24 @@ no background thread adds instructions at random), in a conversation. Instructio
 are not time: cache misses are not in them, and in situ (right after a real SDK
 call) ctxguard's code runs at roughly 0.35 µs per 1,000 instructions on this kind
 of machine, against ~0.1 in a tight loop.
+
+``--shape NAME`` (or a comma list, ``--shapes``; default ``chat``, all of the above) counts
+another request shape (bench/shapes.py): ``tools`` (Chat Completions with three function
+tools, an agent's history, a tool-call answer), ``parts`` (content parts, a small data-URL
+PNG in every 4th user message), ``responses`` (the Responses API), ``anthropic`` (the
+anthropic SDK's ``messages.create``), ``facts`` (``chat`` with 10 facts recorded, their values
+in the history). Shapes other than ``chat`` need ``--own``: the whole-call sides and the
+peer stay ``chat`` only. More than one shape, or one but ``chat``, prints one row per shape
+and size. The script uses only hooks that older commits have as well (``Guard.before``,
+``Call.wire``, ``intercept.answers.returned``, the providers' ``PROVIDER`` and ``SITES``), so
+it runs against an older checkout too (``PYTHONPATH=<checkout>``; the children inherit it).
+
+After its counted calls each ``--own`` child checks, uncounted, that the run was what it
+claims: a few more calls with a span-counting exporter added (one span per call, the body sent
+is the shape's, ctxguard's payload names the shape's provider), no internal error swallowed in
+the whole run (``ctxguard_guard_errors_total`` absent or zero), ctxguard counted every call
+(``ctxguard_calls_total``) and, for ``facts``, ``fact_present`` passed on every call; the
+checks that failed are listed under the table. ``--jobs 1`` runs one child at a time.
 """
 
 from __future__ import annotations
@@ -49,6 +68,7 @@ import argparse
 import ctypes
 import gc
 import importlib.util
+import json
 import operator
 import os
 import re
@@ -61,6 +81,7 @@ from pathlib import Path
 from typing import Any
 
 SIDES = ("base", "guarded", "span")
+SHAPES = ("chat", "tools", "parts", "responses", "anthropic", "facts")  # bench/shapes.py
 COUNTING = False  # inside a counted call (``own``)
 OWN_SIDES = ("guarded-own", "span-own")
 WARM = 20
@@ -69,17 +90,16 @@ WARM = 20
 CACHE_SIM = ("--cache-sim=yes", "--branch-sim=yes", "--I1=65536,16,64", "--D1=49152,12,64", "--LL=2097152,16,64")
 
 
-def child(side: str, size: int, calls: int, grow: bool) -> None:
+def child(side: str, size: int, calls: int, grow: bool, shape_name: str) -> None:
     """Runs under valgrind: warm up both paths, then ``calls`` calls of one side
-    (``side@choice``: the guarded side with ``instrument(metrics=choice)``)."""
+    (``side@choice``: the guarded side with ``instrument(metrics=choice)``) of one shape
+    (bench/shapes.py; the whole-call sides are ``chat`` only)."""
     side, _, choice = side.partition("@")
     sys.path.insert(0, str(Path(__file__).parent))
     import openai
     import overhead as ov
     import prometheus_client
     from openai.resources.chat.completions.completions import Completions
-    from opentelemetry import context as otel_context
-    from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
@@ -94,14 +114,50 @@ def child(side: str, size: int, calls: int, grow: bool) -> None:
         (``_operator_call`` in C, which nothing else on these paths calls): callgrind, also
         told --toggle-collect=_operator_call, stops counting inside it. (A nested libffi call
         does not toggle collection off; outside a counted call this one would toggle it on.)"""
-        return operator.call(original, *args, **kwargs) if COUNTING else original(*args, **kwargs)
+        return operator.call(original, *args, **kwargs) if COUNTING else original(*args, **kwargs)  # type: ignore[attr-defined]
 
     peer = None
     if side.startswith("peer"):
         peer = ov.peer_instrumentation(original, provider, uncounted if side.endswith("-own") else None)
         assert peer is not None, "opentelemetry-instrumentation-openai-v2 not importable"
-    policy = ctxguard.Policy(pinned=ctxguard.Pinned(max_tokens=800))
     registry = prometheus_client.CollectorRegistry()
+    guard = instrumented(choice, registry, provider)
+    ov.keep_bare_calls_bare()
+    orig = Completions.create.__wrapped__  # type: ignore[attr-defined]
+    sent: list[bytes] = []
+
+    def handler(request: Any) -> Any:
+        sent.append(request.content)
+        return ov.handler(request)
+
+    http_client = ov.http_lib.Client(transport=ov.http_lib.MockTransport(handler))  # type: ignore[attr-defined]
+    client = openai.OpenAI(api_key="x", base_url=ov.BASE_URL, max_retries=0, http_client=http_client)
+    chat = client.chat.completions
+    pinned = ctxguard.render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
+    messages = [ov.system_message(pinned), *(ov.message(i) for i in range(1, size))]
+    tracer = provider.get_tracer("bench")
+    if not side.endswith("-own"):
+        whole(side, orig, chat, peer, tracer, messages, calls, grow)
+        return
+    import shapes
+
+    if shape_name == "chat":
+        shape = chat_shape(messages, lambda history: (orig(chat, model=ov.MODEL, messages=history), sent.pop()))
+    else:
+        shape = shapes.build(shape_name, size, pinned)
+    run, history, runs = own(side, guard, tracer, shape, calls, grow,
+                             peer=(lambda kwargs: peer[0](chat, **kwargs)) if peer is not None else None)
+    verify(side, guard, shape, registry, provider, run, history, runs, calls if grow else None)
+
+
+def instrumented(choice: str, registry: Any, provider: Any) -> Any:
+    """ctxguard instrumented with every check on, metrics on ``registry`` (and with ``choice``
+    ``otel``/``both``, an OpenTelemetry ``MeterProvider``), spans on ``provider``."""
+    import overhead as ov
+
+    import ctxguard
+
+    policy = ctxguard.Policy(pinned=ctxguard.Pinned(max_tokens=800))
     meters = None
     if choice in ("otel", "both"):
         # A reader that is never collected here: what a call pays is the recording; an
@@ -113,20 +169,18 @@ def child(side: str, size: int, calls: int, grow: bool) -> None:
     guard = ctxguard.instrument(policy=policy, registry=registry, tracer_provider=provider, digest_key=ov.KEY,
                                 metrics=choice or "prometheus", meter_provider=meters)
     assert guard is not None, "ctxguard disabled (CTXGUARD_DISABLED?)"
-    ov.keep_bare_calls_bare()
-    orig = Completions.create.__wrapped__  # type: ignore[attr-defined]
-    sent: list[bytes] = []
+    return guard
 
-    def handler(request: Any) -> Any:
-        sent.append(request.content)
-        return ov.handler(request)
 
-    http_client = ov.http_lib.Client(transport=ov.http_lib.MockTransport(handler))
-    client = openai.OpenAI(api_key="x", base_url=ov.BASE_URL, max_retries=0, http_client=http_client)
-    chat = client.chat.completions
-    pinned = ctxguard.render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
-    messages = [ov.system_message(pinned), *(ov.message(i) for i in range(1, size))]
-    tracer = provider.get_tracer("bench")
+def whole(side: str, orig: Any, chat: Any, peer: Any, tracer: Any, messages: list[dict[str, str]], calls: int,
+          grow: bool) -> None:
+    """The whole-call sides (``chat`` only): ``calls`` SDK calls, bare, guarded, in a bare span,
+    or under the peer, counted in one libffi call."""
+    import overhead as ov
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+
+    import ctxguard
 
     def spanned(history: list[dict[str, str]]) -> object:
         span = tracer.start_span(f"chat {ov.MODEL}", kind=trace.SpanKind.CLIENT)
@@ -144,10 +198,6 @@ def child(side: str, size: int, calls: int, grow: bool) -> None:
     }
     if peer is not None:
         sides["peer"] = lambda history: peer[0](chat, model=ov.MODEL, messages=history)
-    if side.endswith("-own"):
-        own(side, guard, tracer, lambda history: (orig(chat, model=ov.MODEL, messages=history), sent.pop()),
-            messages, calls, grow, peer=(lambda kwargs: peer[0](chat, **kwargs)) if peer is not None else None)
-        return
     gc.disable()
     with ctxguard.conversation("bench"):
         run = sides[side]
@@ -167,27 +217,53 @@ def child(side: str, size: int, calls: int, grow: bool) -> None:
         ctypes.CFUNCTYPE(None)(timed)()
 
 
-def warm_up(messages: list[dict[str, str]], grow: bool) -> list[list[dict[str, str]]]:
+def chat_shape(messages: list[dict[str, str]], send: Callable[[list[Any]], tuple[Any, bytes]]) -> Any:
+    """The ``chat`` shape, on the child's own client (bench/overhead.py's fixed ``chat.completion``)."""
+    import openai
+    import overhead as ov
+    import shapes
+
+    from ctxguard.providers import openai as openai_provider
+
+    # The call site's object, as the wrapper passes it: its client's identity is read per call.
+    resource = openai.OpenAI(api_key="bench", base_url="http://127.0.0.1:9/v1").chat.completions
+
+    def kwargs(history: list[Any]) -> dict[str, Any]:
+        return {"model": ov.MODEL, "messages": history}
+
+    return shapes.Shape("chat", openai_provider.PROVIDER, "chat.completions", openai_provider.SITES[0], resource,
+                        messages, kwargs, send, lambda i: ov.message(200_000 + i), b'"messages"', "openai")
+
+
+def warm_up(messages: list[Any], grow: bool) -> list[list[Any]]:
     """The warm-up calls' histories: ``messages`` WARM times, or when growing, five histories
     that grow into ``messages`` one message at a time, as the counted calls then go on to
     (an unchanged history resent first would make the first grown body a one-off miss of
-    the wire digest's resume point, counted against the first call)."""
+    the wire digest's resume point, counted against the first call), but for those that
+    would end in a tool call without its result."""
     if not grow:
         return [messages] * WARM
     n = len(messages)
-    return [messages[: n - k] for k in range(min(5, n - 2), 0, -1)] + [messages]
+    shorter = [messages[: n - k] for k in range(min(5, n - 2), 0, -1)]
+    return [h for h in shorter if not unanswered(h[-1])] + [messages]
 
 
-def own(side: str, guard: Any, tracer: Any, send: Callable[[Any], tuple[Any, bytes]],
-        messages: list[dict[str, str]], calls: int, grow: bool,
-        peer: Callable[[dict[str, Any]], object] | None = None) -> None:
+def unanswered(message: Any) -> bool:
+    """A tool call, which no app sends before its result (``tools``: the warm-up skips such a history)."""
+    return isinstance(message, dict) and bool(message.get("tool_calls"))
+
+
+Hooks = Callable[[dict[str, Any], bytes, Any], None]
+
+
+def own(side: str, guard: Any, tracer: Any, shape: Any, calls: int, grow: bool,
+        peer: Callable[[dict[str, Any]], object] | None = None) -> tuple[Hooks, list[Any], int]:
     """ctxguard's hooks alone (``before``, ``wire``, ``finished``), or a bare span's start and
-    end alone, each counted call in its own libffi call: the SDK's calls, which give the
-    body sent and the response, run between them, uncounted. ``peer-own``: a whole call
-    under the peer's wrapper, whose SDK call runs inside ``operator.call``, where callgrind's
-    collection toggles off again: its wrapper's work alone is counted."""
-    global COUNTING
-    import openai
+    end alone, each counted call in its own libffi call: the SDK's calls (``shape.send``),
+    which give the body sent and the response, run between them, uncounted. ``peer-own``:
+    a whole call under the peer's wrapper, whose SDK call runs inside ``operator.call``,
+    where callgrind's collection toggles off again: its wrapper's work alone is counted.
+    Returns the hooks run, the last history sent and how many calls ran them."""
     import overhead as ov
     from opentelemetry import context as otel_context
     from opentelemetry import trace
@@ -196,13 +272,19 @@ def own(side: str, guard: Any, tracer: Any, send: Callable[[Any], tuple[Any, byt
     from ctxguard.intercept.answers import returned
     from ctxguard.providers import openai as openai_provider
 
-    # The call site's object, as the wrapper passes it: its client's identity is read per call.
-    resource = openai.OpenAI(api_key="bench", base_url="http://127.0.0.1:9/v1").chat.completions
+    resource = shape.resource
+    provider, api, site = shape.provider, shape.api, shape.site
 
     def guarded(kwargs: dict[str, Any], body: bytes, response: Any) -> None:
+        # ``chat``'s hooks as they always were: the same bytecode, so the same counts as before shapes.
         call = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs, instance=resource)
         call.wire(body)
         returned(call, openai_provider.SITES[0], response)
+
+    def shaped(kwargs: dict[str, Any], body: bytes, response: Any) -> None:
+        call = guard.before(provider, api, kwargs, instance=resource)
+        call.wire(body)
+        returned(call, site, response)
 
     def spanned(kwargs: dict[str, Any], body: bytes, response: Any) -> None:
         span = tracer.start_span(f"chat {ov.MODEL}", kind=trace.SpanKind.CLIENT)
@@ -214,51 +296,142 @@ def own(side: str, guard: Any, tracer: Any, send: Callable[[Any], tuple[Any, byt
         assert peer is not None
         peer(kwargs)
 
-    run = {"guarded-own": guarded, "span-own": spanned, "peer-own": peered}[side]
-    counted = ctypes.CFUNCTYPE(None)
+    hooks = guarded if shape.name == "chat" else shaped
+    run = {"guarded-own": hooks, "span-own": spanned, "peer-own": peered}[side]
     gc.disable()
     with ctxguard.conversation("bench"):
-        response, body = send(messages)
-        for history in warm_up(messages, grow):
-            if grow:
-                response, body = send(history)
-            run({"model": ov.MODEL, "messages": history}, body, response)
-        history = messages
-        for i in range(calls):
-            if grow:
-                history = [*history, ov.message(200_000 + i)]
+        history, runs = counted_calls(run, shape, calls, grow)
+    return run, history, runs
+
+
+def counted_calls(run: Hooks, shape: Any, calls: int, grow: bool) -> tuple[list[Any], int]:
+    """The warm-up calls, then ``calls`` counted ones, each in its own libffi call (in a conversation)."""
+    global COUNTING
+    if shape.prepare is not None:
+        shape.prepare()
+    send, make, messages = shape.send, shape.kwargs, shape.history
+    counted = ctypes.CFUNCTYPE(None)
+    response, body = send(messages)
+    warm = warm_up(messages, grow)
+    for history in warm:
+        if grow:
             response, body = send(history)
-            kwargs = {"model": ov.MODEL, "messages": history}
-            COUNTING = True
-            counted(lambda: run(kwargs, body, response))()  # noqa: B023 (called at once)
-            COUNTING = False
+        run(make(history), body, response)
+    history = messages
+    for i in range(calls):
+        if grow:
+            history = [*history, shape.more(i)]
+        response, body = send(history)
+        kwargs = make(history)
+        COUNTING = True
+        counted(lambda: run(kwargs, body, response))()  # noqa: B023 (called at once)
+        COUNTING = False
+    return history, len(warm) + calls
 
 
-def count(side: str, size: int, calls: int, grow: bool, cache: bool = False) -> dict[str, int]:
+#: Calls made after the counted ones, uncounted, to check what the counted calls did.
+CHECKED = 3
+#: The line a child prints its checks on (JSON), for the parent to report.
+CHECKS = "ctxguard-bench-checks "
+
+
+def verify(side: str, guard: Any, shape: Any, registry: Any, provider: Any, run: Hooks, history: list[Any],
+           runs: int, grown: int | None) -> None:
+    """After the counted calls, uncounted: ``CHECKED`` more calls with a span-counting exporter
+    added (each SDK call and its hooks make exactly one span, the body sent is this shape's and,
+    on the guarded side, ctxguard's payload names the shape's provider); then no internal error
+    swallowed in the whole run (``ctxguard_guard_errors_total`` absent or zero), and ctxguard
+    counted every call it was given. Prints what it found (``CHECKS``) for the parent."""
+    import shapes
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    import ctxguard
+    from ctxguard.intercept.answers import returned
+
+    exporter = shapes.SpanCounter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    labels = set()
+    with ctxguard.conversation("bench"):
+        for i in range(CHECKED):
+            if grown is not None:
+                history = [*history, shape.more(grown + i)]
+            response, body = shape.send(history)
+            assert shape.marker in body, f"{shape.name}: {shape.marker!r} not in the body sent"
+            kwargs, before = shape.kwargs(history), exporter.spans
+            if side.startswith("guarded"):
+                call = guard.before(shape.provider, shape.api, kwargs, instance=shape.resource)
+                assert call is not None, f"{shape.name}: ctxguard did not inspect the call"
+                labels.add(call.verdict.payload.provider)
+                call.wire(body)
+                returned(call, shape.site, response)
+            else:
+                run(kwargs, body, response)
+            assert exporter.spans == before + 1, f"{shape.name} {side}: {exporter.spans - before} spans for one call"
+    found = samples(registry)
+    errors = {k: v for k, v in found.items() if k[0] == "ctxguard_guard_errors_total" and v}
+    assert not errors, f"{shape.name} {side}: ctxguard swallowed internal errors: {errors}"
+    out: dict[str, Any] = {"shape": shape.name, "side": side, "spans_per_call": 1, "errors": 0,
+                           "ctxguard": str(Path(ctxguard.__file__).parent)}
+    if side.startswith("guarded"):
+        assert labels == {shape.label}, f"{shape.name}: the payload's provider is {labels}, not {shape.label}"
+        seen = sum(v for k, v in found.items() if k[0] == "ctxguard_calls_total")
+        if any(k[0] == "ctxguard_calls_total" for k in found):  # metrics on this registry (not otel alone)
+            assert seen == runs + CHECKED, f"{shape.name}: ctxguard counted {seen} calls, not {runs + CHECKED}"
+        out["violations"] = {dict(k[1])["check"]: v for k, v in found.items()
+                             if k[0] == "ctxguard_violations_total" and v}
+        if shape.name == "facts":
+            passed = found.get(("ctxguard_checks_total", (("check", "fact_present"), ("outcome", "pass"))), 0)
+            assert passed == runs + CHECKED, f"facts: fact_present passed {passed} times, not {runs + CHECKED}"
+            assert not any(c.startswith("fact_") for c in out["violations"]), "facts: fact checks failed"
+            out["fact_present_passed"] = passed
+    print(CHECKS + json.dumps(out, sort_keys=True), flush=True)
+
+
+def samples(registry: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample on a Prometheus registry: (name, sorted labels) -> value."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for m in registry.collect() for s in m.samples}
+
+
+def count(side: str, size: int, shape: str, calls: int, grow: bool,
+          cache: bool = False) -> tuple[dict[str, int], dict[str, Any]]:
     """Events of ``calls`` timed calls of ``side`` (a child process under callgrind): ``Ir``
-    (instructions), and with ``cache`` the simulated cache misses as well."""
+    (instructions), and with ``cache`` the simulated cache misses as well; and the child's checks
+    (``verify``; none for the whole-call sides)."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--toggle-collect=ffi_call*",
            "--toggle-collect=_operator_call", *(CACHE_SIM if cache else ()),
            sys.executable, __file__,
-           "--child", side, str(size), str(calls), "grow" if grow else "fixed"]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+           "--child", side, str(size), str(calls), "grow" if grow else "fixed", shape]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{shape} {side} {size}: the child failed ({out.returncode}):\n{out.stderr[-4000:]}")
     events = re.search(r"Events *: ([\w ]+)", out.stderr)
     found = re.search(r"Collected : ([\d ]+)", out.stderr)
     if events is None or found is None:
         raise RuntimeError(f"no event counts from callgrind:\n{out.stderr[-2000:]}")
-    return dict(zip(events.group(1).split(), map(int, found.group(1).split()), strict=True))
+    checks = [json.loads(line[len(CHECKS):]) for line in out.stdout.splitlines() if line.startswith(CHECKS)]
+    counts = dict(zip(events.group(1).split(), map(int, found.group(1).split()), strict=True))
+    return counts, checks[-1] if checks else {}
+
+
+Job = tuple[str, int, str]  # (side, size, shape)
 
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "grow")
+        child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "grow", sys.argv[6])
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="20,200", help="payload sizes in messages (default 20,200)")
     parser.add_argument("--calls", type=int, default=10, help="counted calls per side (default 10)")
     parser.add_argument("--grow", action="store_true", help="append one new message per call (from each size)")
     parser.add_argument("--own", action="store_true", help="count ctxguard's hooks and a bare span alone, no SDK")
+    parser.add_argument("--shape", "--shapes", dest="shapes", default="chat", metavar="NAMES",
+                        help=f"request shapes, a comma list of {','.join(SHAPES)} (default chat); any but chat "
+                             "needs --own (the whole-call sides and the peer are chat only); more than one, or "
+                             "one but chat: one table row per shape and size")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="child processes under valgrind at once (default: one per CPU)")
     parser.add_argument("--cache", action="store_true", help="also simulate the caches: misses per call, by level")
     parser.add_argument("--metrics", default="", metavar="CHOICES",
                         help="with --own: also count ctxguard with instrument(metrics=C) for each C of a comma list "
@@ -268,23 +441,55 @@ def main() -> int:
         print("valgrind not found (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
     sizes = [int(s) for s in args.sizes.split(",")]
-    sides = OWN_SIDES if args.own else SIDES
-    peer = importlib.util.find_spec("opentelemetry.instrumentation.openai_v2") is not None
-    if peer:
-        sides = (*sides, "peer-own" if args.own else "peer")
+    shapes = [s for s in args.shapes.split(",") if s]
+    if not shapes or set(shapes) - set(SHAPES):
+        parser.error(f"--shape: one or more of {','.join(SHAPES)}")
+    if shapes != ["chat"] and not args.own:
+        parser.error("--shape other than chat needs --own")
     choices = [c for c in args.metrics.split(",") if c]
     if choices and not args.own:
         parser.error("--metrics needs --own")
-    sides = (*sides, *(f"guarded-own@{c}" for c in choices))
-    jobs = [(side, size) for size in sizes for side in sides]
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        events = dict(
-            zip(jobs, pool.map(lambda job: count(*job, args.calls, args.grow, args.cache), jobs), strict=True)
-        )
-    totals = {job: e["Ir"] for job, e in events.items()}
+    peer = importlib.util.find_spec("opentelemetry.instrumentation.openai_v2") is not None
+    jobs = [(side, size, shape) for shape in shapes for size in sizes
+            for side in sides_of(shape, args.own, peer, choices)]
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        results = dict(zip(
+            jobs, pool.map(lambda job: count(job[0], job[1], job[2], args.calls, args.grow, args.cache), jobs),
+            strict=True,
+        ))
+    events = {job: e for job, (e, _) in results.items()}
     if args.grow:
         print(f"growing: each of the {args.calls} calls adds one new message to a history of the size given\n")
-    if args.own:
+    if shapes == ["chat"]:
+        chat_table(events, sizes, args.calls, args.own, peer, choices)
+    else:
+        shape_table(events, shapes, sizes, args.calls, choices)
+        checks_table({job: c for job, (_, c) in results.items() if c})
+    found = sorted({c["ctxguard"] for _, c in results.values() if c})
+    if found:
+        print(f"\nctxguard imported from {', '.join(found)}")
+    if args.cache:
+        for shape in shapes:
+            if shapes != ["chat"]:
+                print(f"\nshape {shape}:")
+            cache_table({(side, n): e for (side, n, s), e in events.items() if s == shape}, sizes, args.calls,
+                        args.own)
+    return 0
+
+
+def sides_of(shape: str, own: bool, peer: bool, choices: list[str]) -> tuple[str, ...]:
+    """The sides counted for ``shape``: the peer's only for chat, whose request it instruments."""
+    sides = OWN_SIDES if own else SIDES
+    if peer and shape == "chat":
+        sides = (*sides, "peer-own" if own else "peer")
+    return (*sides, *(f"guarded-own@{c}" for c in choices))
+
+
+def chat_table(events: dict[Job, dict[str, int]], sizes: list[int], calls: int, own: bool, peer: bool,
+               choices: list[str]) -> None:
+    """The ``chat`` shape's table, as before shapes: one row per size, the peer's columns when installed."""
+    totals = {(side, size): e["Ir"] for (side, size, _), e in events.items()}
+    if own:
         print("ctxguard's hooks alone (before + wire + finished), a bare span alone"
               f"{' and the peer wrapper alone' if peer else ''}, no SDK call counted\n")
     peer_head = " | OpenTelemetry openai-v2 instructions/call | ctxguard/peer" if peer else ""
@@ -292,34 +497,70 @@ def main() -> int:
     print("|---:|---:|---:|---:|" + ("---:|---:|" if peer else ""))
     per_call: dict[int, float] = {}
     for size in sizes:
-        if args.own:
-            guarded, span = totals[("guarded-own", size)] / args.calls, totals[("span-own", size)] / args.calls
+        if own:
+            guarded, span = totals[("guarded-own", size)] / calls, totals[("span-own", size)] / calls
         else:
-            guarded = (totals[("guarded", size)] - totals[("base", size)]) / args.calls
-            span = (totals[("span", size)] - totals[("base", size)]) / args.calls
+            guarded = (totals[("guarded", size)] - totals[("base", size)]) / calls
+            span = (totals[("span", size)] - totals[("base", size)]) / calls
         per_call[size] = guarded
         peer_cells = ""
         if peer:
-            if args.own:
-                peered = totals[("peer-own", size)] / args.calls
-            else:
-                peered = (totals[("peer", size)] - totals[("base", size)]) / args.calls
+            peered = totals["peer-own", size] / calls if own else (totals["peer", size] - totals["base", size]) / calls
             peer_cells = f" | {peered:,.0f} | {guarded / peered:.2f}x"
         print(f"| {size} | {guarded:,.0f} | {span:,.0f} | {guarded / span:.1f}x{peer_cells} |")
     if len(sizes) > 1:
         lo, hi = sizes[0], sizes[-1]
         per = (per_call[hi] - per_call[lo]) / (hi - lo)
         print(f"\nper message beyond {lo}: {per:,.0f} instructions")
-    if choices:
-        print("\n| msgs | metrics= | ctxguard instructions/call | vs the default (Prometheus cells) |")
-        print("|---:|---|---:|---:|")
+    metrics_table(totals, sizes, calls, choices, per_call)
+
+
+def metrics_table(totals: dict[tuple[str, int], int], sizes: list[int], calls: int, choices: list[str],
+                  per_call: dict[int, float], shape: str = "") -> None:
+    if not choices:
+        return
+    print(f"\n{f'shape {shape}: ' if shape else ''}| msgs | metrics= | ctxguard instructions/call "
+          "| vs the default (Prometheus cells) |")
+    print("|---:|---|---:|---:|")
+    for size in sizes:
+        for c in choices:
+            n = totals[(f"guarded-own@{c}", size)] / calls
+            print(f"| {size} | {c} | {n:,.0f} | {n - per_call[size]:+,.0f} |")
+
+
+def shape_table(events: dict[Job, dict[str, int]], shapes: list[str], sizes: list[int], calls: int,
+                choices: list[str]) -> None:
+    """``--own``, one row per shape and size (the peer left out: it instruments chat alone)."""
+    print("ctxguard's hooks alone (before + wire + finished), a bare span alone, no SDK call counted\n")
+    print("| shape | msgs | ctxguard instructions/call | bare span | ratio |")
+    print("|---|---:|---:|---:|---:|")
+    per_call: dict[tuple[str, int], float] = {}
+    for shape in shapes:
         for size in sizes:
-            for c in choices:
-                n = totals[(f"guarded-own@{c}", size)] / args.calls
-                print(f"| {size} | {c} | {n:,.0f} | {n - per_call[size]:+,.0f} |")
-    if args.cache:
-        cache_table(events, sizes, args.calls, args.own)
-    return 0
+            guarded = events[("guarded-own", size, shape)]["Ir"] / calls
+            span = events[("span-own", size, shape)]["Ir"] / calls
+            per_call[(shape, size)] = guarded
+            print(f"| {shape} | {size} | {guarded:,.0f} | {span:,.0f} | {guarded / span:.1f}x |")
+    if len(sizes) > 1:
+        lo, hi = sizes[0], sizes[-1]
+        print()
+        for shape in shapes:
+            per = (per_call[(shape, hi)] - per_call[(shape, lo)]) / (hi - lo)
+            print(f"{shape}: per message beyond {lo}: {per:,.0f} instructions")
+    for shape in shapes:
+        totals = {(side, n): e["Ir"] for (side, n, s), e in events.items() if s == shape}
+        metrics_table(totals, sizes, calls, choices, {n: per_call[(shape, n)] for n in sizes}, shape)
+
+
+def checks_table(checks: dict[Job, dict[str, Any]]) -> None:
+    """What each guarded child checked after its counted calls (``verify``)."""
+    print("\nchecked after the counted calls, uncounted: one span per call, no internal error swallowed; "
+          "the checks that failed (ctxguard_violations_total), per guarded child:\n")
+    for (side, size, shape), c in checks.items():
+        if "violations" in c:
+            failed = ", ".join(f"{k} {v:g}" for k, v in sorted(c["violations"].items())) or "none"
+            facts = f"; fact_present passed {c['fact_present_passed']:g}" if "fact_present_passed" in c else ""
+            print(f"- {shape} {size} {side}: failed checks: {failed}{facts}")
 
 
 def cache_table(events: dict[tuple[str, int], dict[str, int]], sizes: list[int], calls: int, own: bool) -> None:

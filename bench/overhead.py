@@ -162,7 +162,7 @@ def interleave(
     gc.collect()
     gc.disable()
     try:
-        columns = list(zip(*(one_round(arms, r % len(arms)) for r in range(rounds)), strict=True))
+        columns = list(zip(*(one_round(arms, r % len(arms)) for r in range(rounds)), strict=True))  # type: ignore[arg-type]
     finally:
         gc.enable()
     a, b = columns[0], columns[1]
@@ -224,7 +224,7 @@ def peer_instrumentation(
     try:
         from importlib.metadata import version
 
-        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor  # type: ignore[import-not-found]
     except ImportError as exc:
         print(f"peer arm left out: {exc}", file=sys.stderr)
         return None
@@ -361,7 +361,7 @@ def main() -> int:
         # Growing conversation: one new distinct message per turn.
         gc.collect()
         history: list[Message] = [system]
-        keys = ("baseline", "instrumented", "overhead", "floor_overhead", "self", "floor_self")
+        keys: tuple[str, ...] = ("baseline", "instrumented", "overhead", "floor_overhead", "self", "floor_self")
         if peer_fn is not None:
             keys = (*keys, "peer_overhead", "peer_self")
         grow: dict[str, list[int]] = {k: [] for k in keys}
