@@ -332,5 +332,7 @@ def evaluate(
     breakdown = _breakdown(
         model or "", window, system_tokens, tools, budget.retrieved, reserved_output, budget.reserved_reasoning
     )
-    history = max(0, input_tokens - system_tokens - tools_tokens - budget.retrieved)
+    history = input_tokens - system_tokens - tools_tokens - budget.retrieved
+    if history < 0:  # not max(): a builtin call costs 3x, on every call
+        history = 0
     return BudgetEval(breakdown, input_tokens, history, budget.history_max)

@@ -48,7 +48,7 @@ PENDING_BOUND = 4 * 1024 * 1024
 
 def _common(items: list[Item], kept: list[Item]) -> int:
     """How many leading items equal the kept ones (list and tuple equality: C loops)."""
-    n = min(len(items), len(kept))
+    n = len(items) if len(items) < len(kept) else len(kept)  # not min(): a builtin call costs 3x
     if items[:n] == (kept if n == len(kept) else kept[:n]):
         return n
     return next(i for i, (a, b) in enumerate(zip(items, kept, strict=False)) if a != b)
@@ -97,14 +97,6 @@ def _resumed(items: list[Item], memo: Memo | None, generation: int) -> Resumed:
     first_tool = kept_tool if kept_tool is not None and kept_tool < start else None
     return (start, kept_messages[:start], kept_digests[:start], kept_sums[: start + 1], hasher, held, extends,
             first_tool, bound)
-
-
-def _carried(kept: int, extends: str | None, new: list[Message], messages: list[Message],
-             field: Callable[[Message], int]) -> int:
-    """``field`` summed over ``messages``: the resumed ones' sum (``kept``) carried on when all of
-    them were resumed (the payload ``extends`` the memo's), else added up again (after an edit or
-    a trim)."""
-    return kept + sum(map(field, new)) if extends is not None else sum(map(field, messages))
 
 
 class _Basis:
@@ -208,12 +200,11 @@ class Measurer:
         basis.messages.put(item, message)
         return message
 
-    def tokens(self, text: str) -> int:
-        """Count a text that recurs across calls (a tool schema, a pinned block), cached."""
-        return self._tokens(text, self._basis)
-
-    @staticmethod
-    def _tokens(text: str, basis: _Basis) -> int:
+    def tokens(self, text: str, basis: _Basis | None = None) -> int:
+        """Count a text that recurs across calls (a tool schema, a pinned block), cached (in
+        ``basis``, the current one by default)."""
+        if basis is None:
+            basis = self._basis
         cached = basis.texts.get(text)
         if cached is None:
             cached = basis.counter.count(text)
@@ -311,17 +302,19 @@ class Measurer:
         sums.extend(accumulate(map(_tokens_of, new), initial=sums.pop()))  # running sums, in C
         total = sums[-1]
         digests.extend(map(_digest_of, new))  # map + attrgetter: a C loop, over the new ones only
-        # The messages' bounds: their counts, when counted as bounds.
-        bound = total if basis.counter is BOUND else _carried(bound, extends, new, messages, _bound_of)
+        # The messages' bounds (their counts, counted as bounds) and the bytes they keep (the memo's
+        # bound): the resumed ones' sums carried on if it extends the memo's, else summed again.
+        bound = total if basis.counter is BOUND else (
+            bound + sum(map(_bound_of, new)) if extends is not None else sum(map(_bound_of, messages)))
         hasher = self._hashed(hasher, digests, start, bool(new))
         digest = hasher.hexdigest()
         if memo is not None:
-            held = _carried(held, extends, new, messages, _size_of)  # the bytes they keep, for the memo's bound
-            # Kept as they are, not copied: the view's items and the payload's lists are never
-            # changed after this point (the next call slices them).
+            held = held + sum(map(_size_of, new)) if extends is not None else sum(map(_size_of, messages))
+            # Kept as they are, not copied: nothing changes them after this (the next call slices them).
             memo.measured = (items, messages, digests, sums, hasher, held, digest, first_tool, basis.generation,
                              bound)
-        tools_tokens = sum(self._tokens(schema, basis) for schema in view.tools) + view.prompt_overhead
+        tools = view.tools
+        tools_tokens = (sum([self.tokens(schema, basis) for schema in tools]) if tools else 0) + view.prompt_overhead
         raw = total + REPLY_PRIMING + tools_tokens
         tokens, source, bound, most = self._shown(basis, view, raw, bound)
         return Payload(
@@ -368,12 +361,14 @@ class Measurer:
         if basis.counter is BOUND:
             source = "estimate" if bounds is None else "calibrated"
             return round(raw * (bounds or BOUND_SCALE)), source, raw, ceiling(raw, bounds)
-        bound = messages + REPLY_PRIMING + sum(map(utf8_bytes, view.tools)) + view.prompt_overhead
+        tools = view.tools
+        bound = messages + REPLY_PRIMING + (utf8_bytes("".join(tools)) if tools else 0) + view.prompt_overhead
         most = ceiling(bound, bounds)
         factor = self.calibration.factor(view.model)
         if factor is None:
             return raw, basis.counter.name, bound, most
-        return min(round(raw * factor), most), "calibrated", bound, most
+        shown = round(raw * factor)
+        return shown if shown < most else most, "calibrated", bound, most
 
 
 def ceiling(bound: int, factor: float | None) -> int:

@@ -195,7 +195,7 @@ def schemas(tools: Any, view: RequestView) -> None:
 
 def _unchanged(seq: list[Any] | tuple[Any, ...], kept: list[dict[str, Any]]) -> int:
     """How many leading elements of ``seq`` still equal (by value) the copies kept of them."""
-    n = min(len(seq), len(kept))
+    n = len(seq) if len(seq) < len(kept) else len(kept)  # not min(): a builtin call costs 3x
     head = seq[:n] if type(seq) is list else list(seq[:n])
     if head == (kept if n == len(kept) else kept[:n]):  # one C loop of dict == (a tuple never equals a list)
         return n
