@@ -15,6 +15,7 @@ from ctxguard.digest import Digester
 from ctxguard.measure import Measurer
 from ctxguard.payload import Answer, Message, RequestView
 from ctxguard.pinned import find_block
+from ctxguard.providers import _read
 from ctxguard.providers import openai as openai_provider
 from ctxguard.providers.openai import PROVIDER as OPENAI
 from ctxguard.telemetry.ids import ExportedIds
@@ -112,11 +113,16 @@ def _rendered(i: int) -> None:
     openai_provider._cached(("tool", text(i)), lambda: text(-i))
 
 
+def _tool_texts(i: int) -> None:
+    _read.tool_texts([{"name": text(i)}], lambda tools: [text(-i)])
+
+
 @pytest.mark.parametrize(("cache", "feed"), [
     (pinned_mod._PARSED, _pinned),
     (openai_provider._RENDERED, _rendered),
+    (_read._TOOL_TEXTS, _tool_texts),
     (None, lambda i: IDS.id(text(i))),
-], ids=["pinned blocks", "rendered tools", "exported ids"])
+], ids=["pinned blocks", "rendered tools", "tools read", "exported ids"])
 def test_the_fixed_caches_fed_ten_times_their_budget_keep_at_most_it(cache, feed):
     """Caches outside ``CTXGUARD_CACHE_BYTES`` (docs/operations.md, "Memory"): 1 or 2 MiB each."""
     cache = cache if cache is not None else IDS._cache

@@ -21,7 +21,7 @@ from . import identity
 from ._image import openai_tokens, size_of_url
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, elements, items, jsonable, structured_parts
+from ._read import canonical, elements, exact_key, items, jsonable, structured_parts, tool_texts
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
@@ -194,7 +194,9 @@ _TS_DEPTH = 8
 
 
 def _rendered_bytes(key: tuple[str, Any], text: str) -> int:
-    return text_bytes(key, text) + (str_bytes(key[1]) if isinstance(key[1], str) else 0)
+    inner = key[1]
+    return text_bytes(key, text) + (str_bytes(inner) if isinstance(inner, str) else len(inner) if isinstance(
+        inner, bytes) else 0)
 
 
 #: (kind, canonical JSON of a tool or format) -> its rendering (apps send the same tools every call).
@@ -283,25 +285,28 @@ def _tools(tools: Any, view: RequestView) -> None:
     canonical JSON, its nearest stand-in."""
     if not isinstance(tools, (list, tuple)):
         return
-    texts = []
-    functions = 0
     try:
-        for tool in tools:
-            kind = _get(tool, "type")
-            function = _get(tool, "function") if kind == "function" else None
-            if function is None and (kind == "function" or (kind is None and _get(tool, "name") is not None)):
-                function = tool  # a Responses API function tool, or a legacy ``functions`` entry
-            if function is None:
-                texts.append(canonical(tool))
-                continue
-            functions += 1
-            texts.append(_cached(("tool", canonical(function)), functools.partial(_function_text, function)))
+        view.tools = tool_texts(tools, _tool_texts)
     except Exception as exc:  # a tool schema that will not serialise is the app's business
         view.unreadable = f"tools could not be read ({type(exc).__name__})"
-        return
+
+
+def _tool_texts(tools: list[Any] | tuple[Any, ...]) -> list[str]:
+    texts = []
+    functions = 0
+    for tool in tools:
+        kind = _get(tool, "type")
+        function = _get(tool, "function") if kind == "function" else None
+        if function is None and (kind == "function" or (kind is None and _get(tool, "name") is not None)):
+            function = tool  # a Responses API function tool, or a legacy ``functions`` entry
+        if function is None:
+            texts.append(canonical(tool))
+            continue
+        functions += 1
+        texts.append(_cached(("tool", canonical(function)), functools.partial(_function_text, function)))
     if functions:
         texts.append(_TOOLS_FRAME)
-    view.tools = texts
+    return texts
 
 
 def _parsed_format(value: Any, api: str) -> Any:
@@ -324,7 +329,7 @@ def _response_format(value: Any, api: str, view: RequestView) -> None:
     if value is None:
         return
     try:
-        key = ("format", value if isinstance(value, type) else canonical(value))
+        key = ("format", value if isinstance(value, type) else exact_key(value) or canonical(value))
         text = _cached(key, lambda: _format_text(_parsed_format(value, api)) or "")
     except Exception:  # a schema the SDK itself will refuse to convert: its error reaches the app
         return
