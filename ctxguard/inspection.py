@@ -142,8 +142,9 @@ class Inspector:
         facts = self.fact_view(scope, payload) if payload.unreadable is None else payload.unreadable
         if isinstance(facts, FactView) and facts.unavailable is None and scope is not None:
             with guarded("conversation"):
-                present = {v.label for v in facts.state.active.values() if facts.sent(v)}
-                active = {v.label for v in facts.state.active.values()}
+                versions, carrier = facts.state.active.values(), facts.carrier  # ``sent``, inlined: per fact
+                present = {v.label for v in versions if carrier(v) >= 0}
+                active = {v.label for v in versions}
                 verdict.fact_evictions = self.memory.fact_evictions(scope, present, active)
         verdict.ctx = Context(
             policy=policy,
