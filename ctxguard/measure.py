@@ -363,7 +363,7 @@ class Measurer:
             return round(raw * (bounds or BOUND_SCALE)), source, raw, ceiling(raw, bounds)
         tools = view.tools
         bound = messages + REPLY_PRIMING + (utf8_bytes("".join(tools)) if tools else 0) + view.prompt_overhead
-        most = bound if bounds is None or bounds <= 1 else round(bound * bounds)  # ``ceiling``, inlined
+        most = ceiling(bound, bounds)
         factor = self.calibration.factor(view.model)
         if factor is None:
             return raw, basis.counter.name, bound, most

@@ -199,21 +199,27 @@ def exact_key(value: Any) -> bytes | None:
         return None
 
 
-def _texts_bytes(key: bytes, texts: tuple[str, ...]) -> int:
-    return ENTRY_BYTES + len(key) + sum(map(str_bytes, texts))
+Reader = Callable[[list[Any] | tuple[Any, ...]], list[str]]
 
 
-#: ``exact_key(tools)`` -> what they read as: apps send the same tools on every call, and reading
-#: them (canonical JSON, a rendering) costs a quarter of an agent's call.
-_TOOL_TEXTS: TwoGenerationCache[bytes, tuple[str, ...]] = TwoGenerationCache(256, 2 * 1024 * 1024, _texts_bytes)
+def _texts_bytes(key: tuple[Reader, bytes], texts: tuple[str, ...]) -> int:
+    return ENTRY_BYTES + len(key[1]) + sum(map(str_bytes, texts))
 
 
-def tool_texts(tools: list[Any] | tuple[Any, ...], read: Callable[[list[Any] | tuple[Any, ...]], list[str]]
-               ) -> list[str]:
-    """``read(tools)`` (which raises if they cannot be read), cached by ``exact_key``: a new list."""
-    key = exact_key(tools)
-    if key is None:
+#: (reader, ``exact_key(tools)``) -> what that reader read them as: apps send the same tools on every
+#: call, and reading them (canonical JSON, a rendering) costs a quarter of an agent's call. Keyed by
+#: the reader too: the same tools read as OpenAI renders them and as canonical JSON differ.
+_TOOL_TEXTS: TwoGenerationCache[tuple[Reader, bytes], tuple[str, ...]] = TwoGenerationCache(
+    256, 2 * 1024 * 1024, _texts_bytes)
+
+
+def tool_texts(tools: list[Any] | tuple[Any, ...], read: Reader) -> list[str]:
+    """``read(tools)`` (which raises if they cannot be read), cached by ``read`` and ``exact_key``:
+    a new list."""
+    exact = exact_key(tools)
+    if exact is None:
         return read(tools)
+    key = (read, exact)
     cached = _TOOL_TEXTS.get(key)
     if cached is None:
         cached = tuple(read(tools))

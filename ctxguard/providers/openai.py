@@ -194,9 +194,10 @@ _TS_DEPTH = 8
 
 
 def _rendered_bytes(key: tuple[str, Any], text: str) -> int:
-    inner = key[1]
-    return text_bytes(key, text) + (str_bytes(inner) if isinstance(inner, str) else len(inner) if isinstance(
-        inner, bytes) else 0)
+    inner = key[1]  # canonical JSON, ``exact_key``'s bytes or a pydantic class
+    if isinstance(inner, bytes):
+        return text_bytes(key, text) + len(inner)
+    return text_bytes(key, text) + (str_bytes(inner) if isinstance(inner, str) else 0)
 
 
 #: (kind, canonical JSON of a tool or format) -> its rendering (apps send the same tools every call).

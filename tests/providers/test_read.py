@@ -100,6 +100,30 @@ def test_tools_sent_again_are_read_once_and_each_call_gets_its_own_list(monkeypa
     assert len(calls) == before + 1 and view.tools == [real(claude[0])]
 
 
+def test_the_same_tools_read_by_two_providers_read_as_each_reads_them():
+    """One app sending the same tools to OpenAI and to Anthropic (LiteLLM, a fallback chain): each
+    provider's reading is its own (OpenAI's TypeScript rendering, Anthropic's canonical JSON),
+    whichever read them first."""
+    from ctxguard.providers import anthropic as anthropic_provider
+    from ctxguard.providers import openai as openai_provider
+    from ctxguard.providers._read import canonical
+
+    def claude(tools: object) -> list[str]:
+        return anthropic_provider.ADAPTER.normalise("messages", {
+            "model": "claude-sonnet-4-20250514", "max_tokens": 5, "tools": tools,
+            "messages": [{"role": "user", "content": "hi"}]}).tools
+
+    def gpt(tools: object) -> list[str]:
+        return openai_provider.ADAPTER.normalise("chat.completions", {
+            "model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "tools": tools}).tools
+
+    for first in (gpt, claude):
+        tools = [{"name": f"lookup_{first.__name__}", "description": "Look up.", "type": "function"}]
+        first(tools)
+        assert claude(tools) == [canonical(tools[0])]
+        assert gpt(tools)[0] == f"// Look up.\ntype lookup_{first.__name__} = () => any;"
+
+
 def test_tools_that_compare_equal_but_read_differently_are_read_apart():
     """``True == 1 == 1.0`` and ``[1] == (1,)`` for ``==``, not for ``exact_key``: a cached reading is
     reused only for a value that reads the same."""
