@@ -24,7 +24,7 @@ from .facts.evaluate import FactView, build_view
 from .facts.index import words
 from .facts.ledger import FactState
 from .facts.matching import Chunked, searchable
-from .measure import Measurer
+from .measure import Measurer, shown
 from .memo import Memos
 from .payload import Answer, Payload
 from .pinned import PinnedBlock, find_block
@@ -167,25 +167,28 @@ class Inspector:
         pinned = self._pinned(payload, policy)
         pinned_tokens = self.measurer.tokens(pinned.text) if pinned is not None else 0
         if payload.basis != BOUND.name:
-            return pinned, pinned_tokens, self._budget(payload, policy, pinned_tokens, 1.0)
-        scale = payload.tokens / payload.raw_tokens
-        shown = _scaled(pinned_tokens, scale)  # what an exact count shows, at most
-        if shown > pinned_tokens:  # not min(): a builtin call costs 3x
-            shown = pinned_tokens
-        budget = self._budget(payload, policy, shown, scale)
+            return pinned, pinned_tokens, self._budget(payload, policy, pinned_tokens)
+        scale = payload.scale
+        pinned_shown = shown(pinned_tokens, 0, scale)  # what an exact count shows, at most
+        if pinned_shown > pinned_tokens:  # not min(): a builtin call costs 3x
+            pinned_shown = pinned_tokens
+        budget = self._budget(payload, policy, pinned_shown)
         if not _undecided(payload, policy, pinned_tokens, budget):
-            return pinned, shown, budget
+            return pinned, pinned_shown, budget
         payload = verdict.payload = self.measurer.exact(payload)
         pinned = self._pinned(payload, policy)
         pinned_tokens = self.measurer.tokens(pinned.text) if pinned is not None else 0
-        return pinned, pinned_tokens, self._budget(payload, policy, pinned_tokens, 1.0)
+        return pinned, pinned_tokens, self._budget(payload, policy, pinned_tokens)
 
     @staticmethod
-    def _budget(payload: Payload, policy: Policy, pinned_tokens: int, scale: float) -> BudgetEval | str:
-        system = payload.system
+    def _budget(payload: Payload, policy: Policy, pinned_tokens: int) -> BudgetEval | str:
+        system, scale = payload.system, payload.scale
         system_tokens, tools_tokens = (system.tokens if system is not None else 0), payload.tools_tokens
-        if scale != 1.0:
-            system_tokens, tools_tokens = _scaled(system_tokens, scale), _scaled(tools_tokens, scale)
+        if scale != 1.0:  # a bound payload: its texts shown at its scale, its fixed tokens as they are
+            if system is not None:
+                system_tokens = shown(system_tokens, system.fixed, scale)
+            view = payload.view
+            tools_tokens = shown(tools_tokens, view.prompt_overhead if view is not None else 0, scale)
         return budget_mod.evaluate(
             policy.budget or _DEFAULT_BUDGET,
             model=payload.model,
@@ -320,7 +323,3 @@ def _undecided(payload: Payload, policy: Policy, pinned_bound: int, shown: Budge
     retrieved = shown.breakdown.retrieved
     return shown.history_max is not None and max(0, ceiling - retrieved) > shown.history_max
 
-
-def _scaled(tokens: int, scale: float) -> int:
-    """A bound shown as tokens (``scale``: the payload's shown over its bound), or a count as it is."""
-    return tokens if scale == 1.0 else round(tokens * scale)

@@ -31,7 +31,7 @@ from .tokens import (
     utf8_bytes,
 )
 
-__all__ = ["MESSAGE_BYTES", "Measurer", "TwoGenerationCache", "ceiling"]
+__all__ = ["MESSAGE_BYTES", "Measurer", "TwoGenerationCache", "ceiling", "shown"]
 
 _digest_of = attrgetter("digest")
 _LARGE = 1 << 20  # characters: a message text past this is digested in pieces
@@ -39,6 +39,7 @@ _tokens_of = attrgetter("tokens")
 _size_of = attrgetter("size")
 _tools_of = attrgetter("tool_refs")
 _bound_of = attrgetter("bound")
+_fixed_of = attrgetter("fixed")
 #: A pending calibration sample of a bound payload: (reported, its bound, its Messages, its schemas).
 Pending = tuple[int, int, list[Message], list[str]]
 #: The bounds the pending samples may hold in all before the exact counter is loaded to count them
@@ -56,7 +57,7 @@ def _common(items: list[Item], kept: list[Item]) -> int:
 
 #: What a measured message keeps beside its text and refs: its Item tuple, the Message, its
 #: digest, key, token count and role (``Message.size``).
-MESSAGE_BYTES = 370
+MESSAGE_BYTES = 378
 
 
 def _tool_refs(refs: tuple[str, ...]) -> tuple[str, ...]:
@@ -76,27 +77,27 @@ def _key_bytes(text: str, tokens: int) -> int:
 
 
 #: ``_resumed``: start, Messages, digests, sums, hasher, bytes held, extends, first tool index,
-#: the resumed Messages' bounds summed (when it extends).
-Resumed = tuple[int, list[Message], list[str], list[int], Any, int, "str | None", "int | None", int]
+#: the resumed Messages' bounds and fixed tokens summed (when it extends).
+Resumed = tuple[int, list[Message], list[str], list[int], Any, int, "str | None", "int | None", int, int]
 
 
 def _resumed(items: list[Item], memo: Memo | None, generation: int) -> Resumed:
     """What a memo's previous call gives this one: how many leading items are the same, their
     Messages, digests and running sums; the hasher, bytes held and digest when all of them are
-    (the payload extends that one), and their bounds summed; the first message with tool refs
+    (the payload extends that one), and their bounds and fixed tokens summed; the first message with tool refs
     among the resumed ones. Nothing from a memo measured in another ``generation`` (counted the
     other way)."""
     last = memo.measured if memo is not None else None
     if last is None or last[8] != generation:
-        return 0, [], [], [0], None, 0, None, None, 0
+        return 0, [], [], [0], None, 0, None, None, 0, 0
     kept_items, kept_messages, kept_digests, kept_sums, kept_hasher, kept_held, kept_digest, kept_tool = last[:8]
     start = _common(items, kept_items)
-    hasher, held, extends, bound = None, 0, None, 0
+    hasher, held, extends, bound, fixed = None, 0, None, 0, 0
     if start == len(kept_items):
-        hasher, held, extends, bound = kept_hasher.copy(), kept_held, kept_digest, last[9]
+        hasher, held, extends, bound, fixed = kept_hasher.copy(), kept_held, kept_digest, last[9], last[10]
     first_tool = kept_tool if kept_tool is not None and kept_tool < start else None
     return (start, kept_messages[:start], kept_digests[:start], kept_sums[: start + 1], hasher, held, extends,
-            first_tool, bound)
+            first_tool, bound, fixed)
 
 
 class _Basis:
@@ -150,7 +151,8 @@ class Measurer:
         self._cap, self._max_bytes = cap, max_bytes
         self._load = exact
         self._basis = _Basis(BOUND if exact is not None else counter, 0, cap, max_bytes)
-        #: Reported over bound, per model, learnt from every report whatever counted it.
+        #: Tokens a byte of text, per model: reported over bound, both less the fixed tokens (images,
+        #: framing: ``Payload.fixed``), learnt from every report whatever counted it.
         self.bounds = Calibration(low=1 / 16)
         self._pending: dict[str, deque[Pending]] = {}
         self._pending_bound = 0
@@ -189,14 +191,15 @@ class Measurer:
             digest = self.digester.text(f"{role}\x1f{text}\x1f" + "\x1e".join(refs))
         else:  # the same digest, without a copy of the text
             digest = self.digester.texts((role, "\x1f", text, "\x1f", "\x1e".join(refs)))
-        bound = utf8_bytes(text) + MESSAGE_OVERHEAD + cost
-        tokens = bound if basis.counter is BOUND else basis.counter.count(text) + MESSAGE_OVERHEAD + cost
+        fixed = MESSAGE_OVERHEAD + cost
+        bound = utf8_bytes(text) + fixed
+        tokens = bound if basis.counter is BOUND else basis.counter.count(text) + fixed
         size = MESSAGE_BYTES + str_bytes(text) + (getsizeof(refs) + sum(map(str_bytes, refs)) if refs else 0)
         tools = _tool_refs(refs) if refs else ()
         if tools and tools is not refs:
             size += getsizeof(tools)  # its own tuple; the strings are the refs'
         message = Message(role, text, digest, tokens, source, size, message_key(role, digest), tool_refs=tools,
-                          bound=bound)
+                          bound=bound, fixed=fixed)
         basis.messages.put(item, message)
         return message
 
@@ -238,8 +241,8 @@ class Measurer:
 
     def observe(self, payload: Payload, reported: int) -> None:
         """Learn from the input tokens the provider reported for ``payload`` (``Calibration``)."""
-        model = payload.model
-        self.bounds.observe(model, payload.bound, reported)
+        model, fixed = payload.model, payload.fixed
+        self.bounds.observe(model, payload.bound - fixed, reported - fixed)  # ignored if either is not > 0
         if payload.basis != BOUND.name:
             self.calibration.observe(model, payload.raw_tokens, reported)
             return
@@ -289,7 +292,7 @@ class Measurer:
         basis = self._basis
         if basis.counter is BOUND:
             basis = self._current()
-        start, messages, digests, sums, hasher, held, extends, first_tool, bound = _resumed(
+        start, messages, digests, sums, hasher, held, extends, first_tool, bound, fixed = _resumed(
             items, memo, basis.generation)
         hit = basis.messages._new.get  # inlined look-up: this loop runs once per new message per call
         message = self._message
@@ -306,41 +309,28 @@ class Measurer:
         # bound): the resumed ones' sums carried on if it extends the memo's, else summed again.
         bound = total if basis.counter is BOUND else (
             bound + sum(map(_bound_of, new)) if extends is not None else sum(map(_bound_of, messages)))
+        fixed = fixed + sum(map(_fixed_of, new)) if extends is not None else sum(map(_fixed_of, messages))
         hasher = self._hashed(hasher, digests, start, bool(new))
         digest = hasher.hexdigest()
         if memo is not None:
             held = held + sum(map(_size_of, new)) if extends is not None else sum(map(_size_of, messages))
             # Kept as they are, not copied: nothing changes them after this (the next call slices them).
             memo.measured = (items, messages, digests, sums, hasher, held, digest, first_tool, basis.generation,
-                             bound)
+                             bound, fixed)
         tools = view.tools
         tools_tokens = (sum([self.tokens(schema, basis) for schema in tools]) if tools else 0) + view.prompt_overhead
         raw = total + REPLY_PRIMING + tools_tokens
-        tokens, source, bound, most = self._shown(basis, view, raw, bound)
+        fixed += REPLY_PRIMING + view.prompt_overhead
+        tokens, source, bound, most, scale = self._shown(basis, view, raw, bound, fixed)
         return Payload(
-            provider=view.provider,
-            operation=view.operation,
-            model=view.model,
-            messages=messages,
-            digests=digests,
-            digest=digest,
-            raw_tokens=raw,
-            tokens=tokens,
-            tokens_source=source,
-            tools_tokens=tools_tokens,
-            max_output_tokens=view.max_output_tokens,
-            stream=view.stream,
-            history_elsewhere=view.history_elsewhere,
-            unreadable=view.unreadable,
-            reply_room=view.reply_room,
-            extends=extends,
-            first_tool=first_tool,
-            tool_results=view.tool_results,
-            window=view.window,
-            basis=basis.counter.name,
-            view=view if basis.counter is BOUND else None,
-            bound=bound,
-            ceiling=most,
+            provider=view.provider, operation=view.operation, model=view.model,
+            messages=messages, digests=digests, digest=digest,
+            raw_tokens=raw, tokens=tokens, tokens_source=source, tools_tokens=tools_tokens,
+            max_output_tokens=view.max_output_tokens, stream=view.stream,
+            history_elsewhere=view.history_elsewhere, unreadable=view.unreadable, reply_room=view.reply_room,
+            extends=extends, first_tool=first_tool, tool_results=view.tool_results, window=view.window,
+            basis=basis.counter.name, view=view if basis.counter is BOUND else None,
+            bound=bound, ceiling=most, fixed=fixed, scale=scale,
         )
 
     def _current(self) -> _Basis:
@@ -351,29 +341,42 @@ class Measurer:
         return basis
 
     def _shown(
-        self, basis: _Basis, view: RequestView, raw: int, messages: int,
-    ) -> tuple[int, str, int, int]:
-        """What a payload of ``raw`` counted tokens, whose messages' bounds sum to ``messages``,
-        shows, its source, its bound and its ceiling (``ceiling``). A bound shows its model's learnt
-        tokens a byte (four bytes a token before any report); a count, calibrated, never more than
-        the ceiling."""
+        self, basis: _Basis, view: RequestView, raw: int, messages: int, fixed: int,
+    ) -> tuple[int, str, int, int, float]:
+        """What a payload of ``raw`` counted tokens, whose messages' bounds sum to ``messages`` and
+        ``fixed`` of whose tokens are not text, shows, its source, its bound, its ceiling
+        (``ceiling``) and its text's scale (``shown``). A bound shows its text at its model's learnt
+        tokens a byte (four bytes a token before five reports) and its fixed tokens as they are; a
+        count, calibrated, never more than the ceiling."""
         bounds = self.bounds.factor(view.model)
         if basis.counter is BOUND:
+            scale = bounds or BOUND_SCALE
             source = "estimate" if bounds is None else "calibrated"
-            return round(raw * (bounds or BOUND_SCALE)), source, raw, ceiling(raw, bounds)
+            return shown(raw, fixed, scale), source, raw, ceiling(raw, fixed, bounds), scale
         tools = view.tools
         bound = messages + REPLY_PRIMING + (utf8_bytes("".join(tools)) if tools else 0) + view.prompt_overhead
-        most = ceiling(bound, bounds)
+        most = ceiling(bound, fixed, bounds)
         factor = self.calibration.factor(view.model)
         if factor is None:
-            return raw, basis.counter.name, bound, most
-        shown = round(raw * factor)
-        return shown if shown < most else most, "calibrated", bound, most
+            return raw, basis.counter.name, bound, most, 1.0
+        calibrated = round(raw * factor)
+        return calibrated if calibrated < most else most, "calibrated", bound, most, 1.0
 
 
-def ceiling(bound: int, factor: float | None) -> int:
-    """The most tokens a payload of ``bound`` bytes and framing shows, counted exactly and
-    calibrated: its bound, or more where the provider has reported more tokens than bytes
-    (``factor``, its model's median reported over bound). An exact count is at most the bound
-    (``tokens.utf8_bytes``), so a bound-proven verdict is the exact count's verdict too."""
-    return bound if factor is None or factor <= 1 else round(bound * factor)
+def shown(bound: int, fixed: int, scale: float) -> int:
+    """What ``bound`` bytes and tokens, ``fixed`` of which are tokens (framing, images: see
+    ``Payload.fixed``), show as tokens at ``scale`` tokens a byte of the rest, the text.
+
+    >>> shown(1_003, 3, 0.25), shown(768, 768, 0.25), shown(40, 3, 1.0)
+    (253, 768, 40)
+    """
+    return bound if scale == 1.0 else round((bound - fixed) * scale) + fixed
+
+
+def ceiling(bound: int, fixed: int, factor: float | None) -> int:
+    """The most tokens a payload of ``bound`` bytes and tokens, ``fixed`` of them tokens, shows
+    counted exactly and calibrated: its bound, or more where the provider has reported more tokens
+    than its text has bytes (``factor``, its model's median tokens a byte of text). An exact count
+    is at most the bound (``tokens.utf8_bytes``), so a bound-proven verdict is the exact count's
+    verdict too."""
+    return bound if factor is None or factor <= 1 else shown(bound, fixed, factor)

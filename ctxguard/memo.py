@@ -45,7 +45,7 @@ KEPT_BYTES = 300
 
 
 #: ``Memo.measured``: what the measurer keeps of a call for the next.
-Measured = tuple[list[Item], list[Message], list[str], list[int], Any, int, str, "int | None", int, int]
+Measured = tuple[list[Item], list[Message], list[str], list[int], Any, int, str, "int | None", int, int, int]
 
 
 class Memo:
@@ -62,8 +62,8 @@ class Memo:
         #: the payload digest's hasher after all of their digests, the bytes the Messages keep
         #: (``Message.size`` summed), the payload digest, the index of the first Message with tool
         #: refs or None, the measurer's generation: a memo of an earlier one, counted another way,
-        #: is not resumed; the Messages' bounds summed, ``Message.bound``). Shared with the call's
-        #: Payload, which never changes them.
+        #: is not resumed; the Messages' bounds summed, ``Message.bound``; their fixed tokens
+        #: summed, ``Message.fixed``). Shared with the call's Payload, which never changes them.
         self.measured: Measured | None = None
 
     @property

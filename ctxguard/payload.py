@@ -132,6 +132,9 @@ class Message:
     #: Its text's UTF-8 bytes plus the framing and cost: at least ``tokens`` whatever counted them
     #: (``tokens.utf8_bytes``), set by the measurer.
     bound: int = 0
+    #: The tokens of it that are not its text's (its framing, and what its images or files cost):
+    #: counted as they are whatever counts the text, set by the measurer.
+    fixed: int = 0
 
 
 @dataclass(slots=True)
@@ -187,6 +190,11 @@ class Payload:
     #: The most tokens it shows, counted exactly and calibrated (``measure.ceiling``): what a verdict
     #: the bounds prove holds below.
     ceiling: int = 0
+    #: The tokens of it that are not text (framing, images and files, reply priming, the provider's
+    #: prompt overhead): in ``raw_tokens`` and ``bound`` alike, since they are tokens already.
+    fixed: int = 0
+    #: What a bound payload shows a byte of its text (``measure.shown``), 1.0 for a counted one.
+    scale: float = 1.0
     #: The first message (set from ``messages``, which is never changed after construction).
     head: Message | None = field(init=False)
     #: The instruction at the head, if the head is one.

@@ -9,13 +9,21 @@ from collections.abc import Iterator
 import pytest
 
 import ctxguard
-from ctxguard import _isolation
+from ctxguard import _isolation, tokens
 
 
 @pytest.fixture
 def internal_errors() -> list[tuple[str, BaseException]]:
     """Errors swallowed during this test; a test that expects some empties the list."""
     return []
+
+
+@pytest.fixture(autouse=True)
+def _no_tokenizer_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts as a new process does: with no exact tokenizer loaded, so a lazy guard
+    counts bounds until a verdict needs the exact counts (docs/budget.md), whatever ran before it
+    (a test that loaded tiktoken would otherwise make every later guard count exactly)."""
+    monkeypatch.setattr(tokens, "_default", None)
 
 
 @pytest.fixture(autouse=True)

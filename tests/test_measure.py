@@ -5,7 +5,7 @@ from __future__ import annotations
 from ctxguard.digest import Digester
 from ctxguard.measure import Measurer
 from ctxguard.payload import RequestView
-from ctxguard.tokens import REPLY_PRIMING, Calibration, EstimateCounter
+from ctxguard.tokens import MESSAGE_OVERHEAD, REPLY_PRIMING, Calibration, EstimateCounter
 
 
 class CountingCounter(EstimateCounter):
@@ -27,3 +27,57 @@ def test_growing_conversation_counts_only_new_messages():
         payload = measurer.measure(RequestView("openai", "chat", "gpt-4o", items))
         assert counter.calls - before == (2 if turn == 0 else 1)
         assert payload.tokens == sum(m.tokens for m in payload.messages) + REPLY_PRIMING
+
+
+# -- a bound payload (lazy tokenizer): its text scaled, its fixed tokens as they are -------------
+
+def _lazy() -> Measurer:
+    return Measurer(Digester(b"k"), EstimateCounter(), Calibration(), exact=EstimateCounter)
+
+
+IMAGE = 765  # a 1024x1024 picture at OpenAI's high detail: tokens, whatever counts the text
+
+
+def _view(model: str, text: str, cost: int = 0) -> RequestView:
+    return RequestView("openai", "chat", model, [("user", text, (), "message", cost)])
+
+
+def test_a_bound_payload_shows_an_images_tokens_unscaled():
+    """Before any report a bound shows four bytes a token of text; an image's tokens stay tokens
+    (a quarter of them was shown before the fix: 774 became 196)."""
+    payload = _lazy().measure(_view("gpt-4o", "what is this?", IMAGE))
+    assert payload.basis == "bound" and payload.tokens_source == "estimate"
+    fixed = MESSAGE_OVERHEAD + IMAGE + REPLY_PRIMING
+    assert payload.fixed == fixed and payload.raw_tokens == len("what is this?") + fixed
+    assert payload.tokens == round(len("what is this?") / 4) + fixed
+
+
+def test_calibration_learns_tokens_a_byte_of_text_not_of_images():
+    """Reports on pictures teach what the model's text costs a byte: less the fixed tokens, over the
+    text's bytes. Learnt over the whole bound instead, a text-only call showed 3.4x its tokens."""
+    measurer, text = _lazy(), "word " * 80  # 400 bytes, 80 tokens (the fake provider's count below)
+    fixed = MESSAGE_OVERHEAD + REPLY_PRIMING
+    for _ in range(Calibration.MIN_REPORTS):
+        payload = measurer.measure(_view("m", text, IMAGE))
+        measurer.observe(payload, 80 + IMAGE + fixed)
+    plain = measurer.measure(_view("m", text))
+    assert plain.tokens_source == "calibrated" and plain.scale == 0.2
+    assert plain.tokens == 80 + fixed
+    assert plain.ceiling == plain.bound  # fewer tokens than bytes: the bound is the ceiling
+
+
+def test_the_ceiling_scales_the_text_where_the_provider_counts_more_tokens_than_bytes():
+    measurer = _lazy()
+    fixed = MESSAGE_OVERHEAD + REPLY_PRIMING
+    for _ in range(Calibration.MIN_REPORTS):
+        measurer.observe(measurer.measure(_view("m", "ok ok", IMAGE)), 10 + IMAGE + fixed)  # 2 a byte
+    payload = measurer.measure(_view("m", "hello", IMAGE))
+    assert payload.scale == 2.0
+    assert payload.tokens == payload.ceiling == 10 + IMAGE + fixed
+
+
+def test_a_report_below_the_fixed_tokens_teaches_nothing():
+    measurer = _lazy()
+    for _ in range(Calibration.MIN_REPORTS):
+        measurer.observe(measurer.measure(_view("m", "what is this?", IMAGE)), 100)
+    assert measurer.measure(_view("m", "what is this?")).tokens_source == "estimate"

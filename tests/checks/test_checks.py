@@ -120,8 +120,9 @@ def test_pinned_capped_by_tokens_and_entries(harness, client):
 
 
 def test_pinned_capped_boundary_is_inclusive(harness, client):
-    """A block of exactly ``max_tokens`` tokens (or ``max_entries`` entries) is within its cap."""
-    guard = harness.start(mode="observe", policy=Policy(pinned=Pinned(max_tokens=10_000)))
+    """A block of exactly ``max_tokens`` tokens (or ``max_entries`` entries) is within its cap
+    (counted exactly: a lazy guard shows an estimate until a verdict needs the count)."""
+    guard = harness.start(mode="observe", policy=Policy(pinned=Pinned(max_tokens=10_000)), tokenizer="eager")
     messages = [SYSTEM, {"role": "system", "content": BLOCK}, USER]
     send(client, messages)
     tokens = harness.spans()[-1].attributes["ctxguard.pinned.tokens"]

@@ -152,10 +152,11 @@ def test_every_path_records_what_the_server_answered(harness, llm, client, claud
 
 def test_a_raw_response_teaches_calibration(harness, llm, client):
     """The usage a raw response reports reaches calibration, as a parsed one does."""
-    guard = harness.start(mode="observe")
-    for _ in range(5):
+    harness.start(mode="observe")
+    for _ in range(6):
         client.chat.completions.with_raw_response.create(**CHAT).parse()
-    assert guard.calibration.factor("gpt-4o") is not None
+    sources = [s.attributes["ctxguard.payload.tokens_source"] for s in harness.spans()]
+    assert sources[-1] == "calibrated" and "calibrated" not in sources[:5]  # five reports, then calibrated
 
 
 @pytest.mark.asyncio

@@ -19,6 +19,14 @@ from tests.providers.test_image import jpeg, png
 PROMPT = "what is this?"
 
 
+@pytest.fixture(autouse=True, params=["lazy", "eager"])
+def tokenizer(request, monkeypatch) -> str:
+    """Each test under both tokenizers: an image's tokens are tokens whether the text beside it is
+    counted exactly or as its bytes (docs/budget.md, "What the span shows")."""
+    monkeypatch.setenv("CTXGUARD_TOKENIZER", request.param)
+    return request.param
+
+
 def data_url(image: bytes, mime: str = "image/png") -> str:
     return f"data:{mime};base64,{base64.b64encode(image).decode()}"
 

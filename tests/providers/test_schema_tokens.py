@@ -58,6 +58,13 @@ CITY_TEXT = """# Response Formats
 USER = [{"role": "user", "content": "weather in Pune?"}]
 
 
+@pytest.fixture(autouse=True)
+def _exact(monkeypatch) -> None:
+    """Exact counts, compared with tiktoken's of the rendering: a lazy guard shows these terms as
+    bytes scaled (docs/budget.md, "What the span shows"), which says nothing about the rendering."""
+    monkeypatch.setenv("CTXGUARD_TOKENIZER", "eager")
+
+
 def count(*texts: str) -> int:
     counter = default_counter()
     return sum(counter.count(text) for text in texts)
@@ -202,6 +209,17 @@ def test_anthropic_tool_use_system_prompt_by_model_and_tool_choice(harness, llm,
     extra = {"tool_choice": tool_choice} if tool_choice else {}
     claude.messages.create(model=model, max_tokens=100, messages=USER, tools=[ORDER_TOOL], **extra)
     assert tools_term(harness) == count(ORDER_JSON) + prompt
+
+
+def test_a_lazy_guard_shows_the_tool_prompt_as_tokens_and_the_schema_as_bytes_scaled(
+        harness, llm, claude, monkeypatch):
+    """Before the tokenizer is needed, the schema's bytes show at four a token and the tool-use
+    system prompt, tokens already, as it is (a quarter of it was shown before: 124 for 496)."""
+    monkeypatch.setenv("CTXGUARD_TOKENIZER", "lazy")
+    harness.start(mode="observe")
+    claude.messages.create(model="claude-sonnet-4-5-20250929", max_tokens=100, messages=USER, tools=[ORDER_TOOL])
+    assert harness.spans()[-1].attributes["ctxguard.payload.tokens_source"] == "estimate"
+    assert tools_term(harness) == round(len(ORDER_JSON.encode()) / 4) + 496
 
 
 def test_anthropic_without_tools_adds_no_tool_prompt(harness, llm, claude):
