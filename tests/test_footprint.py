@@ -5,6 +5,7 @@ tiktoken while byte bounds decide the verdicts (bench/footprint.py measures the 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -37,7 +38,9 @@ _LATE_SITE = textwrap.dedent("""
 
 
 def test_instrument_imports_no_sdk_module_and_guards_a_site_loaded_later() -> None:
-    out = subprocess.run([sys.executable, "-c", _LATE_SITE], capture_output=True, text=True, timeout=120, check=True)
+    env = {k: v for k, v in os.environ.items() if k != "CTXGUARD_TOKENIZER"}  # lazy, the default
+    out = subprocess.run([sys.executable, "-c", _LATE_SITE], capture_output=True, text=True, timeout=120, check=True,
+                         env=env)
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found["added"] == []  # instrument() loaded no module of the SDK
     assert not found["loaded_early"] and found["loaded"]

@@ -113,6 +113,7 @@ def _run(harness, llm, client, monkeypatch, tokenizer: str):  # type: ignore[no-
 
 
 def test_no_verdict_depends_on_loading_the_tokenizer_lazily(harness, llm, client, monkeypatch):
+    monkeypatch.delenv("CTXGUARD_TOKENIZER", raising=False)  # the choice is the test's (CI runs one suite eager)
     lazy, lazily_loaded = _run(harness, llm, client, monkeypatch, "lazy")
     eager, _ = _run(harness, llm, client, monkeypatch, "eager")
     calls = sum(map(len, _corpus()))
