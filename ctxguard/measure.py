@@ -40,7 +40,8 @@ _size_of = attrgetter("size")
 _tools_of = attrgetter("tool_refs")
 _bound_of = attrgetter("bound")
 _fixed_of = attrgetter("fixed")
-#: A pending calibration sample of a bound payload: (reported, its bound, its Messages, its schemas).
+#: A pending calibration sample of a bound payload: (reported, its bound, its Messages, its schemas),
+#: both numbers less the payload's fixed tokens (its text's share of them).
 Pending = tuple[int, int, list[Message], list[str]]
 #: The bounds the pending samples may hold in all before the exact counter is loaded to count them
 #: (their Messages are kept alive meanwhile; most are the caches' and memos' anyway).
@@ -115,8 +116,9 @@ class _Basis:
 
 def _recount(bound: int, messages: list[Message], schemas: list[str], counter: TokenCounter,
              seen: dict[str, int]) -> int:
-    """The count ``counter`` gives a payload whose bound was ``bound``: each text's bytes less its
-    tokens come off (``seen`` caches them by text, across the payloads of one pass)."""
+    """The count ``counter`` gives a payload whose bound was ``bound`` (less its fixed tokens, or
+    not: they pass through): each text's bytes less its tokens come off (``seen`` caches them by
+    text, across the payloads of one pass)."""
     for text in (*(m.text for m in messages), *schemas):
         saved = seen.get(text)
         if saved is None:
@@ -240,24 +242,27 @@ class Measurer:
                     self.calibration.observe(model, _recount(bound, messages, schemas, counter, seen), reported)
 
     def observe(self, payload: Payload, reported: int) -> None:
-        """Learn from the input tokens the provider reported for ``payload`` (``Calibration``)."""
+        """Learn from the input tokens the provider reported for ``payload`` (``Calibration``):
+        both calibrations learn what the text costs, the report and the count each less the
+        payload's fixed tokens (a report not above them teaches nothing)."""
         model, fixed = payload.model, payload.fixed
-        self.bounds.observe(model, payload.bound - fixed, reported - fixed)  # ignored if either is not > 0
+        text = reported - fixed
+        self.bounds.observe(model, payload.bound - fixed, text)  # ignored if either is not > 0
         if payload.basis != BOUND.name:
-            self.calibration.observe(model, payload.raw_tokens, reported)
+            self.calibration.observe(model, payload.raw_tokens - fixed, text)
             return
-        if not model or reported <= 0 or payload.view is None:
+        if not model or text <= 0 or payload.view is None:
             return
         schemas = payload.view.tools
         with self._lock:
             counter = self._basis.counter
             if counter is BOUND:
-                self._wait(model, (reported, payload.raw_tokens, payload.messages, schemas))
+                self._wait(model, (text, payload.raw_tokens - fixed, payload.messages, schemas))
                 full = self._pending_bound > PENDING_BOUND
             else:  # the exact counter came meanwhile: count it now
-                counted = _recount(payload.raw_tokens, payload.messages, schemas, counter, {})
+                counted = _recount(payload.raw_tokens - fixed, payload.messages, schemas, counter, {})
         if counter is not BOUND:
-            self.calibration.observe(model, counted, reported)
+            self.calibration.observe(model, counted, text)
         elif full:
             self.resolve()
 
@@ -347,7 +352,8 @@ class Measurer:
         ``fixed`` of whose tokens are not text, shows, its source, its bound, its ceiling
         (``ceiling``) and its text's scale (``shown``). A bound shows its text at its model's learnt
         tokens a byte (four bytes a token before five reports) and its fixed tokens as they are; a
-        count, calibrated, never more than the ceiling."""
+        count shows its text calibrated and its fixed tokens as they are, never more than the
+        ceiling."""
         bounds = self.bounds.factor(view.model)
         if basis.counter is BOUND:
             scale = bounds or BOUND_SCALE
@@ -359,7 +365,7 @@ class Measurer:
         factor = self.calibration.factor(view.model)
         if factor is None:
             return raw, basis.counter.name, bound, most, 1.0
-        calibrated = round(raw * factor)
+        calibrated = shown(raw, fixed, factor)
         return calibrated if calibrated < most else most, "calibrated", bound, most, 1.0
 
 

@@ -181,8 +181,9 @@ def default_counter() -> TokenCounter:
 class Calibration:
     """Per-model correction factor learnt from the provider's reported input tokens.
 
-    ``factor(model)`` multiplies our raw count. It is the median ratio of reported to counted
-    tokens over the model's last ``WINDOW`` responses, applied once ``MIN_REPORTS`` are in:
+    ``factor(model)`` multiplies our count (``Measurer`` gives it text tokens: counts and reports
+    less their fixed tokens). It is the median ratio of reported to counted tokens over the
+    model's last ``WINDOW`` responses, applied once ``MIN_REPORTS`` are in:
     one odd report (a fake reporting 10 tokens for 3,000, a cached-prefix discount, an input
     we could not count) is outvoted by the others, never adopted, so no single report moves a
     later verdict beyond the spread of the others. Ratios are bounded to 0.25-4. For a model

@@ -81,3 +81,45 @@ def test_a_report_below_the_fixed_tokens_teaches_nothing():
     for _ in range(Calibration.MIN_REPORTS):
         measurer.observe(measurer.measure(_view("m", "what is this?", IMAGE)), 100)
     assert measurer.measure(_view("m", "what is this?")).tokens_source == "estimate"
+
+
+# -- a counted payload (eager tokenizer): its text calibrated, its fixed tokens as they are -------
+
+def test_a_counted_payload_calibrates_its_text_not_its_images():
+    """The exact path learns and shows as the bound path does: a report less the fixed tokens over
+    the count less them. Learnt over the whole count instead, the factor below was 1.02, and a
+    text-only call showed 108 for the 126 the provider counts; an image beside a short text, 799."""
+    measurer = Measurer(Digester(b"k"), EstimateCounter(), Calibration())
+    fixed = MESSAGE_OVERHEAD + REPLY_PRIMING
+    for _ in range(Calibration.MIN_REPORTS):  # 100 estimated tokens of text; the provider says 120
+        payload = measurer.measure(_view("m", "word " * 80, IMAGE))
+        assert payload.basis == "estimate" and payload.fixed == IMAGE + fixed
+        measurer.observe(payload, 120 + IMAGE + fixed)
+    assert measurer.calibration.factor("m") == 1.2
+    plain = measurer.measure(_view("m", "word " * 80))
+    assert plain.tokens_source == "calibrated" and plain.tokens == 120 + fixed
+    short = measurer.measure(_view("m", "word " * 8, IMAGE))  # 10 tokens of text, then the image's
+    assert short.tokens == 12 + IMAGE + fixed
+
+
+def test_a_report_below_the_fixed_tokens_teaches_the_exact_count_nothing():
+    measurer = Measurer(Digester(b"k"), EstimateCounter(), Calibration())
+    for _ in range(Calibration.MIN_REPORTS):
+        measurer.observe(measurer.measure(_view("m", "what is this?", IMAGE)), 100)
+    assert measurer.calibration.factor("m") is None
+
+
+def test_reports_waiting_for_the_exact_count_are_counted_less_their_fixed_tokens():
+    """Reports on bound payloads wait for the exact counter, then teach what an eager process learns
+    (the test above): 1.2, not the 1.02 of the image-inclusive ratio."""
+    measurer = _lazy()
+    fixed = MESSAGE_OVERHEAD + REPLY_PRIMING
+    for _ in range(Calibration.MIN_REPORTS):
+        payload = measurer.measure(_view("m", "word " * 80, IMAGE))
+        assert payload.basis == "bound"
+        measurer.observe(payload, 120 + IMAGE + fixed)
+    assert measurer.calibration.factor("m") is None
+    measurer.resolve()
+    assert measurer.calibration.factor("m") == 1.2
+    late = measurer.measure(_view("m", "word " * 8, IMAGE))
+    assert (late.basis, late.tokens) == ("estimate", 12 + IMAGE + fixed)
