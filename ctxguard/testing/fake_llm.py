@@ -65,11 +65,13 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, partial
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
+
+from ._fake_media import FLAT, price
 
 __all__ = ["FakeLLM", "RecordedRequest", "Reply", "ServedResponse"]
 
@@ -247,8 +249,9 @@ _HEX = "0123456789abcdef"
 # Per message (role, separators) and once more for the reply's own header, as
 # OpenAI's cookbook counts chat framing.
 _FRAME_TOKENS = 3
-# A picture, audio clip or file part: a flat cost, since the fake never decodes media.
-_MEDIA_TOKENS = 85
+# What a media part costs: a picture by its size as its provider prices it, audio, a file or a
+# picture it cannot read a flat ``_fake_media.FLAT`` (see ``_fake_media``).
+Media = Callable[[Any], int]
 # Keys whose values the model never reads as text: ids, roles, block types, cache
 # hints, signatures, Mistral's ``prefix`` flag.
 _UNREAD_KEYS = frozenset({
@@ -281,22 +284,30 @@ def _text_tokens(text: str) -> int:
     return n
 
 
-def _read_tokens(value: Any, *, keys: bool = False) -> int:
-    """Tokens of what the model reads in a message, part or schema (``keys``: names count too)."""
+def _flat(part: Any) -> int:
+    return FLAT
+
+
+def _read_tokens(value: Any, *, keys: bool = False, media: Media = _flat) -> int:
+    """Tokens of what the model reads in a message, part or schema (``keys``: names count too;
+    ``media``: what a part holding a picture, audio or a file costs, once per part)."""
     if isinstance(value, str):
         return _text_tokens(value)
     if isinstance(value, (bool, int, float)):
         return 1
     if isinstance(value, list):
-        return sum(_read_tokens(v, keys=keys) for v in value)
+        return sum(_read_tokens(v, keys=keys, media=media) for v in value)
     if not isinstance(value, dict):
         return 0
-    n = 0
+    n, priced = 0, False
     for key, v in value.items():
         if key in _MEDIA_KEYS and not keys:
-            n += _MEDIA_TOKENS
+            if not priced:
+                n += media(value)
+                priced = True
         elif keys or key not in _UNREAD_KEYS:
-            n += (_text_tokens(str(key)) if keys else 0) + _read_tokens(v, keys=keys or key in _STRUCTURED_KEYS)
+            n += (_text_tokens(str(key)) if keys else 0) + _read_tokens(
+                v, keys=keys or key in _STRUCTURED_KEYS, media=media)
     return n
 
 
@@ -310,41 +321,54 @@ def _schemas_tokens(*schemas: Any) -> int:
     return n
 
 
-def _messages_tokens(messages: Any) -> int:
+def _messages_tokens(messages: Any, media: Media = _flat) -> int:
     if isinstance(messages, str):
         messages = [messages]
     if not isinstance(messages, list):
         return 0
-    return sum(_FRAME_TOKENS + _read_tokens(m) for m in messages)
+    return sum(_FRAME_TOKENS + _read_tokens(m, media=media) for m in messages)
 
 
-def _prompt_tokens(kind: str, p: Mapping[str, Any]) -> int:
-    """What the model reads for one request, by API; see ``_text_tokens`` for the unit."""
+def _pricing(kind: str, model: str) -> Media:
+    """What a media part costs ``model`` on the API of ``kind``, as its provider prices it."""
+    family = ("openai" if kind in (_CHAT, _RESPONSES) else "mistral" if kind == _MISTRAL else
+              "cohere" if kind == _COHERE else "ollama" if kind == _OLLAMA else
+              "anthropic" if kind == _MESSAGES or kind in _BEDROCK else "gemini")
+    return partial(price, family, model)
+
+
+def _prompt_tokens(kind: str, p: Mapping[str, Any], model: str = "") -> int:
+    """What the model reads for one request, by API; see ``_text_tokens`` for the unit (and
+    ``_fake_media`` for a picture's)."""
+    model = model or str(p.get("model") or "")
+    media = _pricing(kind, model)
     if kind in (_CHAT, _MISTRAL):
-        n = _messages_tokens(p.get("messages"))
+        n = _messages_tokens(p.get("messages"), media)
         n += _schemas_tokens(p.get("tools"), p.get("functions"), p.get("response_format"))
     elif kind == _COHERE:
         # Documents are read key and value ("both the key name and the value will be passed to the model").
         documents = p.get("documents")
-        n = _messages_tokens(p.get("messages")) + sum(
+        n = _messages_tokens(p.get("messages"), media) + sum(
             _FRAME_TOKENS + _read_tokens(d, keys=True) for d in (documents if isinstance(documents, list) else []))
         n += _schemas_tokens(p.get("tools"), p.get("response_format")) + _COHERE_TEMPLATE
     elif kind == _RESPONSES:
         instructions = p.get("instructions")
-        n = _messages_tokens([instructions] if isinstance(instructions, str) else []) + _messages_tokens(p.get("input"))
+        n = _messages_tokens([instructions] if isinstance(instructions, str) else []) + _messages_tokens(
+            p.get("input"), media)
         text = p.get("text")
         n += _schemas_tokens(p.get("tools"), text.get("format") if isinstance(text, dict) else None)
     elif kind in _BEDROCK:
-        return _bedrock_prompt_tokens(kind, p)
+        return _bedrock_prompt_tokens(kind, p, model)
     elif kind == _MESSAGES:
         system = p.get("system")
-        n = (_FRAME_TOKENS + _read_tokens(system) if system else 0) + _messages_tokens(p.get("messages"))
+        n = (_FRAME_TOKENS + _read_tokens(system) if system else 0) + _messages_tokens(p.get("messages"), media)
         config = p.get("output_config")
         n += _schemas_tokens(p.get("tools"), p.get("output_format"),
                              config.get("format") if isinstance(config, dict) else None)
     else:
         instruction = p.get("systemInstruction")
-        n = (_FRAME_TOKENS + _read_tokens(instruction) if instruction else 0) + _messages_tokens(p.get("contents"))
+        n = (_FRAME_TOKENS + _read_tokens(instruction) if instruction else 0) + _messages_tokens(
+            p.get("contents"), media)
         config = p.get("generationConfig")
         config = config if isinstance(config, dict) else {}
         n += _schemas_tokens(p.get("tools"), config.get("responseSchema"), config.get("responseJsonSchema"))
@@ -872,12 +896,17 @@ class _Ctx:
         return _ident(f"{self.nonce}/{self.serial}/{tag}/{i}", alphabet, length)
 
     @property
-    def model(self) -> str:
+    def requested_model(self) -> str:
+        """The model the request names, in its body or its path ("" if neither)."""
         # Gemini names the model in the path (".../models/gemini-2.5-flash:generateContent").
         in_path = self.route.rpartition("models/")[2].partition(":")[0] if ":" in self.route else ""
         if self.kind in _BEDROCK:  # /model/{modelId}/..., URL-encoded
             in_path = urllib.parse.unquote(self.route.split("/")[2])
-        return self.reply.model or str(self.payload.get("model") or in_path or "fake-model")
+        return str(self.payload.get("model") or in_path)
+
+    @property
+    def model(self) -> str:
+        return self.reply.model or self.requested_model or "fake-model"
 
     @cached_property
     def id(self) -> str:
@@ -1025,7 +1054,7 @@ class _Ctx:
             return scripted
         if self.kind == _OLLAMA:
             return self.ollama_prompt[0]
-        return max(_prompt_tokens(self.kind, self.payload), self.reply.cached_tokens)
+        return max(_prompt_tokens(self.kind, self.payload, self.requested_model), self.reply.cached_tokens)
 
     @cached_property
     def ollama_prompt(self) -> tuple[int, int]:
@@ -1681,14 +1710,15 @@ def _go_json(obj: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _ollama_message_tokens(message: Any) -> int:
+def _ollama_message_tokens(message: Any, model: str) -> int:
     """A message as the chat template renders it: its text (thinking and tool calls too); each image
-    a flat cost, never its base64."""
+    what the model's vision encoder makes of one, never its base64."""
     if not isinstance(message, dict):
         return _FRAME_TOKENS + _read_tokens(message)
     images = message.get("images")
     rest = {k: v for k, v in message.items() if k != "images"}
-    return _FRAME_TOKENS + _read_tokens(rest) + _MEDIA_TOKENS * (len(images) if isinstance(images, list) else 0)
+    return _FRAME_TOKENS + _read_tokens(rest) + sum(price("ollama", model, image) for image in images) \
+        if isinstance(images, list) else _FRAME_TOKENS + _read_tokens(rest)
 
 
 def _ollama_prompt(payload: Mapping[str, Any], window: int) -> tuple[int, int]:
@@ -1698,7 +1728,8 @@ def _ollama_prompt(payload: Mapping[str, Any], window: int) -> tuple[int, int]:
     messages; ``format`` constrains the sampling and is not in the prompt."""
     messages = payload.get("messages")
     messages = messages if isinstance(messages, list) else []
-    costs = [_ollama_message_tokens(m) for m in messages]
+    model = str(payload.get("model") or "")
+    costs = [_ollama_message_tokens(m, model) for m in messages]
     fixed = _schemas_tokens(payload.get("tools")) + _FRAME_TOKENS
     full = fixed + sum(costs)
     if full <= window:
@@ -1900,16 +1931,17 @@ def _claude_name(model: str) -> str:
     return re.sub(r"-v\d+(?::\d+)?$", "", name)
 
 
-def _bedrock_prompt_tokens(kind: str, p: Mapping[str, Any]) -> int:
+def _bedrock_prompt_tokens(kind: str, p: Mapping[str, Any], model: str) -> int:
     if kind in (_CONVERSE, _CONVERSE_STREAM):
+        media = _pricing(kind, model)
         system = p.get("system")
         config = p.get("toolConfig")
         tools = config.get("tools") if isinstance(config, dict) else None
-        n = (_FRAME_TOKENS + _read_tokens(system) if system else 0) + _messages_tokens(p.get("messages"))
+        n = (_FRAME_TOKENS + _read_tokens(system) if system else 0) + _messages_tokens(p.get("messages"), media)
         return n + _schemas_tokens([t for t in tools if "toolSpec" in t] if isinstance(tools, list) else None) \
             + _FRAME_TOKENS
     if _invoke_shape(p) == "anthropic":
-        return _prompt_tokens(_MESSAGES, p)
+        return _prompt_tokens(_MESSAGES, p, model)
     return _text_tokens(str(p.get("prompt") or ""))
 
 

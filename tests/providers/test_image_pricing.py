@@ -157,3 +157,23 @@ def test_gemini_inline_image_is_charged_by_tiles(harness, llm):
                                    contents=[{"role": "user", "parts": [{"text": PROMPT}, {"inline_data": inline}]}])
     base, tiles, small, from_dict = payload_tokens(harness)
     assert (tiles - base, small - base, from_dict - base) == (4 * 258, 258, 4 * 258)
+
+
+@pytest.mark.parametrize("model", ["gpt-4o", "gpt-4o-mini"])
+def test_reports_on_pictures_calibrate_what_the_text_beside_them_costs(harness, llm, client, model):
+    """The fake prices a picture as OpenAI does (tests/testing/test_fake_media.py), so its reports
+    on requests with one teach the calibration what their text costs: from the sixth call the span
+    shows what the provider reported, within a few tokens, the image's price unscaled. The fake's
+    flat 85 a picture reported less than ctxguard's fixed tokens: nothing was learnt, and the gpt-4o
+    calls showed an estimate; counted exactly, the image-inclusive factor scaled 765 tokens too."""
+    harness.start(mode="observe")
+    image = chat_image(data_url(png(1024, 1024)))
+    shown, reported = [], []
+    for turn in range(8):
+        text = f"turn {turn}: " + "the parcel left the depot on Monday and should arrive by Thursday. " * (1 + turn)
+        client.chat.completions.create(model=model, messages=[image, {"role": "user", "content": text}])
+        shown.append(harness.spans()[-1].attributes["ctxguard.payload.tokens"])
+        reported.append(llm.responses[-1].input_tokens)
+    sources = [s.attributes["ctxguard.payload.tokens_source"] for s in harness.spans()]
+    assert sources[5:] == ["calibrated"] * 3
+    assert all(abs(s - r) <= 0.02 * r for s, r in zip(shown[5:], reported[5:], strict=True)), (shown, reported)
