@@ -24,7 +24,7 @@ from .facts.evaluate import FactView, build_view
 from .facts.index import words
 from .facts.ledger import FactState
 from .facts.matching import Chunked, searchable
-from .measure import Measurer, shown
+from .measure import Measurer
 from .memo import Memos
 from .payload import Answer, Payload
 from .pinned import PinnedBlock, find_block
@@ -168,10 +168,8 @@ class Inspector:
         pinned_tokens = self.measurer.tokens(pinned.text) if pinned is not None else 0
         if payload.basis != BOUND.name:
             return pinned, pinned_tokens, self._budget(payload, policy, pinned_tokens)
-        scale = payload.scale
-        pinned_shown = shown(pinned_tokens, 0, scale)  # what an exact count shows, at most
-        if pinned_shown > pinned_tokens:  # not min(): a builtin call costs 3x
-            pinned_shown = pinned_tokens
+        scale = payload.scale  # the pinned block shown at it, but never above its bound (an exact count's most)
+        pinned_shown = round(pinned_tokens * scale) if scale < 1.0 else pinned_tokens
         budget = self._budget(payload, policy, pinned_shown)
         if not _undecided(payload, policy, pinned_tokens, budget):
             return pinned, pinned_shown, budget
@@ -185,10 +183,14 @@ class Inspector:
         system, scale = payload.system, payload.scale
         system_tokens, tools_tokens = (system.tokens if system is not None else 0), payload.tools_tokens
         if scale != 1.0:  # a bound payload: its texts shown at its scale, its fixed tokens as they are
+            # (``measure.shown``, inlined: this runs on every call)
             if system is not None:
-                system_tokens = shown(system_tokens, system.fixed, scale)
+                fixed = system.fixed
+                system_tokens = round((system_tokens - fixed) * scale) + fixed
             view = payload.view
-            tools_tokens = shown(tools_tokens, view.prompt_overhead if view is not None else 0, scale)
+            overhead = view.prompt_overhead if view is not None else 0
+            if tools_tokens > overhead:  # schemas, whose text is scaled
+                tools_tokens = round((tools_tokens - overhead) * scale) + overhead
         return budget_mod.evaluate(
             policy.budget or _DEFAULT_BUDGET,
             model=payload.model,

@@ -355,10 +355,12 @@ class Measurer:
         count shows its text calibrated and its fixed tokens as they are, never more than the
         ceiling."""
         bounds = self.bounds.factor(view.model)
-        if basis.counter is BOUND:
-            scale = bounds or BOUND_SCALE
-            source = "estimate" if bounds is None else "calibrated"
-            return shown(raw, fixed, scale), source, raw, ceiling(raw, fixed, bounds), scale
+        if basis.counter is BOUND:  # ``shown`` and ``ceiling`` inlined: this runs on every call
+            text = raw - fixed
+            if bounds is None:
+                return round(text * BOUND_SCALE) + fixed, "estimate", raw, raw, BOUND_SCALE
+            tokens = round(text * bounds) + fixed
+            return tokens, "calibrated", raw, raw if bounds <= 1 else tokens, bounds
         tools = view.tools
         bound = messages + REPLY_PRIMING + (utf8_bytes("".join(tools)) if tools else 0) + view.prompt_overhead
         most = ceiling(bound, fixed, bounds)
