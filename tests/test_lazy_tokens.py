@@ -5,7 +5,9 @@ give the same violations, in the same words, with tiktoken loaded eagerly and la
 
 from __future__ import annotations
 
+import base64
 import random
+from typing import Any
 
 import pytest
 
@@ -13,6 +15,7 @@ import ctxguard
 from ctxguard import tokens
 from ctxguard.pinned import render_pinned
 from ctxguard.testing import Reply
+from tests.providers.test_image import png
 
 tiktoken = pytest.importorskip("tiktoken")
 
@@ -29,7 +32,7 @@ _MIXED = "Order #A-1041 → 北京 (ETA 3d) ✅ résumé naïve café — ok? "
 KINDS = {"prose": _PROSE, "code": _CODE, "cjk": _CJK, "emoji": _EMOJI, "mixed": _MIXED}
 
 
-def _corpus() -> list[list[tuple[str, list[dict[str, str]]]]]:
+def _corpus() -> list[list[tuple[str, list[dict[str, Any]]]]]:
     """Conversations that grow turn by turn past the window (or stay within its bytes), one per
     model, kind and pinned-block size (bytes under its cap; bytes over but tokens under; tokens
     over): every verdict near its edge at some turn, the early turns far from all of them."""
@@ -50,7 +53,24 @@ def _corpus() -> list[list[tuple[str, list[dict[str, str]]]]]:
                 conversations.append(calls)
         conversations.append(_terse(model))
         conversations.append(_skewed(model))
+    conversations.append(_pictures("gpt-4o"))
     return conversations
+
+
+def _pictures(model: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """A chat that sends a 1024x1024 picture a turn (765 tokens each, as the fake charges them too):
+    past the window on the pictures' tokens more than on the text's bytes. A bound without the
+    pictures' tokens (its text's bytes and framing only) passes its fifth call, which fails exact."""
+    picture = {"type": "image_url", "image_url": {"url": "data:image/png;base64,"
+                                                   + base64.b64encode(png(1024, 1024)).decode()}}
+    system = "Describe.\n" + render_pinned({"city": "Pune"}, max_tokens=100)
+    history: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    calls = []
+    for turn in range(7):
+        question = {"role": "user", "content": [{"type": "text", "text": f"and this one, {turn}?"}, picture]}
+        history = [*history, question, {"role": "assistant", "content": _PROSE[: 40 + 20 * turn]}]
+        calls.append((model, [*history, {"role": "user", "content": "which was the brightest?"}]))
+    return calls
 
 
 _RARE = "𓀀𓀁𓀂𓀃𓀄𓀅𓀆𓀇 "  # hieroglyphs: four bytes each, and nearly a token a byte or two
@@ -82,7 +102,7 @@ def _terse(model: str) -> list[tuple[str, list[dict[str, str]]]]:
     return calls
 
 
-def _reported(messages: list[dict[str, str]]) -> int | None:
+def _reported(messages: list[dict[str, Any]]) -> int | None:
     """What the fake reports for a terse or skewed chat (None: its own count, which grows with the text)."""
     if messages[0]["content"].startswith("Be terse."):
         return 6 * len(messages)
