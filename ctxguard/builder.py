@@ -208,8 +208,7 @@ class ContextBuilder:
         guard = active_guard()
         measurer = guard.measurer if guard is not None else self._measurer()
         measurer.resolve()  # a plan is made of exact counts: a lazy guard loads its tokenizer here
-        # The factor is the text's (docs/budget.md, "Token counts"); applied to the whole plan, fixed
-        # tokens too, it is at least what the span shows when it is at least 1: never an over-budget plan.
+        # The text's factor, applied to the whole plan (fixed tokens too, when >= 1): never under the span's count.
         factor = max(1.0, (guard.calibration.factor(self.model) if guard is not None else None) or 1.0)
         view = form.adapter.normalise(form.api, {"model": self.model, "messages": messages})
         if view.unreadable is not None:
