@@ -123,3 +123,19 @@ def test_reports_waiting_for_the_exact_count_are_counted_less_their_fixed_tokens
     assert measurer.calibration.factor("m") == 1.2
     late = measurer.measure(_view("m", "word " * 8, IMAGE))
     assert (late.basis, late.tokens) == ("estimate", 12 + IMAGE + fixed)
+
+
+def test_the_inlined_shown_counts_follow_shown_and_ceiling():
+    """``Measurer._shown`` computes ``shown`` and ``ceiling`` inline, on both paths."""
+    from ctxguard.measure import ceiling, shown
+
+    fixed = MESSAGE_OVERHEAD + REPLY_PRIMING
+    for measurer in (_lazy(), Measurer(Digester(b"k"), EstimateCounter(), Calibration())):
+        for _ in range(Calibration.MIN_REPORTS):  # 2 tokens a byte; 8x the estimate, held to 4
+            measurer.observe(measurer.measure(_view("m", "word " * 8, IMAGE)), 80 + IMAGE + fixed)
+        payload = measurer.measure(_view("m", "a longer text " * 9, IMAGE))
+        bounds = measurer.bounds.factor("m")
+        assert payload.ceiling == ceiling(payload.bound, payload.fixed, bounds) > payload.bound
+        factor = measurer.calibration.factor("m") if payload.basis != "bound" else bounds
+        expected = min(shown(payload.raw_tokens, payload.fixed, factor), payload.ceiling)
+        assert payload.tokens == expected and payload.tokens_source == "calibrated"
