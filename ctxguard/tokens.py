@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
@@ -209,11 +210,27 @@ class Calibration:
     ) -> None:
         """``exact(model)``: whether the counts observed are that model's own tokenizer's (the
         ``EXACT_FLOOR`` applies); ``low``/``high``: the bounds of a ratio."""
-        self.exact = exact
         self.low, self.high = low, high
-        self._ratios: dict[str, deque[float]] = {}
+        # per model, its last ``WINDOW`` ratios twice: in arrival order (the one to drop next) and
+        # sorted (the median is an index; kept by bisection: 3/4 of re-sorting on every call)
+        self._ratios: dict[str, tuple[deque[float], list[float]]] = {}
         self._factors: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._exact = exact
+
+    @property
+    def exact(self) -> Callable[[str], bool] | None:
+        return self._exact
+
+    @exact.setter
+    def exact(self, exact: Callable[[str], bool] | None) -> None:
+        """Another counter's ``exact``: each factor is settled again by it (``observe`` keeps a
+        factor while its ratios do not change)."""
+        with self._lock:
+            self._exact = exact
+            for model, (_, ordered) in self._ratios.items():
+                if len(ordered) >= self.MIN_REPORTS:
+                    self._settle(model, ordered)
 
     def factor(self, model: str | None) -> float | None:
         return self._factors.get(model) if model else None
@@ -229,18 +246,28 @@ class Calibration:
         lock = self._lock
         lock.acquire()  # not ``with lock``: half the instructions, on every call
         try:
-            ratios = self._ratios.get(model)
-            if ratios is None:
+            window = self._ratios.get(model)
+            if window is None:
                 if len(self._ratios) >= self.MAX_MODELS:
                     return
-                ratios = self._ratios[model] = deque(maxlen=self.WINDOW)
-            ratios.append(ratio)
-            n = len(ratios)
-            if n < self.MIN_REPORTS:
-                return
-            factor = sorted(ratios)[n // 2]  # the median (the upper one of an even count)
-            if factor < self.EXACT_FLOOR and self.exact is not None and self.exact(model):
-                factor = self.EXACT_FLOOR
-            self._factors[model] = factor
+                window = self._ratios[model] = (deque(maxlen=self.WINDOW), [])
+            arrived, ordered = window
+            if len(arrived) == self.WINDOW:  # the oldest leaves both
+                oldest = arrived[0]
+                if oldest == ratio:  # the same ratio in as out (an exact count's repeats call after
+                    arrived.append(ratio)  # call): the median stays, and so does the factor
+                    return
+                del ordered[bisect_left(ordered, oldest)]
+            arrived.append(ratio)
+            insort(ordered, ratio)
+            if len(ordered) >= self.MIN_REPORTS:
+                self._settle(model, ordered)
         finally:
             lock.release()
+
+    def _settle(self, model: str, ordered: list[float]) -> None:
+        """The factor of ``model`` from its ratios, sorted (under the lock)."""
+        factor = ordered[len(ordered) // 2]  # the median (the upper one of an even count)
+        if factor < self.EXACT_FLOOR and self._exact is not None and self._exact(model):
+            factor = self.EXACT_FLOOR
+        self._factors[model] = factor

@@ -61,6 +61,37 @@ def test_an_exact_tokenizer_bounds_how_low_a_calibrated_count_goes():
     assert _calibrated([1.3] * 6, exact=True) == 1.3  # counting more than the tokenizer is believed
 
 
+def test_the_factor_is_the_median_of_the_last_window_whatever_the_order():
+    """The ratios kept sorted as they come and go give the median a re-sort would, at every report."""
+    import random
+    from collections import deque
+
+    rng = random.Random(7)
+    c = Calibration()
+    window: deque[float] = deque(maxlen=Calibration.WINDOW)
+    for i in range(400):
+        reported = rng.choice([1000, 1000, 1000, 1200, 1210, rng.randrange(500, 3000)])  # repeats among them
+        c.observe("m", 1000, reported)
+        window.append(reported / 1000)
+        expected = sorted(window)[len(window) // 2] if len(window) >= Calibration.MIN_REPORTS else None
+        assert c.factor("m") == expected, i
+
+
+def test_a_new_exact_rule_settles_the_factors_again():
+    """A factor kept while its ratios repeat still follows a counter that became exact (the lazy
+    measurer's calibration is told so when the exact counter is loaded)."""
+    c = Calibration()
+    for _ in range(Calibration.WINDOW * 2):
+        c.observe("m", 1000, 500)
+    assert c.factor("m") == 0.5
+    c.exact = lambda model: True
+    assert c.factor("m") == Calibration.EXACT_FLOOR
+    c.observe("m", 1000, 500)
+    assert c.factor("m") == Calibration.EXACT_FLOOR
+    c.exact = None
+    assert c.factor("m") == 0.5
+
+
 def test_a_tokenizer_is_exact_only_for_the_models_that_use_it():
     from ctxguard.tokens import TiktokenCounter, default_counter
 
