@@ -84,6 +84,7 @@ SIDES = ("base", "guarded", "span")
 SHAPES = ("chat", "tools", "parts", "responses", "anthropic", "facts")  # bench/shapes.py
 COUNTING = False  # inside a counted call (``own``)
 OWN_SIDES = ("guarded-own", "span-own")
+FLOOR_SIDES = ("outputs-own", "fused-own")  # ``--floor``
 WARM = 20
 #: ``--cache``: this machine's per-core caches (48 KiB L1d, 64 KiB L1i, 2 MiB L2), the L2 as the
 #: last level: a miss there goes to the shared L3, the slow trip in situ.
@@ -297,11 +298,43 @@ def own(side: str, guard: Any, tracer: Any, shape: Any, calls: int, grow: bool,
         peer(kwargs)
 
     hooks = guarded if shape.name == "chat" else shaped
-    run = {"guarded-own": hooks, "span-own": spanned, "peer-own": peered}[side]
+    run = {"guarded-own": hooks, "span-own": spanned, "peer-own": peered}.get(side) or floor(side, guard, tracer, shape)
     gc.disable()
     with ctxguard.conversation("bench"):
         history, runs = counted_calls(run, shape, calls, grow)
     return run, history, runs
+
+
+def floor(side: str, guard: Any, tracer: Any, shape: Any) -> Hooks:
+    """``--floor``'s sides (``chat`` only): ``outputs-own``, the contract's outputs replayed as
+    bench/contract_floor.py does (what a real guarded call emitted for this payload, emitted again:
+    the span with the same attributes, the same metric cells, the response read; no inspection);
+    ``fused-own``, bench/fused_inspection.py's one-function inspection of this shape, then the same
+    replay: the cheapest ctxguard conceivable for this payload, in instructions."""
+    import contract_floor
+    import fused_inspection
+
+    import ctxguard
+
+    response, body = shape.send(shape.history)
+    kwargs = shape.kwargs(shape.history)
+    with ctxguard.conversation("bench"):
+        outputs = contract_floor.Outputs(guard, kwargs, body, response)
+    emit = contract_floor.replay(outputs, tracer, [])
+
+    def outputs_only(kwargs: dict[str, Any], body: bytes, response: Any) -> None:
+        emit(lambda: response, None, (), {})
+
+    if side == "outputs-own":
+        return outputs_only
+    fused = fused_inspection.Fused(guard)
+    instruction = fused_inspection.instruction_of(kwargs)
+
+    def fused_and_outputs(kwargs: dict[str, Any], body: bytes, response: Any) -> None:
+        fused.call(kwargs, body, instruction)
+        emit(lambda: response, None, (), {})
+
+    return fused_and_outputs
 
 
 def counted_calls(run: Hooks, shape: Any, calls: int, grow: bool) -> tuple[list[Any], int]:
@@ -436,12 +469,18 @@ def main() -> int:
     parser.add_argument("--metrics", default="", metavar="CHOICES",
                         help="with --own: also count ctxguard with instrument(metrics=C) for each C of a comma list "
                              "(prometheus,otel,both), in the same run")
+    parser.add_argument("--floor", action="store_true",
+                        help="with --own, chat: also count the contract's outputs replayed with no inspection "
+                             "(bench/contract_floor.py) and with the fused one-shape inspection "
+                             "(bench/fused_inspection.py) before them: target 3's floors, in instructions")
     args = parser.parse_args()
+    if args.floor and (not args.own or shapes_arg(args) != ["chat"]):
+        parser.error("--floor needs --own and the chat shape alone")
     if shutil.which("valgrind") is None:
         print("valgrind not found (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
     sizes = [int(s) for s in args.sizes.split(",")]
-    shapes = [s for s in args.shapes.split(",") if s]
+    shapes = shapes_arg(args)
     if not shapes or set(shapes) - set(SHAPES):
         parser.error(f"--shape: one or more of {','.join(SHAPES)}")
     if shapes != ["chat"] and not args.own:
@@ -451,7 +490,7 @@ def main() -> int:
         parser.error("--metrics needs --own")
     peer = importlib.util.find_spec("opentelemetry.instrumentation.openai_v2") is not None
     jobs = [(side, size, shape) for shape in shapes for size in sizes
-            for side in sides_of(shape, args.own, peer, choices)]
+            for side in sides_of(shape, args.own, peer, choices, args.floor)]
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = dict(zip(
             jobs, pool.map(lambda job: count(job[0], job[1], job[2], args.calls, args.grow, args.cache), jobs),
@@ -461,7 +500,7 @@ def main() -> int:
     if args.grow:
         print(f"growing: each of the {args.calls} calls adds one new message to a history of the size given\n")
     if shapes == ["chat"]:
-        chat_table(events, sizes, args.calls, args.own, peer, choices)
+        chat_table(events, sizes, args.calls, args.own, peer, choices, args.floor)
     else:
         shape_table(events, shapes, sizes, args.calls, choices)
         checks_table({job: c for job, (_, c) in results.items() if c})
@@ -477,16 +516,22 @@ def main() -> int:
     return 0
 
 
-def sides_of(shape: str, own: bool, peer: bool, choices: list[str]) -> tuple[str, ...]:
+def shapes_arg(args: argparse.Namespace) -> list[str]:
+    return [s for s in args.shapes.split(",") if s]
+
+
+def sides_of(shape: str, own: bool, peer: bool, choices: list[str], floor: bool = False) -> tuple[str, ...]:
     """The sides counted for ``shape``: the peer's only for chat, whose request it instruments."""
     sides = OWN_SIDES if own else SIDES
     if peer and shape == "chat":
         sides = (*sides, "peer-own" if own else "peer")
+    if floor:
+        sides = (*sides, *FLOOR_SIDES)
     return (*sides, *(f"guarded-own@{c}" for c in choices))
 
 
 def chat_table(events: dict[Job, dict[str, int]], sizes: list[int], calls: int, own: bool, peer: bool,
-               choices: list[str]) -> None:
+               choices: list[str], floor: bool = False) -> None:
     """The ``chat`` shape's table, as before shapes: one row per size, the peer's columns when installed."""
     totals = {(side, size): e["Ir"] for (side, size, _), e in events.items()}
     if own:
@@ -513,6 +558,14 @@ def chat_table(events: dict[Job, dict[str, int]], sizes: list[int], calls: int, 
         per = (per_call[hi] - per_call[lo]) / (hi - lo)
         print(f"\nper message beyond {lo}: {per:,.0f} instructions")
     metrics_table(totals, sizes, calls, choices, per_call)
+    if floor:
+        print("\n| msgs | contract outputs alone (replayed) | x span | fused inspection + outputs | x span "
+              "| ctxguard | x span |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for size in sizes:
+            span = totals[("span-own", size)] / calls
+            cells = [totals[(side, size)] / calls for side in (*FLOOR_SIDES, "guarded-own")]
+            print(f"| {size} | " + " | ".join(f"{n:,.0f} | {n / span:.2f}x" for n in cells) + " |")
 
 
 def metrics_table(totals: dict[tuple[str, int], int], sizes: list[int], calls: int, choices: list[str],

@@ -22,7 +22,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from types import ModuleType
 from typing import Any
 
@@ -103,7 +103,8 @@ def head_role(request: RecordedRequest) -> str:
 # -- normalising results -----------------------------------------------------------------
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
-#: Keys whose values are clock readings, never the same twice.
+#: Keys whose values are clock readings, never the same twice (as are elapsed times, ``timedelta``:
+#: pydantic-ai 2.78 added each response's ``duration``).
 CLOCK_KEYS = frozenset({"created", "created_at", "completed_at", "timestamp"})
 
 
@@ -118,7 +119,7 @@ def stable(value: Any, origin: str = "\0") -> Any:
         return {str(k): "<clock>" if k in CLOCK_KEYS else stable(v, origin) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [stable(v, origin) for v in value]
-    if isinstance(value, (datetime, date)):
+    if isinstance(value, (datetime, date, timedelta)):
         return "<clock>"
     if isinstance(value, str):
         return _UUID.sub("<uuid>", value.replace(origin, "<fake>"))
