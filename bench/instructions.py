@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/instructions.py [--sizes 20,200] [--calls 10] [--grow]   # ~10 min
     .venv/bin/python bench/instructions.py --own --shapes chat,tools,parts,responses,anthropic,facts --sizes 20
+    .venv/bin/python bench/instructions.py --own --floor --sizes 2,20
 
 Time-based numbers (bench/overhead.py) move by ±20% with whatever else the machine
 does; an instruction count does not, so this is the benchmark to compare two commits
@@ -42,6 +43,12 @@ no background thread adds instructions at random), in a conversation. Instructio
 are not time: cache misses are not in them, and in situ (right after a real SDK
 call) ctxguard's code runs at roughly 0.35 µs per 1,000 instructions on this kind
 of machine, against ~0.1 in a tight loop.
+
+``--floor`` (with ``--own``, ``chat`` alone) adds two sides that price what any implementation of
+the contract pays, in the same units: ``outputs-own``, the contract's outputs replayed with no
+inspection (bench/contract_floor.py: the span with the attributes a real guarded call of this
+payload set, the same metric cells, the response read), and ``fused-own``,
+bench/fused_inspection.py's one-function inspection of this shape followed by the same replay.
 
 ``--shape NAME`` (or a comma list, ``--shapes``; default ``chat``, all of the above) counts
 another request shape (bench/shapes.py): ``tools`` (Chat Completions with three function
