@@ -14,11 +14,13 @@ plain ``{"role", "content"}`` dicts to Chat Completions, a system message carryi
 pinned block, no facts recorded. In one function and a per-conversation state object it
 looks up the conversation (context variable, LRU under a lock), reuses the previous
 call's digests and token counts while the messages still equal their kept copies (``==``
-in C), digests and counts the new ones (keyed BLAKE2b, tiktoken), continues the payload
-digest, judges system at head, system stable, pinned present and capped, the budget, the
-four fact checks (skip), derives the metric cells and builds the same set of span
-attributes (checked against a real guarded call's below); then it resumes the wire
-body's digest and finds the instruction in it at the previous offset. It leaves out what
+in C), checks that each new one is of the shape and digests and counts it (keyed BLAKE2b,
+tiktoken), continues the payload digest, judges system at head, system stable, pinned
+present and capped, the budget, tool pairs (intact by the shape), the four fact checks
+(skip), derives the metric cells and builds the same set of span attributes (both checked
+against a real guarded call's below); then it resumes the wire body's digest where the
+body parts from the previous one, as ctxguard does, and finds the instruction in it at the
+previous offset. It leaves out what
 the shape does not need (other providers and message shapes, facts, capture, enforce
 mode, the conversation memory's eviction bookkeeping) and it is not tested against
 ctxguard's verdicts beyond that one payload: it sizes a possible fast path, it is not one.
@@ -53,6 +55,7 @@ import ctxguard.tokens
 from ctxguard.conversation import _current
 from ctxguard.intercept.answers import returned
 from ctxguard.providers import openai as openai_provider
+from ctxguard.wiredigest import common_prefix
 
 sys.path.insert(0, str(Path(__file__).parent))
 import contract_floor
@@ -62,6 +65,9 @@ KEY = b"fused-experiment"
 MARKER = "[Pinned facts"
 WINDOW = 128_000
 FACT_CHECKS = ("fact_present", "fact_current", "fact_forgotten", "fact_scoped")
+#: The roles of the one shape this path takes: a message of another shape (a tool call or result,
+#: content parts) would leave it; none does here, so ``tool_pairs_intact`` passes by construction.
+PLAIN_ROLES = frozenset({"system", "user", "assistant", "developer"})
 
 
 def instruction_of(kwargs: dict[str, Any]) -> bytes:
@@ -117,6 +123,8 @@ class Fused:
         digests, sums, copies = st.digests[:start], st.sums[: start + 1], kept[:start]
         for m in msgs[start:]:
             role, text = m["role"], m["content"]
+            if len(m) != 2 or role not in PLAIN_ROLES or type(text) is not str:
+                return None  # not this path's shape
             h = hashlib.blake2b(f"{role}\x1f{text}".encode(), key=KEY, digest_size=16)
             digests.append(h.hexdigest())
             sums.append(sums[-1] + self.count(text) + 4)
@@ -150,6 +158,7 @@ class Fused:
             ("pinned_capped", "pass" if pinned_tokens <= 800 else "fail"),
             ("pinned_intact", "pass"),
             ("payload_under_budget", "pass" if headroom >= 0 else "fail"),
+            ("tool_pairs_intact", "pass"),
             *((check, "skip") for check in FACT_CHECKS),
         )
         m = self.metrics
@@ -177,14 +186,17 @@ class Fused:
 
     def wire(self, body: bytes, st: State, instruction: bytes) -> tuple[str, bool]:
         previous = st.body
-        if st.resume is not None and body.startswith(previous[: st.shared]):
+        if st.resume is not None and body.startswith(memoryview(previous)[: st.shared]):
             h, start = st.resume.copy(), st.shared
         else:
             h, start = hashlib.blake2b(key=KEY, digest_size=16), 0
-        shared = len(body) if body == previous else start  # ctxguard searches the common prefix
-        h.update(body[start:shared])
+        # resumed where the next body parts from this one, as ctxguard's wire digest does: a body
+        # that grows by a message shares all of the previous one up to that message
+        shared = common_prefix(previous, body, start)
+        view = memoryview(body)
+        h.update(view[start:shared])
         st.resume = h.copy()
-        h.update(body[shared:])
+        h.update(view[shared:])
         st.body, st.shared = body, shared
         found = st.hint >= 0 and body.startswith(instruction, st.hint)
         if not found:
