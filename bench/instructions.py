@@ -50,6 +50,12 @@ inspection (bench/contract_floor.py: the span with the attributes a real guarded
 payload set, the same metric cells, the response read), and ``fused-own``,
 bench/fused_inspection.py's one-function inspection of this shape followed by the same replay.
 
+The benchmark renders its pinned block with tiktoken, so ctxguard counts exactly (as in a
+process where anything has loaded tiktoken). ``--lazy`` renders it with the estimator and
+loads no tokenizer, so ctxguard counts as the default does in a process that has not: byte
+bounds, tiktoken only when a verdict needs it. Each guarded child then checks that tiktoken
+stayed unloaded (a payload whose bytes cannot prove its budget loads it, and fails the run).
+
 ``--shape NAME`` (or a comma list, ``--shapes``; default ``chat``, all of the above) counts
 another request shape (bench/shapes.py): ``tools`` (Chat Completions with three function
 tools, an agent's history, a tool-call answer), ``parts`` (content parts, a small data-URL
@@ -92,6 +98,8 @@ SHAPES = ("chat", "tools", "parts", "responses", "anthropic", "facts")  # bench/
 COUNTING = False  # inside a counted call (``own``)
 OWN_SIDES = ("guarded-own", "span-own")
 FLOOR_SIDES = ("outputs-own", "fused-own")  # ``--floor``
+#: Set for the children by ``--lazy``.
+LAZY = "CTXGUARD_BENCH_LAZY"
 WARM = 20
 #: ``--cache``: this machine's per-core caches (48 KiB L1d, 64 KiB L1i, 2 MiB L2), the L2 as the
 #: last level: a miss there goes to the shared L3, the slow trip in situ.
@@ -141,7 +149,12 @@ def child(side: str, size: int, calls: int, grow: bool, shape_name: str) -> None
     http_client = ov.http_lib.Client(transport=ov.http_lib.MockTransport(handler))  # type: ignore[attr-defined]
     client = openai.OpenAI(api_key="x", base_url=ov.BASE_URL, max_retries=0, http_client=http_client)
     chat = client.chat.completions
-    pinned = ctxguard.render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
+    # With ``--lazy`` nothing here loads tiktoken (the pinned block's cap is far above its size: it
+    # renders the same either way), so ctxguard counts as a process that has not loaded it does.
+    from ctxguard.tokens import EstimateCounter
+
+    counter = EstimateCounter() if os.environ.get(LAZY) else None
+    pinned = ctxguard.render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200, counter=counter)
     messages = [ov.system_message(pinned), *(ov.message(i) for i in range(1, size))]
     tracer = provider.get_tracer("bench")
     if not side.endswith("-own"):
@@ -413,6 +426,10 @@ def verify(side: str, guard: Any, shape: Any, registry: Any, provider: Any, run:
     out: dict[str, Any] = {"shape": shape.name, "side": side, "spans_per_call": 1, "errors": 0,
                            "ctxguard": str(Path(ctxguard.__file__).parent)}
     if side.startswith("guarded"):
+        if os.environ.get(LAZY):
+            from ctxguard.tokens import loaded_counter
+
+            assert loaded_counter() is None, f"{shape.name}: --lazy, yet tiktoken was loaded"
         assert labels == {shape.label}, f"{shape.name}: the payload's provider is {labels}, not {shape.label}"
         seen = sum(v for k, v in found.items() if k[0] == "ctxguard_calls_total")
         if any(k[0] == "ctxguard_calls_total" for k in found):  # metrics on this registry (not otel alone)
@@ -480,7 +497,13 @@ def main() -> int:
                         help="with --own, chat: also count the contract's outputs replayed with no inspection "
                              "(bench/contract_floor.py) and with the fused one-shape inspection "
                              "(bench/fused_inspection.py) before them: target 3's floors, in instructions")
+    parser.add_argument("--lazy", action="store_true",
+                        help="the children load no tokenizer, so ctxguard counts as a process that has not loaded "
+                             "tiktoken does (the default: byte bounds, exact counts only where a verdict needs "
+                             "them); each guarded child checks that it stayed unloaded")
     args = parser.parse_args()
+    if args.lazy:
+        os.environ[LAZY] = "1"
     if args.floor and (not args.own or shapes_arg(args) != ["chat"]):
         parser.error("--floor needs --own and the chat shape alone")
     if shutil.which("valgrind") is None:
