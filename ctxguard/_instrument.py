@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -14,11 +13,11 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from . import facts, intercept
+from . import facts, forksafe, intercept
 from ._isolation import report_internal_error, set_error_counter
 from .budget import add_model_windows, load_model_windows
-from .capture import CaptureWriter, Redact
-from .config import ENV_MODEL_WINDOWS, Config
+from .capture import CaptureWriter, Redact, printable
+from .config import ENV_CAPTURE_PATH, ENV_MODEL_WINDOWS, Config
 from .guard import Guard
 from .policy import Policy
 from .providers import BY_DISTRIBUTION
@@ -27,9 +26,10 @@ from .telemetry import otlp as _otlp
 __all__ = ["active_guard", "instrument", "uninstrument"]
 
 logger = logging.getLogger("ctxguard")
-_lock = threading.Lock()
+_lock = forksafe.lock()
 _guard: Guard | None = None
 _server: Any = None
+_server_pid = 0  # the process serving /metrics: a forked child inherits _server, not its thread
 _tracing: _otlp.OtlpTracing | None = None
 
 #: Set by gunicorn-style deployments: prometheus_client then keeps every Counter and
@@ -97,7 +97,10 @@ def _add_model_windows_file(path: str) -> None:
         add_model_windows(load_model_windows(path))
     except (OSError, ValueError) as exc:
         logger.warning("ctxguard: %s=%s ignored: %s; the shipped model windows (and model_windows= given in "
-                       "code) stand", ENV_MODEL_WINDOWS, path, exc)
+                       "code) stand", ENV_MODEL_WINDOWS, printable(path, 200), exc)
+    except Exception as exc:  # anything else is ctxguard's own failure: counted, and start-up goes on
+        logger.warning("ctxguard: %s=%s ignored: %r", ENV_MODEL_WINDOWS, printable(path, 200), exc)
+        report_internal_error("config", exc)
 
 
 def instrument(
@@ -200,7 +203,7 @@ def instrument(
     time a verdict needs exact counts; ``"eager"`` loads it here. No verdict differs between the two
     (docs/budget.md, "Exact only when it matters").
     """
-    global _guard, _server, _tracing
+    global _guard, _server, _server_pid, _tracing
     if Config.disabled():
         logger.info("ctxguard: disabled by CTXGUARD_DISABLED")
         return None
@@ -243,7 +246,7 @@ def instrument(
                 logger.warning("ctxguard: /metrics not served on port %d: metrics='otel' creates no Prometheus "
                                "series (use metrics='both' for both)", config.metrics_port)
             elif config.metrics_port is not None:
-                _server = _serve_metrics(config.metrics_port, registry)
+                _server, _server_pid = _serve_metrics(config.metrics_port, registry), os.getpid()
         except BaseException:
             if tracing is not None:
                 tracing.shutdown(timeout=0)
@@ -253,8 +256,9 @@ def instrument(
         if config.capture_path is not None:
             try:
                 guard.start_capture(CaptureWriter(config.capture_path, redact=capture_redact))
-            except OSError as exc:  # the environment's doing (a missing directory, no permission)
-                logger.warning("ctxguard: capture file %s not opened: %s", config.capture_path, exc)
+            except OSError as exc:  # the environment's doing (a missing directory, no permission, a FIFO)
+                logger.warning("ctxguard: capture file not opened (%s, or capture_path=): %s", ENV_CAPTURE_PATH,
+                               printable(str(exc), 300))
         intercept.install(guard, only=providers)
         _guard = guard
         return guard
@@ -283,7 +287,10 @@ def uninstrument() -> None:
         _guard = None
         if _server is not None:
             server, _thread = _server if isinstance(_server, tuple) else (_server, None)
-            server.shutdown()
+            if _server_pid == os.getpid():
+                server.shutdown()
+            # else a forked child: the serving thread is the parent's (shutdown() would wait for it
+            # forever); closing the child's copy of the socket leaves the parent's server serving.
             server.server_close()
             _server = None
         tracing, _tracing = _tracing, None

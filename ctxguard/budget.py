@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ from pathlib import Path
 
 __all__ = [
     "MODEL_WINDOWS",
+    "WINDOWS_FILE_MAX_BYTES",
     "Budget",
     "BudgetBreakdown",
     "BudgetEval",
@@ -141,16 +144,46 @@ def add_model_windows(windows: Mapping[str, object]) -> None:
     MODEL_WINDOWS.update(_entries(windows, "model windows"))
 
 
+#: A windows file larger than this is refused unread (the shipped table, every model there is,
+#: is under 40 KiB).
+WINDOWS_FILE_MAX_BYTES = 4 * 1024 * 1024
+
+
+def _read_regular_file(path: str | Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, without ever waiting: a FIFO, a
+    device (``/dev/zero``), a directory or a larger file is refused (``ValueError``) unread;
+    ``OSError`` when it cannot be opened. Opened non-blocking, so opening a FIFO returns at once."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+            raise ValueError(f"{kind}, not a file of windows")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise ValueError(f"larger than {limit // (1024 * 1024)} MiB, not read")
+    return b"".join(chunks)
+
+
 def load_model_windows(path: str | Path) -> dict[str, int]:
     """The entries of a TOML or JSON file (JSON when it ends in ``.json``): a mapping of model id to
-    window, or tables in the shipped file's shape. ``ValueError`` says what is wrong, ``OSError``
-    when the file cannot be read."""
-    raw = Path(path).read_bytes()
+    window, or tables in the shipped file's shape. ``ValueError`` says what is wrong (a FIFO, a
+    device, a file over ``WINDOWS_FILE_MAX_BYTES``: refused unread), ``OSError`` when the file cannot
+    be read."""
+    raw = _read_regular_file(path, WINDOWS_FILE_MAX_BYTES)
     if str(path).lower().endswith(".json"):
         try:
             data = json.loads(raw)
-        except ValueError as exc:  # also a JSONDecodeError, and bytes that are not UTF-8
-            raise ValueError(f"not JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # also a JSONDecodeError, and bytes that are not UTF-8
+            raise ValueError(f"not JSON: {type(exc).__name__}: {str(exc)[:200]}") from None
     else:
         if sys.version_info >= (3, 11):
             import tomllib
@@ -159,7 +192,7 @@ def load_model_windows(path: str | Path) -> dict[str, int]:
         try:
             data = tomllib.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
-            raise ValueError(f"not TOML: {exc}") from None
+            raise ValueError(f"not TOML: {type(exc).__name__}: {str(exc)[:200]}") from None
     return _entries(data, "entries")
 
 

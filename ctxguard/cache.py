@@ -17,11 +17,12 @@ the caller counts a drop or cleans up after it.
 
 from __future__ import annotations
 
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from sys import getsizeof
 from typing import Any, Generic, TypeVar, overload
+
+from . import forksafe
 
 __all__ = ["ENTRY_BYTES", "BoundedLRU", "TwoGenerationCache", "str_bytes", "text_bytes", "words_bytes"]
 
@@ -69,7 +70,7 @@ class TwoGenerationCache(Generic[K, V]):
         self._new_bytes = 0
         self._old: dict[K, V] = {}
         self._old_bytes = 0
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
 
     def get(self, key: K) -> V | None:
         value = self._new.get(key)

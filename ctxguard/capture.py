@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import errno
 import json
 import os
+import stat
 import sys
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import IO, Any
 
+from . import forksafe
 from .cache import BoundedLRU
 from .conversation import Scope
 from .facts.ledger import FactEvent
@@ -40,6 +42,7 @@ from .providers._read import SENTINELS, jsonable
 __all__ = [
     "MAX_LINE_BYTES",
     "CaptureError",
+    "CaptureRefused",
     "CaptureWriter",
     "FactLine",
     "Redact",
@@ -78,20 +81,74 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+class CaptureRefused(OSError):
+    """A capture path ctxguard will not append raw content to; ``str()`` says why."""
+
+
+def _open_for_capture(path: str) -> int:
+    """A descriptor appending to ``path``, a regular file only its owner may read or write.
+
+    Created ``0600`` if missing. Never waits (opened non-blocking: a FIFO with no reader is
+    refused at once) and never follows a symbolic link at ``path`` (a link planted there would
+    send raw content elsewhere). An existing file that its group or others may read or write is
+    refused, not tightened: who else reads it is the operator's decision, and appending raw request
+    bodies to it silently is not ctxguard's (``chmod 600`` it, or remove it).
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOCTTY
+    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CaptureRefused(f"{path} is a symbolic link; ctxguard writes only to the file itself") from None
+        if exc.errno == errno.ENXIO:
+            raise CaptureRefused(f"{path} is a FIFO with no reader, not a file") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CaptureRefused(f"{path} is not a regular file")
+        if st.st_mode & 0o077:
+            raise CaptureRefused(
+                f"{path} has mode {stat.S_IMODE(st.st_mode):04o}: its group or others may read it, and a capture "
+                "holds raw content (chmod 600 it, or remove it and ctxguard creates it 0600)")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 class CaptureWriter:
     """Appends capture lines to ``path``; thread-safe, one ``write(2)`` per line.
 
     The file is created ``0600`` (it holds raw content) and opened ``O_APPEND``, so
     several processes may share it and lines never interleave; ``{pid}`` in the path
-    gives each process a file of its own instead (turn numbers are per process).
+    gives each process a file of its own instead (turn numbers are per process), a forked
+    child included. An existing file readable by others, a FIFO, a device or a symbolic link is
+    refused (``CaptureRefused``, an ``OSError``): ``instrument()`` logs one warning and
+    captures nothing.
     """
 
     def __init__(self, path: str, *, redact: Redact | None = None) -> None:
+        self._template = path
         self.path = path.replace("{pid}", str(os.getpid()))
         self.redact = redact
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self._lock = threading.Lock()
+        self._fd: int | None = _open_for_capture(self.path)
+        self._lock = forksafe.lock()
         self._turns: BoundedLRU[Scope | None, int] = BoundedLRU(_MAX_TURN_COUNTERS)
+        forksafe.on_fork(self)
+
+    def forked(self) -> None:
+        """In a forked child: a path naming the pid becomes the child's own file, its turns counted
+        afresh; a shared file stays shared."""
+        if "{pid}" not in self._template or self._fd is None:
+            return
+        os.close(self._fd)
+        self._fd = None
+        self.path = self._template.replace("{pid}", str(os.getpid()))
+        self._turns = BoundedLRU(_MAX_TURN_COUNTERS)
+        self._fd = _open_for_capture(self.path)
 
     def request(self, scope: Scope | None, provider: str, body: Any, model: str | None = None) -> None:
         with self._lock:

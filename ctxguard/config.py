@@ -26,6 +26,8 @@ __all__ = [
     "ENV_MODE",
     "ENV_OLLAMA_NUM_CTX",
     "ENV_SPAN",
+    "ENV_TOKENIZER",
+    "ENVIRONMENT",
     "Config",
     "MetricsChoice",
     "Mode",
@@ -73,6 +75,25 @@ ENV_OLLAMA_NUM_CTX = "CTXGUARD_OLLAMA_NUM_CTX"
 #: 262144 from 48 GiB): the smallest of its defaults, so a prompt over it is never passed as fitting.
 OLLAMA_NUM_CTX = 4096
 
+#: Every variable ctxguard reads, in one place (docs/operations.md lists them; tests hold each one to
+#: "never makes ``instrument()`` raise or wait").
+ENVIRONMENT = (
+    ENV_MODE,
+    ENV_DIGEST_KEY,
+    ENV_CAPTURE_CONTENT,
+    ENV_METRICS_PORT,
+    ENV_METRICS,
+    ENV_TOKENIZER,
+    ENV_HASH_IDS,
+    ENV_DISABLED,
+    ENV_CAPTURE_PATH,
+    ENV_MAX_CONVERSATIONS,
+    ENV_CACHE_BYTES,
+    ENV_MODEL_WINDOWS,
+    ENV_SPAN,
+    ENV_OLLAMA_NUM_CTX,
+)
+
 logger = logging.getLogger("ctxguard")
 
 Mode = Literal["observe", "enforce"]
@@ -86,8 +107,10 @@ _FALSE = {"0", "false", "no", "off"}
 
 def _ignored(name: str, raw: str, expected: str) -> None:
     """A variable the operator set wrong: one warning naming it; the code's value stands. The
-    environment never makes ``instrument()`` raise into the app."""
-    logger.warning("ctxguard: %s=%r ignored: %s expected; using the value given in code", name, raw, expected)
+    environment never makes ``instrument()`` raise into the app. The value is shown cut to 80
+    characters (a megabyte of garbage is not logged whole)."""
+    shown = repr(raw[:80]) + ("..." if len(raw) > 80 else "")
+    logger.warning("ctxguard: %s=%s ignored: %s expected; using the value given in code", name, shown, expected)
 
 
 def _flag(name: str) -> bool | None:
@@ -122,21 +145,27 @@ def _choice(name: str, choices: tuple[str, ...]) -> str | None:
     return raw.lower()
 
 
-def _digest_key(given: str | bytes | None) -> str | bytes | None:
+def _digest_key(given: str | bytes | None) -> bytes | None:
     """The digest key: ``CTXGUARD_DIGEST_KEY``, else ``given``. An empty key would make the
-    digests unkeyed (guessable): refused in code, ignored with a warning from the environment."""
+    digests unkeyed (guessable): refused in code, ignored with a warning from the environment.
+    The variable's bytes are the key, whatever they are (``$(head -c 32 /dev/urandom)`` holds no
+    UTF-8): the same bytes in every process make the same key."""
     if given is not None and not given:
         raise ValueError("digest_key must not be empty (it would leave digests unkeyed): pass a secret, "
                          "or None for a random per-process key")
     raw = os.environ.get(ENV_DIGEST_KEY)
-    if raw is None or raw.strip():
-        return raw if raw is not None else given
+    if raw is None:
+        return given.encode() if isinstance(given, str) else given
+    if raw.strip():
+        return os.fsencode(raw)  # the bytes as set: Python decoded them with surrogateescape
     # Set but blank: a deployment whose secret did not arrive. Ignored, as if unset, with one warning
     # (a random key made here, so that the Digester does not add its own "no key" warning).
     logger.warning("ctxguard: %s is set but empty, which would leave digests unkeyed; ignored, using %s",
                    ENV_DIGEST_KEY, "digest_key= as given in code" if given is not None
                    else "a random per-process key (digests are not comparable across processes)")
-    return given if given is not None else os.urandom(32)
+    if given is not None:
+        return given.encode() if isinstance(given, str) else given
+    return os.urandom(32)
 
 
 def _chosen(name: str, value: str, choices: tuple[str, ...], env: str) -> str:
@@ -219,7 +248,7 @@ class Config:
             num_ctx = None
         return cls(
             mode="enforce" if mode == "enforce" else "observe",
-            digest_key=key.encode() if isinstance(key, str) else key,
+            digest_key=key,
             capture_content=capture_content if capture is None else capture,
             metrics_port=metrics_port if port is None else port,
             max_conversations=max_conv if max_conv is not None else 10_000,

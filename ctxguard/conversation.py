@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-import threading
 from collections import Counter
 from collections.abc import Callable, Set
 from contextvars import ContextVar, Token
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, TypeVar
 
+from . import forksafe
 from .cache import BoundedLRU
 from .payload import KEY_BYTES, ROLES, SYSTEM_ROLES, Message, Payload, message_key
 from .wiredigest import common_prefix
@@ -204,7 +204,7 @@ class ConversationMemory:
     def __init__(self, max_conversations: int = 10_000, max_bytes: int = 12 * 1024 * 1024) -> None:
         self._states: BoundedLRU[Scope, ConversationState] = BoundedLRU(
             max_conversations, max_bytes, attrgetter("size"), keep_newest=True)
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
 
     def __len__(self) -> int:
         return len(self._states)

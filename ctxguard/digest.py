@@ -9,13 +9,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import threading
 from collections.abc import Iterable
+
+from . import forksafe
 
 __all__ = ["Digester"]
 
 logger = logging.getLogger("ctxguard")
-_warned = threading.Event()
+_warned = forksafe.event()
 
 
 #: Characters encoded at a time when digesting a large text.

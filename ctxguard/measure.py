@@ -8,7 +8,6 @@ entries and in bytes (a message's text counts, since the cache keeps it as its k
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from collections.abc import Callable
 from itertools import accumulate, compress, count
@@ -16,6 +15,7 @@ from operator import attrgetter
 from sys import getsizeof
 from typing import Any
 
+from . import forksafe
 from .cache import ENTRY_BYTES, TwoGenerationCache, str_bytes, text_bytes
 from .digest import Digester
 from .memo import Memo
@@ -158,7 +158,7 @@ class Measurer:
         self.bounds = Calibration(low=1 / 16)
         self._pending: dict[str, deque[Pending]] = {}
         self._pending_bound = 0
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
         #: Whether ``calibration.exact`` follows the counter (a lazy measurer's does: it changes).
         self._tracks = exact is not None
         if self._tracks:

@@ -26,11 +26,11 @@ the readings, and the objects around them), least recently used conversations dr
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Hashable
 from operator import attrgetter
 from typing import Any
 
+from . import forksafe
 from .cache import BoundedLRU
 from .payload import Item, Message
 
@@ -97,7 +97,7 @@ class Memos:
         # Bounded by their bytes, and by their messages below (each memo counting one).
         self._memos: BoundedLRU[Hashable, _Kept] = BoundedLRU(sys.maxsize, max_bytes, attrgetter("held"))
         self._kept = 0
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
 
     @property
     def max_bytes(self) -> int:

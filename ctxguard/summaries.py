@@ -10,9 +10,9 @@ conversation puts on its span (``ctxguard.summary.lossy``: fact ids, never value
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 
+from . import forksafe
 from .cache import BoundedLRU
 from .conversation import Scope
 from .facts.ledger import Version
@@ -58,7 +58,7 @@ class LossyNotes:
 
     def __init__(self, max_conversations: int = 10_000) -> None:
         self._notes: BoundedLRU[Scope, tuple[str, ...]] = BoundedLRU(max_conversations)
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
 
     @property
     def max_conversations(self) -> int:

@@ -8,11 +8,12 @@ grows by one turn per call costs one new count, not a recount of the history.
 from __future__ import annotations
 
 import logging
-import threading
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
+
+from . import forksafe
 
 __all__ = [
     "BOUND",
@@ -133,7 +134,7 @@ class TiktokenCounter:
 
 
 _default: TokenCounter | None = None
-_default_lock = threading.Lock()
+_default_lock = forksafe.lock()
 
 # Encodings that load without the network. The stock ``cl100k_base`` downloads its
 # file on first use, which must never happen inside ``instrument()``.
@@ -215,7 +216,7 @@ class Calibration:
         # sorted (the median is an index; kept by bisection: 3/4 of re-sorting on every call)
         self._ratios: dict[str, tuple[deque[float], list[float]]] = {}
         self._factors: dict[str, float] = {}
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
         self._exact = exact
 
     @property

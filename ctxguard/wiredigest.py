@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import sys
-import threading
 from collections.abc import Hashable
 from operator import attrgetter
 
+from . import forksafe
 from .cache import BoundedLRU
 from .digest import Digester
 
@@ -59,7 +59,7 @@ class WireDigests:
         self.digester = digester
         # Bounded by the bodies' lengths alone: each body kept is at least MIN_BYTES.
         self._kept: BoundedLRU[Hashable, _Kept] = BoundedLRU(sys.maxsize, max_bytes, attrgetter("size"))
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
 
     @property
     def max_bytes(self) -> int:

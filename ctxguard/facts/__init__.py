@@ -10,12 +10,12 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar
 
+from .. import forksafe
 from .._isolation import guarded, report_internal_error
 from ..cache import BoundedLRU
 from ..conversation import Scope, current_conversation
@@ -78,7 +78,7 @@ class Sinks:
         #: With a shared RedisLedger: the other processes' values, as digests (``share``).
         self.shared: StreamReader | None = None
         self._unshared = False  # a RedisLedger that cannot share: no digest key common to the processes
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
 
     def share(self, digester: Digester | None) -> None:
         """With a ``RedisLedger``, judge ``fact_scoped`` across processes: recorded values are

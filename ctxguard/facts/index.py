@@ -15,9 +15,9 @@ bounded (oldest values dropped first) and lives in this process. A value hidden 
 from __future__ import annotations
 
 import re
-import threading
 from typing import NamedTuple
 
+from .. import forksafe
 from ..cache import BoundedLRU
 from ..conversation import Scope
 from .ledger import Version
@@ -62,7 +62,7 @@ class ValueIndex:
         self._values: BoundedLRU[str, _Value] = BoundedLRU(max_entries)  # normalised value -> entry, oldest first
         self._by_word: dict[str, set[str]] = {}
         self._words: set[str] = set()  # the keys of _by_word, as a set for fast intersections
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
 
     @property
     def max_entries(self) -> int:

@@ -13,12 +13,12 @@ by the value's normalised text.
 from __future__ import annotations
 
 import itertools
-import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Any, Protocol
 
+from .. import forksafe
 from ..cache import BoundedLRU
 from ..conversation import Scope
 from .matching import normalise
@@ -165,7 +165,7 @@ class MemoryLedger:
         self.max_revisions = max_revisions
         self.overflow = 0
         self._arrival = itertools.count(1)
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
         # scope -> fact_id -> events (least recently revised first)
         self._facts: BoundedLRU[Scope, BoundedLRU[str, list[FactEvent]]] = BoundedLRU(max_conversations)
         self._cache: dict[Scope, FactState] = {}

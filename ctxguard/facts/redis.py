@@ -53,6 +53,7 @@ import weakref
 from datetime import datetime
 from typing import Any
 
+from .. import forksafe
 from .._isolation import report_internal_error
 from ..conversation import Scope
 from ..digest import Digester
@@ -257,6 +258,7 @@ class StreamReader:
         self._ledger = ledger
         self._reset()
         _READERS.add(self)
+        forksafe.on_fork(self)
 
     def _reset(self) -> None:
         self.index = DigestIndex(self.digests, self._ledger.max_shared)
@@ -264,8 +266,8 @@ class StreamReader:
         self.live = False
         self.last_id: str = "0-0"
         self._other_key_warned = False
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
+        self._lock = forksafe.lock()
+        self._stopping = forksafe.event()
         self._thread: threading.Thread | None = None
         self._client: Any = None
 
@@ -352,16 +354,9 @@ class StreamReader:
 _READERS: weakref.WeakSet[StreamReader] = weakref.WeakSet()
 
 
-def _after_fork_in_child() -> None:
-    for reader in list(_READERS):
-        reader.forked()
-
-
 def _stop_readers() -> None:
     for reader in list(_READERS):
         reader.stop()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(_stop_readers)

@@ -16,12 +16,12 @@ already held. Processes with different digest keys cannot match each other's val
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from sys import getsizeof
 from typing import Any
 
+from .. import forksafe
 from ..cache import ENTRY_BYTES, BoundedLRU, TwoGenerationCache
 from ..conversation import Scope
 from ..digest import Digester
@@ -142,7 +142,7 @@ class DigestIndex:
         self._values: BoundedLRU[str, _Shared] = BoundedLRU(max_entries)  # value digest -> entry, oldest first
         self._by_word: dict[str, set[str]] = {}
         self._words: set[str] = set()
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
         # Message digest -> its word digests: a message resent costs nothing new.
         self._messages: TwoGenerationCache[str, dict[str, str]] = TwoGenerationCache(
             4_096, 8 << 20, _words_map_bytes

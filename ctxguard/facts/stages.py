@@ -8,8 +8,7 @@ call is simply not considered.
 
 from __future__ import annotations
 
-import threading
-
+from .. import forksafe
 from ..cache import BoundedLRU
 from ..conversation import Scope
 
@@ -26,7 +25,7 @@ class StageBook:
 
     def __init__(self, max_conversations: int = 10_000) -> None:
         self._pending: BoundedLRU[Scope, dict[str, str]] = BoundedLRU(max_conversations)
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
 
     @property
     def max_conversations(self) -> int:

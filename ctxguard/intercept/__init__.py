@@ -21,7 +21,6 @@ import importlib
 import json
 import logging
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Mapping
@@ -31,6 +30,7 @@ from typing import Any
 import wrapt
 from opentelemetry import trace
 
+from .. import forksafe
 from .._isolation import guarded, report_internal_error
 from ..providers import BY_DISTRIBUTION, PROVIDERS
 from ..providers.base import CallSite, Provider
@@ -45,7 +45,7 @@ __all__ = ["install", "uninstall"]
 
 logger = logging.getLogger("ctxguard")
 
-_lock = threading.RLock()
+_lock = forksafe.rlock()
 _active: CallStarter | None = None
 _hooked: set[str] = set()
 #: Modules of a provider's call sites with a post-import hook (``_loaded``).

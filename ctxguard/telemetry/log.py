@@ -10,10 +10,10 @@ says how many it held back. Metrics and spans are never rate-limited: they count
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable
 
+from .. import forksafe
 from ..cache import BoundedLRU
 from ..violations import Violation
 
@@ -36,7 +36,7 @@ class WarningLimiter:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._buckets: BoundedLRU[str | None, list[float]] = BoundedLRU(MAX_TRACKED)  # id -> [tokens, at, held back]
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
 
     def take(self, conversation_id: str | None) -> int | None:
         """None: hold this warning back; else how many were held back since the last one."""

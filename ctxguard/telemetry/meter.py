@@ -44,7 +44,6 @@ The model and server strings come from the app: each attribute takes at most
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Iterable, Iterator
 from importlib import metadata
@@ -52,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.metrics import CallbackOptions, Histogram, Meter, MeterProvider, Observation
 
+from .. import forksafe
 from . import spans as attr
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class _Bounded:
 
     def __init__(self) -> None:
         self._seen: set[str] = set()
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
 
     def __call__(self, value: str) -> str:
         seen = self._seen
@@ -192,7 +192,7 @@ def _version() -> str:
         return "0"
 
 
-_lock = threading.Lock()
+_lock = forksafe.lock()
 _by_provider: weakref.WeakKeyDictionary[Any, Meters] = weakref.WeakKeyDictionary()
 
 

@@ -20,7 +20,6 @@ files (it emits no ``_created`` samples). One thing does differ, see ``metrics_f
 from __future__ import annotations
 
 import bisect
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -30,6 +29,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, values
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from .. import forksafe
 from .._isolation import WHERE
 from ..payload import ROLES
 
@@ -91,7 +91,7 @@ class Metrics:
         self._shared: list[Any] | None = [] if registry is not None and _multiprocess() else None  # mmap values
         #: The OpenTelemetry instruments fed from these cells, if any (``metrics="otel"`` or ``"both"``).
         self.mirror: Mirror | None = None
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
         self._created = time.time()
         self._lay_out(check_names, providers)
         self._collector = _Collector(self)
@@ -275,7 +275,7 @@ def _mmap_values(family: _Family, labelvalues: tuple[str, ...]) -> list[Any]:
     return out
 
 
-_lock = threading.Lock()
+_lock = forksafe.lock()
 _by_registry: weakref.WeakKeyDictionary[CollectorRegistry, Metrics] = weakref.WeakKeyDictionary()
 _process_metrics: Metrics | None = None
 _unexposed: Metrics | None = None  # metrics="otel": on no registry

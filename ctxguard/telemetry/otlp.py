@@ -35,6 +35,8 @@ from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Reso
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from .. import forksafe
+
 __all__ = [
     "DEFAULT_SERVICE_NAME",
     "ENV_ENDPOINT",
@@ -159,7 +161,7 @@ class OtlpTracing:
         # processor on a hung collector; ours (below) is bounded.
         self.provider = TracerProvider(resource=_service_resource(), shutdown_on_exit=False)
         self.provider.add_span_processor(BatchSpanProcessor(self._exporter, max_queue_size=MAX_QUEUE_SIZE))
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
         self._closed = False
         atexit.register(self.shutdown)
 

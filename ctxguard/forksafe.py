@@ -1,0 +1,80 @@
+"""Locks and state that a forked child can use.
+
+``os.fork()`` copies one thread, the one that forked. A lock another thread held at that moment
+stays held in the child forever, so the child's first guarded call would wait on it for good
+(gunicorn and multiprocessing fork workers while the parent's threads are making calls). Every
+lock ctxguard owns is made here, and a forked child gets each one back unlocked, as the
+standard library does for its own (``logging``, ``threading``, ``concurrent.futures``); an
+object whose state belongs to its process (a reader thread, a file named after the pid) is told
+``forked()`` in the child.
+
+>>> guard = lock()
+>>> with guard:
+...     pass
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import Protocol
+
+from ._isolation import report_internal_error
+
+__all__ = ["Forked", "event", "lock", "on_fork", "rlock"]
+
+
+class Forked(Protocol):
+    def forked(self) -> None:
+        """Called in a forked child, after its locks were released."""
+
+
+# Module-level, and mutated at run time, because they are the process's own: a fork copies the
+# whole process, whichever installation made a lock. Weak: a lock or object that is gone is not
+# kept for this.
+_locks: weakref.WeakSet[object] = weakref.WeakSet()
+_objects: weakref.WeakSet[Forked] = weakref.WeakSet()  # type: ignore[type-var]
+
+
+def lock() -> threading.Lock:
+    """A ``threading.Lock`` that a forked child gets back unlocked."""
+    made = threading.Lock()
+    _locks.add(made)
+    return made
+
+
+def rlock() -> threading.RLock:
+    """A ``threading.RLock`` that a forked child gets back unlocked."""
+    made = threading.RLock()
+    _locks.add(made)
+    return made
+
+
+def event() -> threading.Event:
+    """A ``threading.Event`` (a flag behind a lock) that a forked child gets back usable."""
+    made = threading.Event()
+    _locks.add(made)
+    return made
+
+
+def on_fork(obj: Forked) -> None:
+    """Call ``obj.forked()`` in every child forked from now on, while ``obj`` lives."""
+    _objects.add(obj)
+
+
+def _after_fork_in_child() -> None:
+    for made in list(_locks):
+        # The method the standard library resets its own locks with after a fork (CPython 3.9+).
+        reinit = getattr(made, "_at_fork_reinit", None)
+        if reinit is not None:
+            reinit()
+    for obj in list(_objects):
+        try:
+            obj.forked()
+        except Exception as exc:  # a child must start whatever went wrong here
+            report_internal_error("hook", exc)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
