@@ -79,7 +79,9 @@ class Guard:
         """``sinks``: private fact sinks (offline checking), instead of making ``ledger`` the process's."""
         self.config = config
         self.policy = policy if policy is not None else Policy()
-        self.metrics: Metrics = metrics_for(registry, CHECK_NAMES, LABELS, prometheus=config.metrics != "otel")
+        # metrics="otel": cells of this installation alone; the meter provider is what counts on.
+        self.metrics: Metrics = (Metrics(None, CHECK_NAMES, LABELS) if config.metrics == "otel"
+                                 else metrics_for(registry, CHECK_NAMES, LABELS))
         provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         facts = sinks if sinks is not None else facts_mod.configure(ledger, clock)  # type: ignore[arg-type]
         self._inspector = inspector_for(config, facts)

@@ -24,10 +24,16 @@ Prometheus (SPEC §4)                 OpenTelemetry instrument       unit
 
 How, and what it costs the call: the counters are *observable* counters whose callbacks read
 the same cells the Prometheus collector reads (``Metrics``), at collection time, so they cost
-a call nothing and their values equal the Prometheus ones by construction. OpenTelemetry has
-no observable histogram: each histogram observation a call makes is also recorded on a
+a call nothing and the counts they add equal the Prometheus ones by construction. OpenTelemetry
+has no observable histogram: each histogram observation a call makes is also recorded on a
 synchronous histogram, with the Prometheus buckets as its explicit bucket boundaries (so the
 bucket counts and sums equal too).
+
+Each sink counts what was counted while it was installed: a meter provider's counters start at
+zero, and go on from where they were when ``instrument()`` uses the provider again, whatever
+the cells they then read already hold (``Meters``), as its histograms do; a registry's series
+likewise (``metrics_for``). So after ``uninstrument()`` and ``instrument()`` with a new meter
+provider but the same registry, the provider reports the calls since, the registry all of them.
 
 And the GenAI semantic-convention client metrics the peer instrumentations emit, so the
 GenAI dashboards of a backend light up: ``gen_ai.client.token.usage`` (``{token}``, one record
@@ -107,10 +113,18 @@ class _Bounded:
 
 
 class Meters:
-    """The OpenTelemetry instruments of one meter provider, fed from a ``Metrics`` (its ``source``)."""
+    """The OpenTelemetry instruments of one meter provider, fed from a ``Metrics`` (its source).
+
+    The meter provider is the sink. Its counters start at zero whatever the source already holds
+    (with ``metrics="both"``, a registry an earlier installation counted on), and when
+    ``instrument()`` again binds them to another source they go on from where they were, never
+    down (to a backend a lower cumulative value is a counter reset). So each series reports its
+    source's count plus an offset, chosen at every bind to continue what it reported before."""
 
     def __init__(self, meter: Meter, source: Metrics) -> None:
-        self.source = source
+        #: (source, per counter family: each series' offset); one attribute, so a collection
+        #: running beside ``rebind`` reads a source with its own offsets.
+        self._bound: tuple[Metrics, dict[str, list[float]]] = (source, {})
         self.active = True
         self._hists: dict[int, tuple[Histogram, dict[str, str]]] = {}  # first cell -> instrument, attributes
         self._model = _Bounded()
@@ -118,6 +132,7 @@ class Meters:
         for family in source.layout():
             name, unit = INSTRUMENTS[family.name]
             if family.kind == "counter":
+                self._bound[1][family.name] = [-value for value, _ in source.counts(family.name)]
                 meter.create_observable_counter(name, [self._observer(family.name)], unit=unit,
                                                 description=family.help)
                 continue
@@ -133,14 +148,24 @@ class Meters:
             explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS))
 
     def rebind(self, source: Metrics) -> None:
-        """Read from ``source`` from now on (``instrument()`` again with this meter provider)."""
-        self.source, self.active = source, True
+        """Read from ``source`` from now on (``instrument()`` again with this meter provider),
+        each series going on from what it reported."""
+        old, offsets = self._bound
+        if source is not old:  # (the same cells keep their offsets: two reads could miss a count between)
+            offsets = {  # what each series reports now (old count + offset), less the new count
+                name: [was + offset - count for (was, _), offset, (count, _)
+                       in zip(old.counts(name), family_offsets, source.counts(name), strict=True)]
+                for name, family_offsets in offsets.items()
+            }
+        self._bound, self.active = (source, offsets), True
 
     def _observer(self, family_name: str) -> Any:
         def observe(options: CallbackOptions) -> Iterator[Observation]:
             if not self.active:
                 return iter(())
-            return (Observation(value, attributes) for value, attributes in self.source.counts(family_name))
+            source, offsets = self._bound
+            return (Observation(value + offset, attributes) for (value, attributes), offset
+                    in zip(source.counts(family_name), offsets[family_name], strict=True))
         return observe
 
     # -- hot path ---------------------------------------------------------

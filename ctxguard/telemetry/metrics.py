@@ -278,7 +278,6 @@ def _mmap_values(family: _Family, labelvalues: tuple[str, ...]) -> list[Any]:
 _lock = forksafe.lock()
 _by_registry: weakref.WeakKeyDictionary[CollectorRegistry, Metrics] = weakref.WeakKeyDictionary()
 _process_metrics: Metrics | None = None
-_unexposed: Metrics | None = None  # metrics="otel": on no registry
 
 
 def _multiprocess() -> bool:
@@ -287,27 +286,22 @@ def _multiprocess() -> bool:
 
 
 def metrics_for(
-    registry: CollectorRegistry | None, check_names: tuple[str, ...], providers: tuple[str, ...],
-    *, prometheus: bool = True,
+    registry: CollectorRegistry | None, check_names: tuple[str, ...], providers: tuple[str, ...]
 ) -> Metrics:
-    """The series on ``registry`` (default: the global one), created on first use.
-
-    ``prometheus`` False (``metrics="otel"``): cells on no registry at all, one set per process
-    (so ``instrument()`` again keeps counting from where it was, as the OpenTelemetry counters
-    that read them must).
+    """The series on ``registry`` (default: the global one), created on first use: the registry
+    is the sink, so ``instrument()`` again with it counts on from where it was, as
+    prometheus_client's own counters on it would, and a new registry starts at zero.
 
     In multiprocess mode a series' value lives in one mmap entry per process, keyed
     by name and labels, not by registry, and each value object caches the value it
     last wrote. Separate series per registry (``instrument(registry=a)``, then
     ``b``, then ``a`` again) would write stale counts over each other's, so there
-    the process keeps one set of series and registers it on every registry.
+    the process keeps one set of series and registers it on every registry. There the
+    sink is the process's file, not the registry: a new registry reads the process's counts,
+    as a prometheus_client counter made again in the process would (its value is read back
+    from the file).
     """
-    global _process_metrics, _unexposed
-    if not prometheus:
-        with _lock:
-            if _unexposed is None or (_unexposed.check_names, _unexposed.providers) != (check_names, providers):
-                _unexposed = Metrics(None, check_names, providers)
-            return _unexposed
+    global _process_metrics
     registry = REGISTRY if registry is None else registry
     with _lock:
         metrics = _by_registry.get(registry)

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -32,9 +34,12 @@ __all__ = ["GuardHarness", "ctxguard_guard", "fake_llm"]
 
 
 class GuardHarness:
-    """An instrumented guard with its own registry and in-memory span exporter.
+    """An instrumented guard with its own registry, in-memory span exporter and in-memory metric
+    reader (``metrics="otel"`` or ``"both"``), so a test's counts start at zero whatever earlier
+    tests counted.
 
-    ``start(mode="observe", policy=...)`` re-instruments with other settings.
+    ``start(mode="observe", policy=...)`` re-instruments with other settings, on the same sinks:
+    counts go on from where they were.
     """
 
     def __init__(self) -> None:
@@ -42,6 +47,8 @@ class GuardHarness:
         self.exporter = InMemorySpanExporter()
         self.tracer_provider = TracerProvider()
         self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.metric_reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.metric_reader], shutdown_on_exit=False)
         self.guard: Guard | None = None
 
     def start(self, *, mode: str = "enforce", **kwargs: Any) -> Guard:
@@ -52,6 +59,7 @@ class GuardHarness:
             mode = "observe"
         kwargs.setdefault("digest_key", b"ctxguard-tests")
         kwargs.setdefault("ledger", MemoryLedger())  # facts never leak from one test into another
+        kwargs.setdefault("meter_provider", self.meter_provider)
         guard = instrument(
             mode=mode, registry=self.registry, tracer_provider=self.tracer_provider, **kwargs
         )
@@ -84,6 +92,7 @@ class GuardHarness:
     def stop(self) -> None:
         uninstrument()
         self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
 
 
 def pytest_configure(config: pytest.Config) -> None:

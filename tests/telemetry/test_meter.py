@@ -15,7 +15,7 @@ import openai
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader, NumberDataPoint
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import ctxguard
@@ -241,3 +241,80 @@ def test_env_chooses_and_reinstrumenting_keeps_counting(harness, llm, client, re
 def test_bad_choice_is_refused() -> None:
     with pytest.raises(ValueError, match="metrics must be"):
         ctxguard.instrument(metrics="statsd")
+
+
+# -- re-instrumenting: a new sink starts at zero, a sink used again keeps counting ---------------
+
+NO_SYSTEM = [{"role": "user", "content": "hi"}]  # system_at_head fails
+HEAD = ("ctxguard.violations", (("check", "system_at_head"), ("provider", "openai")))
+
+
+def provider_and_reader() -> tuple[MeterProvider, InMemoryMetricReader]:
+    reader = InMemoryMetricReader()
+    return MeterProvider(metric_readers=[reader], shutdown_on_exit=False), reader
+
+
+def violations(reader: InMemoryMetricReader) -> float:
+    """``ctxguard.violations{check=system_at_head, provider=openai}`` as the reader collects it now."""
+    points, _ = sdk_points(reader)
+    return otel_series(points)[HEAD]
+
+
+def test_a_new_meter_provider_starts_at_zero_after_uninstrument(harness, llm, client) -> None:
+    a, reader_a = provider_and_reader()
+    b, reader_b = provider_and_reader()
+    try:
+        harness.start(mode="observe", metrics="otel", meter_provider=a)
+        client.chat.completions.create(model="gpt-4o", messages=NO_SYSTEM)
+        assert violations(reader_a) == 1
+        ctxguard.uninstrument()
+        harness.start(mode="observe", metrics="otel", meter_provider=b)
+        client.chat.completions.create(model="gpt-4o", messages=NO_SYSTEM)
+        assert violations(reader_b) == 1  # B saw one violating call, not A's too
+    finally:
+        a.shutdown()
+        b.shutdown()
+
+
+def test_a_new_meter_provider_starts_at_zero_on_a_registry_that_kept_counting(harness, llm, client) -> None:
+    """metrics="both": the counters read the registry's cells, which still hold the earlier
+    installation's counts (the registry is the same sink, so they continue there)."""
+    a, reader_a = provider_and_reader()
+    b, reader_b = provider_and_reader()
+    try:
+        harness.start(mode="observe", metrics="both", meter_provider=a)
+        client.chat.completions.create(model="gpt-4o", messages=NO_SYSTEM)
+        assert violations(reader_a) == 1
+        ctxguard.uninstrument()
+        harness.start(mode="observe", metrics="both", meter_provider=b)  # the same registry
+        client.chat.completions.create(model="gpt-4o", messages=NO_SYSTEM)
+        assert harness.metric("ctxguard_violations_total", check="system_at_head", provider="openai") == 2
+        assert violations(reader_b) == 1
+    finally:
+        a.shutdown()
+        b.shutdown()
+
+
+def test_a_meter_provider_used_again_keeps_counting_and_never_goes_down(harness, llm, client) -> None:
+    """The same provider behind a new registry, then behind no registry: its cumulative
+    counters go on from where they were (a lower value is a counter reset to a backend)."""
+    provider, reader = provider_and_reader()
+    seen = []
+    try:
+        harness.start(mode="observe", metrics="both", meter_provider=provider)
+        client.chat.completions.create(model="gpt-4o", messages=NO_SYSTEM)
+        seen.append(violations(reader))
+        ctxguard.uninstrument()
+        ctxguard.instrument(mode="observe", metrics="both", meter_provider=provider, registry=CollectorRegistry(),
+                            digest_key="k", tracer_provider=harness.tracer_provider)
+        seen.append(violations(reader))
+        client.chat.completions.create(model="gpt-4o", messages=NO_SYSTEM)
+        seen.append(violations(reader))
+        ctxguard.uninstrument()
+        ctxguard.instrument(mode="observe", metrics="otel", meter_provider=provider, digest_key="k",
+                            tracer_provider=harness.tracer_provider)
+        client.chat.completions.create(model="gpt-4o", messages=NO_SYSTEM)
+        seen.append(violations(reader))
+    finally:
+        provider.shutdown()
+    assert seen == [1, 1, 2, 3]
