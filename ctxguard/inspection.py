@@ -24,6 +24,7 @@ from .facts.evaluate import FactView, build_view
 from .facts.index import words
 from .facts.ledger import FactState
 from .facts.matching import Chunked, searchable
+from .facts.redis import LedgerSlow
 from .measure import Measurer
 from .memo import Memos
 from .payload import Answer, Payload
@@ -253,6 +254,9 @@ class Inspector:
         else:
             try:
                 state = sinks.ledger.state(scope, sinks.clock())
+            except LedgerSlow as exc:  # slow, not down: this call goes on without its facts, writes go on
+                report_internal_error("ledger", exc)
+                unavailable = f"fact ledger unavailable: {exc}"
             except Exception as exc:
                 sinks.failed()
                 report_internal_error("ledger", exc)

@@ -61,7 +61,7 @@ from .ledger import FactEvent, FactState, reduce
 from .matching import normalise
 from .shared import DigestIndex, SharedValue, ValueDigests
 
-__all__ = ["RedisLedger", "StreamReader"]
+__all__ = ["LedgerSlow", "RedisLedger", "StreamReader"]
 
 logger = logging.getLogger("ctxguard")
 
@@ -102,6 +102,16 @@ FIRST_RETRY_S = 0.5
 RETRY_MAX_S = 5.0
 #: ``close()`` / ``uninstrument()`` wait at most this long for the reader thread (s).
 STOP_TIMEOUT_S = 2.0
+#: The longest a guarded call waits for Redis, by default (s): a loopback or same-zone Redis
+#: answers an LRANGE in well under a millisecond.
+READ_TIMEOUT_S = 0.003
+
+
+def redis_timeout() -> type[Exception]:
+    """redis-py's timeout error (imported only once a ``RedisLedger`` exists)."""
+    import redis
+
+    return redis.exceptions.TimeoutError
 
 
 def _escape(part: str) -> str:
@@ -121,16 +131,30 @@ def scope_key(prefix: str, scope: Scope) -> str:
     return f"{prefix}:facts:{tenant_part}:{_escape(conversation)}"
 
 
+class LedgerSlow(TimeoutError):
+    """The conversation's facts did not arrive within ``read_timeout``: the call goes on without
+    them (its fact checks skip, saying so)."""
+
+
 class RedisLedger:
     """Fact store shared by several worker processes. ``RedisLedger("redis://127.0.0.1:6379/0")``
 
     Connect and read timeouts are both ``socket_timeout`` and there are no
-    retries: the store sits on the path of an LLM call, so an unreachable Redis
-    must fail in a fraction of a second rather than stall the request. Errors
-    from redis-py propagate; the guard swallows and counts them.
+    retries, so an unreachable Redis fails in a fraction of a second. Errors from
+    redis-py propagate; the guard swallows and counts them.
 
-    ``client``: an already configured redis-py client (its own timeouts apply, and
-    ``url`` and ``socket_timeout`` are ignored); ``close()`` then leaves it open.
+    A guarded call waits on Redis no longer than ``read_timeout`` (3 ms): its conversation's
+    facts are read over connections of their own whose connect and read timeouts are that, so a
+    paused, stopped or black-holed Redis costs a call at most one such wait (``LedgerSlow``: its
+    fact checks skip, "the fact ledger did not answer within 3 ms"). A socket timeout counts
+    only the wait for Redis's bytes, not the time the process waits to be scheduled, so a busy
+    machine does not miss it. Raise it for a Redis farther away than a millisecond or two.
+    ``record_fact`` writes are the app's own calls, not an LLM call's: they wait up to
+    ``socket_timeout``.
+
+    ``client``: an already configured redis-py client (its own timeouts apply to writes, and
+    ``url`` and ``socket_timeout`` are ignored; calls read over connections made with its
+    settings and ``read_timeout``); ``close()`` then leaves it open.
 
     ``max_shared``: the shared values stream holds about this many entries, and each
     process's index of the other processes' values at most this many values.
@@ -146,6 +170,7 @@ class RedisLedger:
         socket_timeout: float = 0.25,
         client: Any = None,
         max_shared: int = 100_000,
+        read_timeout: float = READ_TIMEOUT_S,
     ) -> None:
         if max_revisions <= 0:
             raise ValueError("RedisLedger max_revisions must be positive")
@@ -155,6 +180,9 @@ class RedisLedger:
             raise ValueError("RedisLedger ttl_seconds must be positive or None")
         if socket_timeout <= 0:
             raise ValueError("RedisLedger socket_timeout must be positive")
+        if read_timeout <= 0:
+            raise ValueError("RedisLedger read_timeout must be positive")
+        self.read_timeout = read_timeout
         self.prefix = prefix
         self.max_revisions = max_revisions
         self.max_events = max_revisions * FACTS_PER_SCOPE
@@ -183,6 +211,7 @@ class RedisLedger:
         self.stream_key = f"{prefix}:values"
         self._append = client.register_script(_APPEND_LUA)
         self._reader: StreamReader | None = None
+        self._reads = self._client_timing_out_at(read_timeout)
 
     def __repr__(self) -> str:  # no url: it may carry a password
         return f"RedisLedger(prefix={self.prefix!r}, max_revisions={self.max_revisions})"
@@ -205,8 +234,12 @@ class RedisLedger:
         self._append(keys=[self._arrival_key, self.key(event.scope), self.stream_key], args=args)
 
     def state(self, scope: Scope, now: datetime) -> FactState:
-        """Reduce the scope's stored events; read afresh each time (other workers append)."""
-        items = self._client.lrange(self.key(scope), 0, -1)
+        """Reduce the scope's stored events; read afresh each time (other workers append), waiting
+        at most ``read_timeout`` for Redis (``LedgerSlow`` past it)."""
+        try:
+            items = self._reads.lrange(self.key(scope), 0, -1)
+        except redis_timeout() as exc:
+            raise LedgerSlow(f"the fact ledger did not answer within {self.read_timeout * 1000:g} ms") from exc
         if not items:
             return FactState()
         return reduce([FactEvent.from_json(json.loads(item)) for item in items], now)
@@ -228,15 +261,25 @@ class RedisLedger:
     def _stream_client(self) -> Any:
         """A client of its own for the reader: its blocking reads never hold a connection the call
         path needs, and it times out only past the read's wait."""
+        return self._client_timing_out_at(BLOCK_MS / 1000 + READ_MARGIN_S, connect=None)
+
+    def _client_timing_out_at(self, seconds: float, *, connect: float | None = -1.0) -> Any:
+        """A client on connections of its own to the same server, with the ledger client's settings
+        but these timeouts (``connect`` -1: the same as the read's; None: the client's own). A read
+        that waits ``seconds`` for a silent server ends the command, whatever it was."""
         import redis
 
         pool = self._client.connection_pool
-        kwargs = {**pool.connection_kwargs, "socket_timeout": BLOCK_MS / 1000 + READ_MARGIN_S}
-        return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
+        kwargs = {**pool.connection_kwargs, "socket_timeout": seconds}
+        if connect is not None:
+            kwargs["socket_connect_timeout"] = seconds if connect < 0 else connect
+        # The ledger client's own class (an app's subclass, say, that counts or traces commands).
+        return type(self._client)(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
 
     def close(self) -> None:
         """Stop sharing and release the connection pool (a ``client`` passed in is left to its owner)."""
         self.stop_sharing()
+        self._reads.close()
         if self._owns_client:
             self._client.close()
 

@@ -95,6 +95,7 @@ def main() -> None:
                         {"role": "user", "content": cmd["text"]}]
             exporter.clear()
             commands.clear()
+            own = registry.get_sample_value("ctxguard_guard_duration_seconds_sum") or 0.0
             started = time.monotonic()
             raised = None
             try:
@@ -102,6 +103,7 @@ def main() -> None:
             except ctxguard.ContextViolation as exc:
                 raised = str(exc)
             seconds = time.monotonic() - started
+            own = (registry.get_sample_value("ctxguard_guard_duration_seconds_sum") or 0.0) - own
             sent = list(commands)
             if raised is None and "notes" not in cmd:
                 app_cache.set(notes_key, f"customer {customer} called, phone {cmd['phone']}")
@@ -116,6 +118,7 @@ def main() -> None:
             "raised": raised,
             "commands": sent,
             "seconds": seconds,
+            "guard_seconds": own,  # ctxguard's own part of it (ctxguard_guard_duration_seconds)
         }
 
     def record(conversation: str, fact_id: str, value: str) -> tuple[float, float]:
