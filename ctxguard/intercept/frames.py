@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 
 import wrapt
 
+from .._isolation import report_internal_error
+
 __all__ = ["transparent", "warn_through"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -64,8 +66,9 @@ def warn_through(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         return wrapped(*args, **kwargs)
     try:
         reach = _stacklevel_from_here(sys._getframe(1), level, () if prefixes is _NOT_GIVEN else prefixes, wrapped)
-    except Exception:  # a fault of ours: the warning still goes out, counted from this line
-        return wrapped(*args, **kwargs)
+    except Exception as exc:
+        report_internal_error("warnings", exc)
+        return wrapped(*args, **kwargs)  # the warning still goes out, counted from this line
     given = {} if prefixes is _NOT_GIVEN else {"skip_file_prefixes": prefixes}
     return wrapped(message, category, reach, source, **given)
 
