@@ -30,13 +30,15 @@ __all__ = ["transparent", "warn_through"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: The code of every ctxguard function that runs between the app and the SDK.
-_CODES: set[CodeType] = set()
-
-for _base in wrapt.FunctionWrapper.__mro__:  # wrapt without its C extension calls through Python frames
-    _call = vars(_base).get("__call__")
-    if isinstance(_call, FunctionType):
-        _CODES.add(_call.__code__)
+#: The code of every ctxguard function that runs between the app and the SDK, and of wrapt's
+#: calls into them when wrapt runs without its C extension (a method's wrapper, bound to its
+#: instance or called through the class): Python frames too then.
+_CODES: set[CodeType] = {
+    call.__code__
+    for kind in (wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper, wrapt.PartialCallableObjectProxy)
+    for base in kind.__mro__
+    if isinstance(call := vars(base).get("__call__"), FunctionType)
+}
 
 
 def transparent(function: F) -> F:

@@ -6,17 +6,21 @@ from __future__ import annotations
 import inspect
 import os
 import re
+import subprocess
 import sys
 import warnings
+from pathlib import Path
 from types import FrameType, FunctionType
 
 import anthropic
 import openai
 import pytest
+import wrapt
 
 from ctxguard.intercept import frames
 
 MODEL = "claude-mythos-preview"  # deprecated in every supported anthropic major: the SDK warns
+ROOT = Path(__file__).resolve().parent.parent.parent
 REQUEST = {"model": MODEL, "max_tokens": 50, "system": "Be brief.", "messages": [{"role": "user", "content": "hi"}]}
 
 
@@ -43,10 +47,11 @@ def _paths(claude):
         "stream=True": lambda: list(claude.messages.create(**REQUEST, stream=True)),
         "stream helper": stream_helper,
         "raw": lambda: claude.messages.with_raw_response.create(**REQUEST).parse(),
+        "through the class": lambda: anthropic.resources.Messages.create(claude.messages, **REQUEST),
     }
 
 
-@pytest.mark.parametrize("path", ["create", "stream=True", "stream helper", "raw"])
+@pytest.mark.parametrize("path", ["create", "stream=True", "stream helper", "raw", "through the class"])
 def test_sdk_warnings_point_where_they_would_without_ctxguard(harness, llm, claude, path):
     call = _paths(claude)[path]
     plain = _where(call)
@@ -95,6 +100,25 @@ def test_warnings_outside_guarded_calls_are_untouched(harness):
         warn_from_here()
     assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]
 
+
+def test_without_wrapts_c_extension_its_python_frames_are_left_out_too():
+    """wrapt without its C extension (``WRAPT_DISABLE_EXTENSIONS=1``, or no wheel for the platform)
+    calls a bound method's wrapper through Python frames of its own."""
+    tests = [f"{__file__}::{name}" for name in (
+        "test_wrapt_runs_without_its_c_extension_here",
+        "test_sdk_warnings_point_where_they_would_without_ctxguard",
+        "test_a_filter_keyed_on_the_apps_module_still_matches",
+        "test_an_apps_warning_from_inside_an_sdk_call_lands_where_it_would_without_ctxguard",
+    )]
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+                         cwd=ROOT, env={**os.environ, "WRAPT_DISABLE_EXTENSIONS": "1"},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.skipif(os.environ.get("WRAPT_DISABLE_EXTENSIONS") != "1", reason="the test above runs it")
+def test_wrapt_runs_without_its_c_extension_here():
+    assert isinstance(wrapt.BoundFunctionWrapper.__call__, FunctionType)
 
 # -- the app's own warnings: every form warnings.warn takes ----------------------------------
 
