@@ -100,9 +100,9 @@ def _stacklevel_from_here(caller: FrameType | None, level: int, prefixes: tuple[
         if not _passed_over(frame, prefixes, end):
             reach += 1
             if found:
-                # The target itself, or, if warn passes over it (importlib's bootstrap, reached by a
-                # level counted straight up from a caller there), the nearest frame above it that
-                # warn counts: a warn called from this frame cannot land on one it passes over.
+                # The target itself, or, if warn passes over it (importlib's bootstrap or a skipped
+                # file, reached by a level counted straight up from a caller in the bootstrap), the
+                # nearest frame above it that warn counts: called from here, warn cannot land there.
                 return reach
     return reach + 1  # the target is past the top of the stack: so is this
 
