@@ -120,6 +120,7 @@ def test_without_wrapts_c_extension_its_python_frames_are_left_out_too():
 def test_wrapt_runs_without_its_c_extension_here():
     assert isinstance(wrapt.BoundFunctionWrapper.__call__, FunctionType)
 
+
 # -- the app's own warnings: every form warnings.warn takes ----------------------------------
 
 
