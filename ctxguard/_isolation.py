@@ -38,6 +38,7 @@ WHERE = (
     "callback",
     "ledger",
     "capture",
+    "warnings",
 )
 
 ErrorHook = Callable[[str, BaseException], None]

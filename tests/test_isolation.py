@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 
@@ -142,4 +143,16 @@ def test_a_fault_while_the_span_starts_still_ends_it_and_restores_the_context(ha
     assert trace.get_current_span() is before
     assert len(harness.spans()) == 1
     assert {w for w, _ in internal_errors} == {"telemetry"}
+    internal_errors.clear()
+
+
+def test_a_fault_while_placing_a_warning_still_lets_it_out(harness, internal_errors, monkeypatch):
+    harness.start(mode="observe")
+    monkeypatch.setattr("ctxguard.intercept.frames._attributed", boom)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.warn("still out", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["still out"]
+    assert harness.metric("ctxguard_guard_errors_total", where="warnings") == 1
+    assert [w for w, _ in internal_errors] == ["warnings"]
     internal_errors.clear()
