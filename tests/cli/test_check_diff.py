@@ -63,8 +63,8 @@ def test_record_captures_each_body_as_it_arrived_and_the_fact_events(
     lines = lines_of(path)
     requests = [line for line in lines if "body" in line]
     assert [r["body"] for r in requests] == [r.json for r in llm.requests[:3]]
-    assert [(r["conversation_id"], r["turn"], r["provider"]) for r in requests] == [
-        ("order-41", 1, "openai"), ("order-41", 2, "openai"), ("order-41", 3, "openai")]
+    assert [(r["conversation_id"], r["turn"], r["provider"], r["sdk"]) for r in requests] == [
+        ("order-41", 1, "openai", "openai"), ("order-41", 2, "openai", "openai"), ("order-41", 3, "openai", "openai")]
     assert all(r["ts"].endswith("+00:00") for r in requests)
     facts = [line["fact"] for line in lines if "fact" in line]
     assert facts == [{"id": "shipping_city", "value": "Pune"}, {"id": "shipping_city", "value": None}]
@@ -103,7 +103,7 @@ def test_anthropic_stream_helper_is_captured_as_sent(tmp_path: Path, llm: FakeLL
                                     messages=[{"role": "user", "content": "again"}]) as stream:
             assert "".join(stream.text_stream)
     requests = [line for line in lines_of(path) if "body" in line]
-    assert [r["provider"] for r in requests] == ["anthropic", "anthropic"]
+    assert [(r["provider"], r["sdk"]) for r in requests] == [("anthropic", "anthropic")] * 2
     assert [r["body"] for r in requests] == [r.json for r in llm.requests]
 
 
@@ -127,6 +127,7 @@ def test_an_unobserved_transport_is_captured_from_the_arguments(tmp_path: Path, 
     assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="skip") == 1
     (line,) = lines_of(path)
     assert line["body"] == {"model": "gpt-4o", "messages": [SYSTEM], "max_tokens": 20}
+    assert line["sdk"] == "openai"  # the call's arguments, as that SDK's call site got them
     assert line["body"] == llm.requests[0].json
 
 
@@ -370,7 +371,8 @@ def test_gemini_capture_is_judged_offline_like_live(tmp_path: Path, llm: FakeLLM
         client.models.generate_content(model="gemini-2.5-flash", contents="ship to Lyon", config=config)
         client.models.generate_content(model="gemini-2.5-flash", contents="and again", config=config)
     requests = [line for line in lines_of(path) if "body" in line]
-    assert [(r["provider"], r["model"]) for r in requests] == [("gcp.gen_ai", "gemini-2.5-flash")] * 2
+    assert [(r["provider"], r["sdk"], r["model"]) for r in requests] == [
+        ("gcp.gen_ai", "google-genai", "gemini-2.5-flash")] * 2
     assert "systemInstruction" in requests[0]["body"] or "system_instruction" in requests[0]["body"]
     live = [tuple(s.attributes.get("ctxguard.violations", ())) for s in harness.spans()]
     assert live == [("pinned_present",), ("pinned_present", "fact_present")]
