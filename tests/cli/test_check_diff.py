@@ -522,6 +522,21 @@ def test_every_label_capture_writes_is_judged_or_said_not_judged_never_refused(t
                     "not judged (1 of 1 request not read offline)" for name, judged in expected.items()}
 
 
+def test_an_anthropic_body_sent_to_bedrock_or_vertex_takes_its_model_from_the_line(tmp_path: Path):
+    """The anthropic SDK on Bedrock and Vertex AI puts the model in the URL: the body has none, and
+    the budget is judged with the line's."""
+    body = {"anthropic_version": "vertex-2023-10-16", "max_tokens": 64, "system": "Be brief.",
+            "messages": [{"role": "user", "content": "hi"}]}
+    path = tmp_path / "cap.jsonl"
+    path.write_text("".join(json.dumps({"conversation_id": label, "provider": label, "sdk": "anthropic",
+                                        "model": "claude-sonnet-4-20250514", "body": body}) + "\n"
+                            for label in ("gcp.vertex_ai", "aws.bedrock")))
+    with path.open("rb") as f:
+        results = [r for _, r in Checker().judge(read_capture(f, CAPTURED_PROVIDERS))]
+    assert [(r.provider, r.model, r.window, r.failed) for r in results if r is not None] == [
+        (label, "claude-sonnet-4-20250514", 200_000, []) for label in ("gcp.vertex_ai", "aws.bedrock")]
+
+
 def test_capture_keeps_the_tenant_and_is_private_to_its_owner(
     tmp_path: Path, llm: FakeLLM, client: openai.OpenAI, harness: GuardHarness
 ):
