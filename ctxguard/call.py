@@ -84,10 +84,10 @@ class Call:
         self.wire_hash = stages.wire_digests.digest(verdict.scope, sent)
         t.sees_usage_beneath()
         if t.request is not None:
-            t.request = None
+            request, t.request = t.request, None
             with guarded("capture"):
                 stages.recorder.request(verdict.scope, verdict.payload.provider, json.loads(sent),
-                                        verdict.payload.model)
+                                        verdict.payload.model, self.provider.wire_sdk(request))
         t.attrs[attr.WIRE_HASH] = self.wire_hash
         for outcome in stages.inspector.wire(verdict, sent):
             # Counted with the call's end when the end follows the response at once; a stream's
@@ -161,7 +161,8 @@ class Call:
             report_internal_error("checks", exc)
         if t.request is not None and self.wire_hash is None and error_type is None:
             with guarded("capture"):
-                stages.recorder.request(verdict.scope, payload.provider, capture_body(t.request), payload.model)
+                stages.recorder.request(verdict.scope, payload.provider, capture_body(t.request), payload.model,
+                                        self.provider.distribution)
         t.request = None
         try:
             self.elapsed += _perf() - started

@@ -3,7 +3,13 @@
 A request line::
 
     {"conversation_id": "order-41", "turn": 3, "ts": "2026-11-29T14:03:11.208+00:00",
-     "provider": "openai", "body": {...the request body as sent...}}
+     "provider": "azure.ai.openai", "sdk": "openai", "body": {...the request body as sent...}}
+
+``provider`` is the call's label (the provider it reached); ``sdk``, the SDK whose request
+format the body is in, named as ``instrument(providers=...)`` names SDKs: a label alone does
+not say it (``aws.bedrock`` is botocore's Converse, the anthropic SDK's Messages or the openai
+SDK's Chat Completions). Lines without ``sdk`` (older captures, hand-written ones) are read by
+their label when it is an SDK's own (``openai``, ``anthropic``, ...).
 
 Fact events are captured too, as lines with ``fact`` instead of ``body``, so that
 ``ctxguard check`` and ``ctxguard report`` can judge the fact checks offline::
@@ -37,10 +43,12 @@ from . import forksafe
 from .cache import BoundedLRU
 from .conversation import Scope
 from .facts.ledger import FactEvent
+from .providers import BY_DISTRIBUTION
 from .providers._read import SENTINELS, jsonable
 
 __all__ = [
     "MAX_LINE_BYTES",
+    "SDKS",
     "CaptureError",
     "CaptureRefused",
     "CaptureWriter",
@@ -60,6 +68,9 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 Redact = Callable[[dict[str, Any]], "dict[str, Any] | None"]
 
 _MAX_TURN_COUNTERS = 100_000
+
+#: Every ``sdk`` a capture line may name (``instrument(providers=...)``'s names).
+SDKS = frozenset(BY_DISTRIBUTION)
 
 
 #: Keyword arguments of the SDK call that are HTTP options, not part of the body.
@@ -150,12 +161,19 @@ class CaptureWriter:
         self._turns = BoundedLRU(_MAX_TURN_COUNTERS)
         self._fd = _open_for_capture(self.path)
 
-    def request(self, scope: Scope | None, provider: str, body: Any, model: str | None = None) -> None:
+    def request(
+        self, scope: Scope | None, provider: str, body: Any, model: str | None = None, sdk: str | None = None
+    ) -> None:
+        """One request line: ``provider`` is the call's label, ``sdk`` the SDK whose request format
+        ``body`` is in."""
         with self._lock:
             turn = self._turns.get(scope, 0) + 1
             self._turns.put(scope, turn)
         line: dict[str, Any] = {"conversation_id": scope[0] if scope is not None else None, "turn": turn,
-                                "ts": _now(), "provider": provider, "body": body}
+                                "ts": _now(), "provider": provider}
+        if sdk is not None:
+            line["sdk"] = sdk
+        line["body"] = body
         if scope is not None and scope[1] is not None:
             line["tenant"] = scope[1]
         if model is not None:
@@ -214,6 +232,8 @@ class RequestLine:
     ts: str | None
     tenant: str | None = None
     model: str | None = None
+    #: The SDK whose request format ``body`` is in; None: the line does not say (read by ``provider``).
+    sdk: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +359,9 @@ def _parse(raw: bytes, line: int, providers: frozenset[str]) -> RequestLine | Fa
     if provider not in providers:
         known = ", ".join(sorted(providers))
         raise CaptureError(line, f"unknown provider '{printable(provider, 80)}' (known: {known})")
+    sdk = _text_or_none(record, "sdk", line)
+    if sdk is not None and sdk not in SDKS:
+        raise CaptureError(line, f"unknown sdk '{printable(sdk, 80)}' (known: {', '.join(sorted(SDKS))})")
     turn = record.get("turn")
     if turn is not None and (not isinstance(turn, int) or isinstance(turn, bool) or turn < 0):
         raise CaptureError(line, "'turn' must be a non-negative integer")
@@ -354,6 +377,7 @@ def _parse(raw: bytes, line: int, providers: frozenset[str]) -> RequestLine | Fa
         ts=_text_or_none(record, "ts", line),
         tenant=_text_or_none(record, "tenant", line),
         model=_text_or_none(record, "model", line),
+        sdk=sdk,
     )
 
 

@@ -4,7 +4,10 @@ Each captured body goes through the same inspection as a live call (the provider
 module's normalise, measure, the checks: ``inspection.Inspector``), in a private
 inspector that touches nothing of the process: its own fact sinks, no telemetry.
 Fact lines of the capture feed its ledger, so the fact checks judge each turn
-against the facts recorded before it. Checks judged only after sending
+against the facts recorded before it. A body is read by the provider module of the SDK
+that wrote it (the line's ``sdk``; a line without one, by its label when that is an SDK's
+own), never by a guess: a body no module reads is counted as not judged
+(``offline_reader`` says why). Checks judged only after sending
 (``wire_intact``: the capture *is* the wire body; ``answer_consistent``: no
 answer is captured) are not part of offline results.
 """
@@ -29,7 +32,7 @@ from .facts.matching import MIN_MATCH_CHARS
 from .guard import inspector_for
 from .inspection import Verdict
 from .policy import Pinned, Policy
-from .providers import BY_LABEL, LABELS
+from .providers import BY_DISTRIBUTION, BY_LABEL, LABELS
 from .providers.base import Provider
 from .violations import Violation
 
@@ -44,18 +47,24 @@ __all__ = [
     "CAPTURED_PROVIDERS",
     "OFFLINE_CHECKS",
     "PROVIDERS",
+    "READERS",
     "Checker",
     "TurnResult",
+    "as_call",
+    "conversation_line",
     "first_violation",
     "load_policy",
-    "as_call",
+    "not_read_because",
+    "offline_reader",
 ]
 
-#: Providers whose captured bodies are judged offline, by their label.
+#: Providers whose captured bodies are judged offline, by the SDK that wrote them (a line's ``sdk``).
+READERS: dict[str, Provider] = {sdk: p for sdk, p in BY_DISTRIBUTION.items() if p.offline is not None}
+
+#: The same, by their own label: how a line without ``sdk`` is read (older and hand-written captures).
 PROVIDERS: dict[str, Provider] = {label: p for label, p in BY_LABEL.items() if p.offline is not None}
 
-#: Every provider label a capture may carry; lines of the others are refused as unknown.
-#: (``litellm`` labels routes whose body format is LiteLLM's business: read, not judged.)
+#: Every provider label a capture may carry; lines of others are refused as unknown.
 CAPTURED_PROVIDERS = frozenset(LABELS)
 
 #: How a request without a conversation id is listed.
@@ -95,13 +104,34 @@ class TurnResult:
         return [check for check, outcome in self.outcomes.items() if outcome == "fail"]
 
 
-def as_call(provider: str, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
-    """``(api, kwargs)``: a captured body as the provider module's call site would have seen it
-    (each provider record's ``offline``)."""
-    read = PROVIDERS[provider].offline
-    if read is None:  # pragma: no cover - PROVIDERS holds only providers that read captures
-        raise KeyError(provider)
+def offline_reader(sdk: str | None, label: str) -> Provider | None:
+    """The provider module that reads a body written by ``sdk`` (a line without one: by ``label``,
+    when it is an SDK's own), or None: no module does, and the line is not judged offline
+    (``not_read_because`` says why). Never a guess: a route's label (``azure.ai.openai``,
+    ``aws.bedrock`` by another SDK than botocore, ...) does not say what wrote the body.
+
+    >>> offline_reader("openai", "azure.ai.openai").distribution
+    'openai'
+    >>> offline_reader(None, "azure.ai.openai") is None
+    True
+    """
+    return READERS.get(sdk) if sdk is not None else PROVIDERS.get(label)
+
+
+def as_call(provider: Provider, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
+    """``(api, kwargs)``: a captured body as ``provider``'s call site would have seen it (its
+    record's ``offline``; ``offline_reader`` finds only providers that have one)."""
+    read = provider.offline
+    if read is None:
+        raise ValueError(f"{provider.distribution} does not read captured bodies")
     return read(body, model)
+
+
+def not_read_because(sdk: str | None, label: str) -> str:
+    """Why a line that ``offline_reader`` finds no reader for is not judged."""
+    if sdk is not None:
+        return f"written by {sdk} in a request format not read offline"
+    return f"captured without 'sdk', and the label '{label}' does not say which SDK wrote the body"
 
 
 class Checker:
@@ -122,11 +152,11 @@ class Checker:
         self.sinks.record(line.event)
 
     def request(self, line: RequestLine) -> TurnResult | None:
-        """Judge one captured body; None for a provider not judged offline."""
-        provider = PROVIDERS.get(line.provider)
+        """Judge one captured body; None for one not judged offline (``offline_reader``)."""
+        provider = offline_reader(line.sdk, line.provider)
         if provider is None:
             return None
-        api, kwargs = as_call(line.provider, line.body, line.model)
+        api, kwargs = as_call(provider, line.body, line.model)
         cid = line.conversation_id
         scope = (cid, line.tenant) if cid is not None else None
         payload = self.inspector.measure(provider, api, kwargs, scope)
@@ -175,6 +205,22 @@ class Checker:
 def first_violation(name: str, result: TurnResult) -> str:
     """The line ``ctxguard check`` prints: ``order-41: first violation at turn 5: system_at_head``."""
     return f"{name}: first violation at turn {result.turn}: {', '.join(result.failed)}"
+
+
+def conversation_line(name: str, first: TurnResult | None, requests: int, unread: int) -> str:
+    """What ``ctxguard check`` says of a conversation: its first violation, else ``ok``, unless a
+    request of it was not read offline (``unread`` of its ``requests``): a conversation not
+    judged whole is never ``ok``, and its first violation may not be the first.
+
+    >>> conversation_line("order-41", None, 3, 1)
+    'order-41: not judged (1 of 3 requests not read offline)'
+    """
+    unjudged = f"{unread} of {requests} request{'' if requests == 1 else 's'} not read offline"
+    if first is not None:
+        return first_violation(name, first) + (f" ({unjudged})" if unread else "")
+    if unread:
+        return f"{name}: not judged ({unjudged})"
+    return f"{name}: ok ({requests} turn{'' if requests == 1 else 's'})"
 
 
 def _result(line: RequestLine, verdict: Verdict) -> TurnResult:

@@ -244,11 +244,11 @@ class Recorder:
         else:
             m.add(cells)
 
-    def request(self, scope: Scope | None, provider: str, body: Any, model: str | None) -> None:
-        """Capture a request body (capture on only)."""
+    def request(self, scope: Scope | None, provider: str, body: Any, model: str | None, sdk: str) -> None:
+        """Capture a request body, in ``sdk``'s request format (capture on only)."""
         writer = self.capture
         if writer is not None:
-            writer.request(scope, provider, body, model)
+            writer.request(scope, provider, body, model, sdk)
 
     def end(self, t: Trace, verdict: Verdict, elapsed: float, reply: Answer | None, error_type: str | None) -> None:
         """The call ended: the answer on the span, the span ended (unless adopted), the

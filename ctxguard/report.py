@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 from .capture import RequestLine, printable
-from .offline import FACT_STATUSES, NO_CONVERSATION, TurnResult, first_violation
+from .offline import FACT_STATUSES, NO_CONVERSATION, TurnResult, conversation_line
 from .payload import SYSTEM_ROLES
 
 __all__ = ["MAX_CONVERSATIONS", "MAX_TURNS", "Report"]
@@ -48,6 +48,7 @@ _BAR = 24  # px per turn in the chart
 class _Conversation:
     name: str
     requests: int = 0
+    unread: int = 0  # requests not read offline
     first: TurnResult | None = None
     drawn: bool = False
     #: (turn, result) of the drawn turns; result None: a body the provider module cannot read
@@ -72,7 +73,9 @@ class Report:
             seen = _Conversation(name, drawn=len(self.conversations) < self.max_conversations)
             self.conversations[line.conversation_id] = seen
         seen.requests += 1
-        if result is not None and result.failed and seen.first is None:
+        if result is None:
+            seen.unread += 1
+        elif result.failed and seen.first is None:
             seen.first = result
         if seen.drawn and len(seen.columns) < self.max_turns:
             seen.columns.append((line.turn, result))
@@ -80,6 +83,11 @@ class Report:
     @property
     def violating(self) -> int:
         return sum(1 for c in self.conversations.values() if c.first is not None)
+
+    @property
+    def not_judged(self) -> int:
+        """Conversations without a violation of which a request was not read offline."""
+        return sum(1 for c in self.conversations.values() if c.first is None and c.unread)
 
     def render(self, source: str) -> str:
         source = printable(source)
@@ -94,21 +102,23 @@ class Report:
     def _summary(self, source: str, drawn: list[_Conversation]) -> str:
         left_out = len(self.conversations) - len(drawn)
         lines = [
-            f"<li data-conversation='{escape(c.name)}' class='{'violation' if c.first else 'ok'}'>"
-            + escape(first_violation(c.name, c.first) if c.first else f"{c.name}: ok ({_turns(c.requests)})")
-            + "</li>"
+            f"<li data-conversation='{escape(c.name)}' class='{_verdict(c)}'>"
+            + escape(conversation_line(c.name, c.first, c.requests, c.unread)) + "</li>"
             for c in drawn
         ]
         note = ""
         if left_out:
-            hidden_violating = sum(1 for c in self.conversations.values() if not c.drawn and c.first)
+            hidden = [_verdict(c) for c in self.conversations.values() if not c.drawn]
+            unjudged = hidden.count("not-judged")
             note = (f"<p class='left-out' data-left-out='{left_out}'>{left_out} more conversations left out "
-                    f"(the first {len(drawn)} are shown); {hidden_violating} of them with violations.</p>")
+                    f"(the first {len(drawn)} are shown); {hidden.count('violation')} of them with violations"
+                    f"{f', {unjudged} not judged' if unjudged else ''}.</p>")
         return (
             f"<header id='summary'><h1>ctxguard report: {escape(source)}</h1>\n<dl>"
             f"<dt>conversations</dt><dd data-summary='conversations'>{len(self.conversations)}</dd>"
             f"<dt>requests</dt><dd data-summary='requests'>{self.requests}</dd>"
-            f"<dt>with violations</dt><dd data-summary='violating'>{self.violating}</dd></dl>\n{note}"
+            f"<dt>with violations</dt><dd data-summary='violating'>{self.violating}</dd>"
+            f"<dt>not judged</dt><dd data-summary='not-judged'>{self.not_judged}</dd></dl>\n{note}"
             f"<ul class='first-violations'>{''.join(lines)}</ul></header>"
         )
 
@@ -117,15 +127,22 @@ def _turns(n: int) -> str:
     return f"{n} turn{'' if n == 1 else 's'}"
 
 
+def _verdict(conv: _Conversation) -> str:
+    """``violation``, ``not-judged`` (a request of it not read offline, nothing failed) or ``ok``."""
+    return "violation" if conv.first else "not-judged" if conv.unread else "ok"
+
+
 def _section(index: int, conv: _Conversation) -> str:
     hidden = conv.requests - len(conv.columns)
     more = ""
     if hidden:
         more = f"<p class='left-out'>{_turns(hidden)} after the first {len(conv.columns)} not shown.</p>"
-    status = escape(first_violation(conv.name, conv.first)) if conv.first else "no violations"
+    status = "no violations"
+    if conv.first or conv.unread:
+        status = escape(conversation_line(conv.name, conv.first, conv.requests, conv.unread))
     return (
-        f"<section class='conversation' id='c{index}' data-conversation='{escape(conv.name)}'>"
-        f"<h2>{escape(conv.name)}</h2><p class='status'>{status}</p>{more}\n"
+        f"<section class='conversation' id='c{index}' data-conversation='{escape(conv.name)}' "
+        f"data-verdict='{_verdict(conv)}'><h2>{escape(conv.name)}</h2><p class='status'>{status}</p>{more}\n"
         f"{_grid(conv)}\n{_chart(conv)}</section>"
     )
 
@@ -239,7 +256,7 @@ _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fff}
 h1{font-size:1.4em}h2{font-size:1.15em;margin:1.6em 0 .2em}
 dl{display:flex;gap:.4em 1.2em;flex-wrap:wrap}dt{font-weight:600}dd{margin:0 1em 0 0}
-ul.first-violations li.violation{color:#a40000}
+ul.first-violations li.violation{color:#a40000}ul.first-violations li.not-judged{color:#7a4b00}
 .left-out{color:#7a4b00;font-style:italic}
 table.grid{border-collapse:collapse;margin:.4em 0}
 table.grid th,table.grid td{border:1px solid #ccc;min-width:1.6em;height:1.5em;text-align:center;font-size:12px;

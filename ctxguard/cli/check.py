@@ -4,9 +4,11 @@ Prints one line per conversation, in order of first appearance::
 
     order-41: first violation at turn 5: system_at_head, pinned_present
     order-42: ok (12 turns)
+    order-43: not judged (1 of 4 requests not read offline)
 
-then a summary line. Exit 0 clean, 1 on violations, 2 on unreadable input (the
-line is named). The file is streamed: memory grows with the number of
+then a summary line, and why requests were not read offline. Exit 0 clean, 1 on
+violations, 2 on unreadable input (the line is named), 3 when nothing failed but
+some requests were not judged. The file is streamed: memory grows with the number of
 conversations, not of lines. Ids from the file are printed through ``printable``,
 so no id can forge a line of this output.
 """
@@ -22,9 +24,20 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..capture import CaptureError, RequestLine, printable, read_capture
-from ..offline import CAPTURED_PROVIDERS, NO_CONVERSATION, PROVIDERS, Checker, TurnResult, first_violation, load_policy
+from ..offline import (
+    CAPTURED_PROVIDERS,
+    NO_CONVERSATION,
+    Checker,
+    TurnResult,
+    conversation_line,
+    load_policy,
+    not_read_because,
+)
 
-__all__ = ["add_arguments", "capture_arguments", "judge_capture", "progress_bar", "run_check"]
+__all__ = ["NOT_JUDGED", "add_arguments", "capture_arguments", "judge_capture", "progress_bar", "run_check"]
+
+#: The exit status of a check that found no violation but could not judge every request.
+NOT_JUDGED = 3
 
 def capture_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of every verb that reads a capture (``check``, ``report``)."""
@@ -42,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 @dataclass
 class _Conversation:
     turns: int = 0
+    unread: int = 0  # requests not read offline
     first: TurnResult | None = None
     checks: dict[str, int] = field(default_factory=dict)  # failed check -> turns it failed in
 
@@ -105,14 +119,15 @@ def judge_capture(args: argparse.Namespace, consume: Callable[[RequestLine, Turn
 
 def run_check(args: argparse.Namespace) -> int:
     conversations: dict[str | None, _Conversation] = {}
-    unjudged: dict[str, int] = {}  # provider -> requests not judged offline
+    unjudged: dict[tuple[str, str | None], int] = {}  # (provider, sdk) -> requests not judged offline
 
     def consume(line: RequestLine, result: TurnResult | None) -> None:
         seen = conversations.setdefault(line.conversation_id, _Conversation())
         seen.turns += 1
-        if line.provider not in PROVIDERS:
-            unjudged[line.provider] = unjudged.get(line.provider, 0) + 1
-        if result is not None and result.failed:
+        if result is None:
+            seen.unread += 1
+            unjudged[line.provider, line.sdk] = unjudged.get((line.provider, line.sdk), 0) + 1
+        elif result.failed:
             for check in result.failed:
                 seen.checks[check] = seen.checks.get(check, 0) + 1
             if seen.first is None:
@@ -123,29 +138,32 @@ def run_check(args: argparse.Namespace) -> int:
         return error
     requests = sum(c.turns for c in conversations.values())
     violating = sum(1 for c in conversations.values() if c.first is not None)
+    not_judged = sum(1 for c in conversations.values() if c.first is None and c.unread)
     if args.json:
         document = _document(args.file, requests, conversations, violating)
-        document["not_judged_offline"] = unjudged
+        document["not_judged_conversations"] = not_judged
+        document["not_judged_offline"] = [
+            {"provider": provider, "sdk": sdk, "requests": count, "reason": not_read_because(sdk, provider)}
+            for (provider, sdk), count in unjudged.items()
+        ]
         print(json.dumps(document, indent=2))
     else:
         for cid, seen in conversations.items():
             name = printable(cid) if cid is not None else NO_CONVERSATION
-            if seen.first is None:
-                print(f"{name}: ok ({seen.turns} turn{'' if seen.turns == 1 else 's'})")
-            else:
-                print(first_violation(name, seen.first))
+            print(conversation_line(name, seen.first, seen.turns, seen.unread))
         judged = requests - sum(unjudged.values())
-        print(f"checked {judged} requests in {len(conversations)} conversations: {violating} with violations")
-        for provider, count in unjudged.items():
-            print(f"not judged offline: {count} {provider} requests (their body format is not read offline)")
-    return 1 if violating else 0
+        also = f", {not_judged} not judged" if not_judged else ""
+        print(f"checked {judged} requests in {len(conversations)} conversations: {violating} with violations{also}")
+        for (provider, sdk), count in unjudged.items():
+            print(f"not judged offline: {count} {provider} requests ({not_read_because(sdk, provider)})")
+    return 1 if violating else NOT_JUDGED if unjudged else 0
 
 
 def _document(path: str, requests: int, conversations: dict[str | None, _Conversation], violating: int) -> Any:
     out = []
     for cid, seen in conversations.items():
-        entry: dict[str, Any] = {"conversation_id": cid, "turns": seen.turns, "first_violation": None,
-                                 "failed_turns_by_check": seen.checks}
+        entry: dict[str, Any] = {"conversation_id": cid, "turns": seen.turns, "not_read": seen.unread,
+                                 "first_violation": None, "failed_turns_by_check": seen.checks}
         first = seen.first
         if first is not None:
             entry["first_violation"] = {

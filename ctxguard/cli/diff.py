@@ -5,7 +5,8 @@ is ``kept`` (same content, same relative order), ``moved`` (same content, out of
 order), ``changed`` (same role and place, other content), ``added`` or
 ``removed``. Prints the head role of each payload; exit 0 when the payloads carry
 the same messages in the same order, 1 when they differ, 2 on unreadable input.
-A file holds a request body, or one capture line (``{"provider": ..., "body": ...}``).
+A file holds a request body, or one capture line (``{"provider": ..., "sdk": ..., "body": ...}``),
+read as ``ctxguard check`` reads it.
 Bounded: a file is read up to ``MAX_LINE_BYTES``, and payloads that differ in more
 than ``MAX_PAIRS`` message pairs between their common head and tail are refused
 (exit 2) rather than compared for minutes in gigabytes.
@@ -22,12 +23,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..capture import MAX_LINE_BYTES, loads, printable
+from ..capture import MAX_LINE_BYTES, SDKS, loads, printable
 from ..config import ENV_DIGEST_KEY
 from ..digest import Digester
 from ..measure import Measurer
-from ..offline import PROVIDERS, as_call
+from ..offline import CAPTURED_PROVIDERS, as_call, not_read_because, offline_reader
 from ..payload import Payload
+from ..providers.base import Provider
 from ..tokens import Calibration, default_counter
 from .check import fail
 
@@ -47,7 +49,9 @@ class TooDifferent(ValueError):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", metavar="A.json", help="the earlier request body (or capture line)")
     parser.add_argument("b", metavar="B.json", help="the later request body (or capture line)")
-    parser.add_argument("--provider", choices=sorted(PROVIDERS), help="default: the capture line's, else guessed")
+    parser.add_argument("--provider", choices=sorted(CAPTURED_PROVIDERS | SDKS), metavar="P",
+                        help="the SDK that wrote the bodies, or a provider label (default: the capture line's "
+                             "sdk and provider, else guessed from the body)")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout instead of text")
 
 
@@ -167,6 +171,26 @@ def _guess_provider(body: Mapping[str, Any]) -> str:
     return "openai"
 
 
+def _reader(line: Mapping[str, Any], body: Mapping[str, Any], provider: str | None) -> Provider | str:
+    """The provider module that reads ``body``: the one of ``--provider`` (an SDK, or a label), else
+    of the capture ``line``'s ``sdk`` and ``provider``, else guessed from the body; or what is wrong."""
+    label, sdk = line.get("provider"), line.get("sdk")
+    if provider in SDKS:
+        sdk = provider
+    elif provider is not None:
+        label = provider
+    for key, value, known in (("provider", label, CAPTURED_PROVIDERS), ("sdk", sdk, SDKS)):
+        if value is not None and (not isinstance(value, str) or value not in known):
+            unknown = printable(value, 80) if isinstance(value, str) else type(value).__name__
+            return f"unknown {key} '{unknown}' (known: {', '.join(sorted(known))})"
+    if label is None:
+        label = _guess_provider(body)
+    reader = offline_reader(sdk, label)
+    if reader is None:
+        return f"not read offline: {not_read_because(sdk, label)} (--provider names the SDK that wrote it)"
+    return reader
+
+
 def _load(path: str, provider: str | None, measurer: Measurer) -> Payload | str:
     shown = printable(path)
     try:
@@ -184,20 +208,19 @@ def _load(path: str, provider: str | None, measurer: Measurer) -> Payload | str:
         return f"{shown}: {exc}"
     if not isinstance(data, dict):
         return f"{shown}: expected a JSON object (a request body or a capture line)"
-    line = "body" in data  # a capture line: its provider and model come with it
+    line = "body" in data  # a capture line: its provider, sdk and model come with it
     body = data.get("body") if line else data
     if not isinstance(body, dict):
         return f"{shown}: 'body' must be an object"
-    name = provider or (data.get("provider") if line else None) or _guess_provider(body)
-    if not isinstance(name, str) or name not in PROVIDERS:
-        unknown = printable(name, 80) if isinstance(name, str) else type(name).__name__
-        return f"{shown}: unknown provider '{unknown}' (known: {', '.join(sorted(PROVIDERS))})"
+    reader = _reader(data if line else {}, body, provider)
+    if isinstance(reader, str):
+        return f"{shown}: {reader}"
     model = data.get("model") if line else None
     if model is not None and not isinstance(model, str):
         return f"{shown}: 'model' must be a string or null"
     try:
-        api, kwargs = as_call(name, body, model)
-        view = PROVIDERS[name].adapter.normalise(api, kwargs)
+        api, kwargs = as_call(reader, body, model)
+        view = reader.adapter.normalise(api, kwargs)
         if view.unreadable is not None:
             return f"{shown}: {view.unreadable}"
         return measurer.measure(view)

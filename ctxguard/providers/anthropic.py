@@ -305,6 +305,14 @@ class _EventStream:
 ADAPTER = AnthropicAdapter()
 
 
+def as_call(body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
+    """A captured body is the call's keyword arguments; on Bedrock and Vertex AI the model is in
+    the URL, not the body (the capture line's ``model``)."""
+    if model is not None and "model" not in body:
+        body = {**body, "model": model}
+    return "messages", body
+
+
 PROVIDER = Provider(
     distribution="anthropic",
     module="anthropic",
@@ -317,5 +325,5 @@ PROVIDER = Provider(
     http_results=HTTP_RESULTS,
     wire_apis=(("/messages", "messages"),),
     final_reply=ADAPTER.final_reply,
-    offline=lambda body, model: ("messages", body),
+    offline=as_call,
 )

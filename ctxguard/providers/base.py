@@ -146,8 +146,24 @@ class Provider:
     #: The identity of a call, read off its call site's ``instance`` (the SDK's resource or client):
     #: the provider its client reaches (one of ``routes``) and the server's address and port.
     identity: Callable[[Any], Identity | None] | None = None
+    #: A delegating provider: from a call's arguments, the SDK whose request format the body it
+    #: sends is in (another SDK it runs, or whose format it writes), or None when the body is in a
+    #: format of its own (``wire_sdk``).
+    sends_as: Callable[[Mapping[str, Any]], str | None] | None = None
 
     @property
     def labels(self) -> tuple[str, ...]:
         """Every ``provider`` label its calls may carry."""
         return (self.label, *(r for r in self.routes if r != self.label))
+
+    def wire_sdk(self, request: Mapping[str, Any]) -> str:
+        """The SDK whose request format the body sent for ``request`` (a call's arguments) is in, by
+        its distribution name: a capture line's ``sdk``, which says how the body is read offline.
+
+        >>> from ctxguard.providers import BY_DISTRIBUTION
+        >>> BY_DISTRIBUTION["openai"].wire_sdk({"model": "gpt-4o"})
+        'openai'
+        """
+        if self.sends_as is not None:
+            return self.sends_as(request) or self.distribution
+        return self.distribution

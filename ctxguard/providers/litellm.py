@@ -41,11 +41,22 @@ _LABELS = {
 }
 
 
-def _routed(kwargs: Mapping[str, Any]) -> str:
+#: LiteLLM's provider names whose requests go out in an SDK's own request format -> that SDK:
+#: LiteLLM runs the openai SDK for OpenAI and Azure OpenAI, and writes Anthropic's Messages
+#: requests itself. Its other routes' bodies are in formats of LiteLLM's choosing.
+_SENT_AS = {
+    "openai": "openai",
+    "azure": "openai",
+    "anthropic": "anthropic",
+}
+
+
+def _route(kwargs: Mapping[str, Any]) -> str | None:
+    """LiteLLM's provider name for a call (``openai``, ``azure``, ``anthropic``, ...), if it routes it."""
     litellm = sys.modules.get("litellm")
     model = _str(_get(kwargs, "model"))
     if litellm is None or model is None:
-        return "litellm"
+        return None
     try:
         routed = litellm.get_llm_provider(
             model=model,
@@ -53,8 +64,17 @@ def _routed(kwargs: Mapping[str, Any]) -> str:
             api_base=_str(_get(kwargs, "api_base")),
         )[1]
     except Exception:  # a model LiteLLM cannot route: its own call raises the error the app sees
-        return "litellm"
-    return _LABELS.get(str(routed), "litellm")
+        return None
+    return str(routed)
+
+
+def _routed(kwargs: Mapping[str, Any]) -> str:
+    return _LABELS.get(_route(kwargs) or "", "litellm")
+
+
+def _sends_as(kwargs: Mapping[str, Any]) -> str | None:
+    """The SDK whose request format LiteLLM sends this call in (``_SENT_AS``), if any."""
+    return _SENT_AS.get(_route(kwargs) or "")
 
 
 class LiteLLMAdapter:
@@ -103,4 +123,5 @@ PROVIDER = Provider(
     positional=("model", "messages"),  # ``completion(model, messages, ...)``
     delegates=True,
     wire_readers=ADAPTER.wire_readers,
+    sends_as=_sends_as,
 )

@@ -63,8 +63,8 @@ def test_record_captures_each_body_as_it_arrived_and_the_fact_events(
     lines = lines_of(path)
     requests = [line for line in lines if "body" in line]
     assert [r["body"] for r in requests] == [r.json for r in llm.requests[:3]]
-    assert [(r["conversation_id"], r["turn"], r["provider"]) for r in requests] == [
-        ("order-41", 1, "openai"), ("order-41", 2, "openai"), ("order-41", 3, "openai")]
+    assert [(r["conversation_id"], r["turn"], r["provider"], r["sdk"]) for r in requests] == [
+        ("order-41", 1, "openai", "openai"), ("order-41", 2, "openai", "openai"), ("order-41", 3, "openai", "openai")]
     assert all(r["ts"].endswith("+00:00") for r in requests)
     facts = [line["fact"] for line in lines if "fact" in line]
     assert facts == [{"id": "shipping_city", "value": "Pune"}, {"id": "shipping_city", "value": None}]
@@ -103,7 +103,7 @@ def test_anthropic_stream_helper_is_captured_as_sent(tmp_path: Path, llm: FakeLL
                                     messages=[{"role": "user", "content": "again"}]) as stream:
             assert "".join(stream.text_stream)
     requests = [line for line in lines_of(path) if "body" in line]
-    assert [r["provider"] for r in requests] == ["anthropic", "anthropic"]
+    assert [(r["provider"], r["sdk"]) for r in requests] == [("anthropic", "anthropic")] * 2
     assert [r["body"] for r in requests] == [r.json for r in llm.requests]
 
 
@@ -127,6 +127,7 @@ def test_an_unobserved_transport_is_captured_from_the_arguments(tmp_path: Path, 
     assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="skip") == 1
     (line,) = lines_of(path)
     assert line["body"] == {"model": "gpt-4o", "messages": [SYSTEM], "max_tokens": 20}
+    assert line["sdk"] == "openai"  # the call's arguments, as that SDK's call site got them
     assert line["body"] == llm.requests[0].json
 
 
@@ -354,6 +355,32 @@ def test_diff_bad_input_exits_2(tmp_path: Path):
     assert out.returncode == 2 and "unknown provider 'acme'" in out.stderr
 
 
+def test_diff_reads_every_label_and_sdk_capture_writes_never_by_a_guess(tmp_path: Path):
+    user = {"role": "user", "content": "where is my parcel?"}
+    a = _write(tmp_path / "a.json", {"provider": "azure.ai.openai", "sdk": "openai",
+                                     "body": {"model": "gpt-4o", "messages": [SYSTEM, user]}})
+    b = _write(tmp_path / "b.json", {"provider": "groq", "sdk": "openai",
+                                     "body": {"model": "gpt-4o", "messages": [user]}})
+    for given in ((), ("--provider", "azure.ai.openai"), ("--provider", "openai")):
+        out = run_cli("diff", a, b, *given)
+        assert out.returncode == 1, out.stderr
+        assert out.stdout.splitlines()[-1] == "1 kept, 0 moved, 0 changed, 0 added, 1 removed; head role system -> user"
+    converse = {"messages": [{"role": "user", "content": [{"text": "hi"}]}], "system": [{"text": "Be brief."}]}
+    c = _write(tmp_path / "c.json", converse)
+    out = run_cli("diff", c, c, "--provider", "botocore")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].endswith("2 messages, head role system")
+    # A route's label alone does not say which SDK wrote the body: refused, not guessed.
+    bare = _write(tmp_path / "bare.json", {"model": "gpt-4o", "messages": [user]})
+    old = _write(tmp_path / "old.json", {"provider": "groq", "body": {"model": "gpt-4o", "messages": [user]}})
+    for args in ((bare, bare, "--provider", "groq"), (old, old)):
+        out = run_cli("diff", *args)
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert "the label 'groq' does not say which SDK wrote the body" in out.stderr
+    out = run_cli("diff", old, old, "--provider", "openai")
+    assert out.returncode == 0, out.stderr
+
+
 # -- other providers -------------------------------------------------------------------
 
 
@@ -370,7 +397,8 @@ def test_gemini_capture_is_judged_offline_like_live(tmp_path: Path, llm: FakeLLM
         client.models.generate_content(model="gemini-2.5-flash", contents="ship to Lyon", config=config)
         client.models.generate_content(model="gemini-2.5-flash", contents="and again", config=config)
     requests = [line for line in lines_of(path) if "body" in line]
-    assert [(r["provider"], r["model"]) for r in requests] == [("gcp.gen_ai", "gemini-2.5-flash")] * 2
+    assert [(r["provider"], r["sdk"], r["model"]) for r in requests] == [
+        ("gcp.gen_ai", "google-genai", "gemini-2.5-flash")] * 2
     assert "systemInstruction" in requests[0]["body"] or "system_instruction" in requests[0]["body"]
     live = [tuple(s.attributes.get("ctxguard.violations", ())) for s in harness.spans()]
     assert live == [("pinned_present",), ("pinned_present", "fact_present")]
@@ -388,19 +416,125 @@ def test_gemini_capture_is_judged_offline_like_live(tmp_path: Path, llm: FakeLLM
         ("gemini-2.5-flash", 1_048_576, "pass")] * 2
 
 
-def test_check_reads_but_does_not_judge_litellm_routes(tmp_path: Path):
+def test_a_conversation_with_a_request_not_read_offline_is_not_judged_never_ok(tmp_path: Path):
+    """A route's label without ``sdk`` (an older capture) does not say what wrote the body: it is
+    not guessed, and its conversation is not passed off as clean."""
     path = tmp_path / "cap.jsonl"
+    user = {"role": "user", "content": "where is my parcel?"}
     lines = [
         {"conversation_id": "x", "provider": "litellm", "body": {"model": "cohere/command-r", "message": "hi"}},
         {"conversation_id": "y", "provider": "openai", "body": {"model": "gpt-4o", "messages": [SYSTEM]}},
+        {"conversation_id": "z", "provider": "openai", "body": {"model": "gpt-4o", "messages": [SYSTEM, user]}},
+        {"conversation_id": "z", "provider": "azure.ai.openai", "body": {"model": "gpt-4o", "messages": [user]}},
     ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out = run_cli("check", str(path))
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[-2:] == [
-        "checked 1 requests in 2 conversations: 0 with violations",
-        "not judged offline: 1 litellm requests (their body format is not read offline)",
+    assert out.returncode == 3, out.stderr  # nothing failed, but not everything was judged
+    assert out.stdout.splitlines() == [
+        "x: not judged (1 of 1 request not read offline)",
+        "y: ok (1 turn)",
+        "z: not judged (1 of 2 requests not read offline)",
+        "checked 2 requests in 3 conversations: 0 with violations, 2 not judged",
+        "not judged offline: 1 litellm requests (captured without 'sdk', and the label 'litellm' does not say "
+        "which SDK wrote the body)",
+        "not judged offline: 1 azure.ai.openai requests (captured without 'sdk', and the label 'azure.ai.openai' "
+        "does not say which SDK wrote the body)",
     ]
+    doc = json.loads(run_cli("check", str(path), "--json").stdout)
+    assert [(c["conversation_id"], c["turns"], c["not_read"]) for c in doc["conversations"]] == [
+        ("x", 1, 1), ("y", 1, 0), ("z", 2, 1)]
+    assert doc["not_judged_conversations"] == 2
+    assert [(n["provider"], n["sdk"], n["requests"]) for n in doc["not_judged_offline"]] == [
+        ("litellm", None, 1), ("azure.ai.openai", None, 1)]
+    # A violation still says so (exit 1), and that the turns before it were not all judged.
+    lines.append({"conversation_id": "z", "provider": "openai", "body": {"model": "gpt-4o", "messages": [user]}})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = run_cli("check", str(path))
+    assert out.returncode == 1, out.stderr
+    assert "z: first violation at turn 3: system_at_head (1 of 3 requests not read offline)" in out.stdout
+
+
+def test_a_capture_of_an_azure_openai_call_is_judged_by_the_sdk_that_wrote_it(
+    tmp_path: Path, llm: FakeLLM, harness: GuardHarness
+):
+    """The reproduction of issue 37: live capture labels the call by the provider it reached
+    (``azure.ai.openai``); the line also says the openai SDK wrote the body, so the system prompt
+    missing at its head is found offline as it was live."""
+    harness.start(mode="observe")
+    path = tmp_path / "cap.jsonl"
+    root = llm.base_url.removesuffix("/v1")
+    with openai.AzureOpenAI(azure_endpoint=root, api_key="t", api_version="2024-10-21", max_retries=0) as azure, \
+            record(str(path)), ctxguard.conversation("c1"):
+        azure.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "where is my parcel?"}])
+    assert "/openai/deployments/gpt-4o/chat/completions" in llm.requests[0].path
+    assert [s.attributes.get("ctxguard.violations") for s in harness.spans()] == [("system_at_head",)]
+    out = run_cli("check", str(path))
+    assert out.returncode == 1, out.stderr
+    assert out.stdout.splitlines() == [
+        "c1: first violation at turn 1: system_at_head",
+        "checked 1 requests in 1 conversations: 1 with violations",
+    ]
+    (line,) = lines_of(path)
+    assert (line["provider"], line["sdk"], line["body"]) == ("azure.ai.openai", "openai", llm.requests[0].json)
+
+
+#: A body in each SDK's request format, without a system prompt.
+UNGUIDED = {
+    "openai": ("gpt-4o", {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}),
+    "anthropic": ("claude-sonnet-4-20250514", {"model": "claude-sonnet-4-20250514", "max_tokens": 64,
+                                               "messages": [{"role": "user", "content": "hi"}]}),
+    "google-genai": ("gemini-2.5-flash", {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
+    "mistralai": ("mistral-small-latest", {"model": "mistral-small-latest",
+                                           "messages": [{"role": "user", "content": "hi"}]}),
+    "ollama": ("llama3.2", {"model": "llama3.2", "messages": [{"role": "user", "content": "hi"}]}),
+    "cohere": ("command-r", {"model": "command-r", "messages": [{"role": "user", "content": "hi"}]}),
+    "botocore": ("amazon.nova-pro-v1:0", {"messages": [{"role": "user", "content": [{"text": "hi"}]}]}),
+    "litellm": ("gpt-4o", {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}),
+}
+#: The SDKs' own labels, by which a line without ``sdk`` is read.
+OWN_LABELS = {"openai": "openai", "anthropic": "anthropic", "gcp.gen_ai": "google-genai", "mistral_ai": "mistralai",
+              "ollama": "ollama", "cohere": "cohere", "aws.bedrock": "botocore"}
+
+
+def test_every_label_capture_writes_is_judged_or_said_not_judged_never_refused(tmp_path: Path):
+    """Every label, written by ctxguard's capture writer with every SDK (and without one, as older
+    captures are): judged by the SDK's reader, or counted as not judged; never refused, never ok."""
+    from ctxguard.capture import CaptureWriter
+    from ctxguard.providers import BY_DISTRIBUTION, LABELS
+
+    assert set(UNGUIDED) == set(BY_DISTRIBUTION)
+    path = tmp_path / "cap.jsonl"
+    writer = CaptureWriter(str(path))
+    expected = {}
+    for label in LABELS:
+        for sdk, (model, body) in UNGUIDED.items():
+            writer.request((f"{label} {sdk}", None), label, body, model, sdk)
+            expected[f"{label} {sdk}"] = sdk != "litellm"
+        own = OWN_LABELS.get(label)
+        model, body = UNGUIDED[own or "openai"]
+        writer.request((f"{label} -", None), label, body, model)
+        expected[f"{label} -"] = own is not None
+    writer.close()
+    out = run_cli("check", str(path))
+    assert out.returncode == 1, out.stderr
+    said = dict(line.split(": ", 1) for line in out.stdout.splitlines()[: len(expected)])
+    assert said == {name: "first violation at turn 1: system_at_head" if judged else
+                    "not judged (1 of 1 request not read offline)" for name, judged in expected.items()}
+
+
+def test_an_anthropic_body_sent_to_bedrock_or_vertex_takes_its_model_from_the_line(tmp_path: Path):
+    """The anthropic SDK on Bedrock and Vertex AI puts the model in the URL: the body has none, and
+    the budget is judged with the line's."""
+    body = {"anthropic_version": "vertex-2023-10-16", "max_tokens": 64, "system": "Be brief.",
+            "messages": [{"role": "user", "content": "hi"}]}
+    path = tmp_path / "cap.jsonl"
+    path.write_text("".join(json.dumps({"conversation_id": label, "provider": label, "sdk": "anthropic",
+                                        "model": "claude-sonnet-4-20250514", "body": body}) + "\n"
+                            for label in ("gcp.vertex_ai", "aws.bedrock")))
+    with path.open("rb") as f:
+        results = [r for _, r in Checker().judge(read_capture(f, CAPTURED_PROVIDERS))]
+    assert [(r.provider, r.model, r.window, r.failed) for r in results if r is not None] == [
+        (label, "claude-sonnet-4-20250514", 200_000, []) for label in ("gcp.vertex_ai", "aws.bedrock")]
 
 
 def test_capture_keeps_the_tenant_and_is_private_to_its_owner(

@@ -319,12 +319,13 @@ def test_diff_without_a_key_digests_with_one_of_its_own(tmp_path: Path):
 FRAGMENTS = [GOOD, request("x\n\x1b[2J"), request("\ud800"), b"\xef\xbb\xbf", b"\x00", b"\xff", b"{", b"}", b"[",
              b"]", b'"', b"\\", b"NaN", b"1e999", b"9" * 4400, b'"body"', b'"fact"', b'"turn"', b'"provider"', b":",
              b",", b"null", b"true", b'{"body": {}}', b'{"conversation_id": "c", "fact": {"id": "a", "value": "b"}}',
-             b"\n", b"\r\n", b"\xed\xa0\x80", nested(2000)]
+             b'{"provider": "groq", "body": {}}', b'{"provider": "groq", "sdk": "openai", "body": {}}', b'"sdk"',
+             b'"litellm"', b"\n", b"\r\n", b"\xed\xa0\x80", nested(2000)]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.binary(max_size=40)), max_size=12).map(b"".join))
-def test_any_bytes_exit_0_1_or_2_with_one_line_per_problem_and_no_traceback(content: bytes):
+def test_any_bytes_exit_0_1_2_or_3_with_one_line_per_problem_and_no_traceback(content: bytes):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "any.jsonl"
         path.write_bytes(content)
@@ -333,7 +334,7 @@ def test_any_bytes_exit_0_1_or_2_with_one_line_per_problem_and_no_traceback(cont
         for args in (("check", str(path)), ("check", str(path), "--json"),
                      ("report", str(path), "-o", str(Path(tmp) / "r.html")), ("diff", str(good), str(path))):
             status, out, err = run_main(*args)
-            assert status in (0, 1, 2) and "Traceback" not in err
+            assert status in (0, 1, 2, 3) and "Traceback" not in err
             if status == 2:
                 assert err.count("\n") == 1 and err.startswith("ctxguard: ") and out == "", err
             else:
@@ -341,5 +342,7 @@ def test_any_bytes_exit_0_1_or_2_with_one_line_per_problem_and_no_traceback(cont
             if args[0] == "check" and status == 2:
                 assert " line " in err or "no request lines" in err
             if args == ("check", str(path)) and status != 2:
-                assert out.splitlines()[-1].startswith("checked ")
+                said = [line for line in out.splitlines() if not line.startswith("not judged offline: ")]
+                assert said[-1].startswith("checked ")
+                assert ("not judged" in said[-1]) if status == 3 else status == 1 or "not judged" not in out
                 assert not any(ch in out for ch in "\x1b\r\x00")

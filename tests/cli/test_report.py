@@ -341,3 +341,33 @@ def test_a_value_too_short_to_judge_is_shown_unjudged_not_absent(tmp_path: Path,
     doc = parse(out.read_text())
     statuses = {a["data-fact"]: a["data-status"] for t, a in doc.elements if t == "td" and a.get("data-fact")}
     assert statuses == {"size": "unjudged", "city": "present", "fit": "unjudged"}  # not "deleted": never looked for
+
+
+def test_a_conversation_with_a_turn_not_read_offline_is_not_presented_as_clean(tmp_path: Path) -> None:
+    """A route's label without ``sdk`` (an older capture of an Azure OpenAI call): that turn is not
+    judged, so its conversation says so, beside the clean and the violating ones, in the summary
+    and in its section."""
+    unread = request("azure", 2, {"role": "user", "content": "hello"})
+    unread["provider"] = "azure.ai.openai"
+    capture = write_capture(tmp_path / "capture.jsonl", [
+        request("azure", 1, SYSTEM, {"role": "user", "content": "hi"}), unread,
+        request("clean", 1, SYSTEM), request("bad", 1, {"role": "user", "content": "hi"}),
+    ])
+    out = tmp_path / "report.html"
+    assert main(["report", str(capture), "-o", str(out)]) == 0  # written: the report is the product
+    doc = parse(out.read_text())
+    verdicts = {a["data-conversation"]: (a["class"], a["#text"]) for t, a in doc.elements
+                if t == "li" and "data-conversation" in a}
+    assert verdicts == {
+        "azure": ("not-judged", "azure: not judged (1 of 2 requests not read offline)"),
+        "clean": ("ok", "clean: ok (1 turn)"),
+        "bad": ("violation", "bad: first violation at turn 1: system_at_head"),
+    }
+    assert one(doc, "dd", data_summary="not-judged")["#text"] == "1"
+    assert one(doc, "dd", data_summary="violating")["#text"] == "1"
+    section = one(doc, "section", data_conversation="azure")
+    assert section["data-verdict"] == "not-judged"
+    status = [a["#text"] for t, a in doc.elements if t == "p" and a.get("class") == "status"]
+    assert status == ["azure: not judged (1 of 2 requests not read offline)", "no violations",
+                      "bad: first violation at turn 1: system_at_head"]
+    assert "unread" in one(doc, "th", data_turn="2")["class"]

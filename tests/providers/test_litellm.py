@@ -216,3 +216,46 @@ def test_the_anthropic_routes_span_says_what_anthropic_answered(harness, llm, st
     assert list(a["gen_ai.response.finish_reasons"]) == list(served.finish_reasons) == ["end_turn"]
     assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (served.input_tokens,
                                                                                   served.output_tokens)
+
+
+def test_captures_are_judged_offline_as_the_sdk_that_wrote_the_body_or_said_not_judged(harness, llm, tmp_path):
+    """LiteLLM sends a route's request in that provider's own format: through the openai SDK (OpenAI,
+    Azure OpenAI), as Anthropic's Messages, or in a format of its own (Gemini here). The capture
+    line names the SDK whose format its body is in, so ``ctxguard check`` judges the first two as
+    it would the SDKs' own captures and says the third was not judged."""
+    import json
+    import subprocess
+    import sys
+
+    from ctxguard.testing import record
+
+    harness.start(mode="observe")
+    path = tmp_path / "cap.jsonl"
+    with record(str(path)):
+        with ctxguard.conversation("azure"):
+            litellm.completion(model="azure/gpt-4o", messages=[USER], api_base=llm.origin, api_key="t",
+                               api_version="2024-10-21")
+        with ctxguard.conversation("anthropic"):
+            litellm.completion(model="anthropic/claude-sonnet-4-20250514", messages=[SYSTEM, USER], max_tokens=50,
+                               api_base=llm.anthropic_base_url, api_key="t")
+            litellm.completion(model="anthropic/claude-sonnet-4-20250514", messages=[USER], max_tokens=50,
+                               api_base=llm.anthropic_base_url, api_key="t")
+        with ctxguard.conversation("gemini"):
+            litellm.completion(model="gemini/gemini-2.5-flash", messages=[SYSTEM, USER], max_tokens=50,
+                               api_base=llm.gemini_base_url, api_key="t")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(line["provider"], line["sdk"]) for line in lines] == [
+        ("litellm", "openai"), ("anthropic", "anthropic"), ("anthropic", "anthropic"), ("gcp.gen_ai", "litellm")]
+    assert [line["body"] for line in lines] == [r.json for r in llm.requests]  # each body as sent
+    live = [tuple(s.attributes.get("ctxguard.violations", ())) for s in guard_spans(harness)]
+    assert live == [("system_at_head",), (), ("system_at_head",), ()]
+    out = subprocess.run([sys.executable, "-m", "ctxguard.cli", "check", str(path)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 1, out.stderr
+    assert out.stdout.splitlines() == [
+        "azure: first violation at turn 1: system_at_head",
+        "anthropic: first violation at turn 2: system_at_head",
+        "gemini: not judged (1 of 1 request not read offline)",
+        "checked 3 requests in 3 conversations: 2 with violations, 1 not judged",
+        "not judged offline: 1 gcp.gen_ai requests (written by litellm in a request format not read offline)",
+    ]
