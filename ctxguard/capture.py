@@ -32,6 +32,7 @@ import dataclasses
 import errno
 import json
 import os
+import re
 import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -75,12 +76,17 @@ SDKS = frozenset(BY_DISTRIBUTION)
 
 #: Keyword arguments of the SDK call that are HTTP options, not part of the body.
 _NOT_BODY = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
+#: Keyword arguments that carry credentials or where to send them (LiteLLM's ``api_key``,
+#: ``api_base``, ``aws_secret_access_key``, ``vertex_credentials``, ``headers``, ...): never written
+#: to a capture file, whose raw content is the app's but whose secrets are not for it.
+_CREDENTIALS = re.compile(r"key|secret|password|credential|token$|^aws_|^headers$|^api_base$|^base_url$", re.I)
 
 
 def capture_body(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The body as the app passed it, when the transport's bytes were not seen:
-    sentinels and HTTP options left out, SDK objects as JSON."""
-    body = {k: v for k, v in kwargs.items() if k not in _NOT_BODY and type(v).__name__ not in SENTINELS}
+    sentinels, HTTP options and credentials left out, SDK objects as JSON."""
+    body = {k: v for k, v in kwargs.items()
+            if k not in _NOT_BODY and not _CREDENTIALS.search(k) and type(v).__name__ not in SENTINELS}
     extra = kwargs.get("extra_body")
     if isinstance(extra, Mapping):
         body.update(extra)

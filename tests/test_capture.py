@@ -117,3 +117,19 @@ def test_writing_is_safe_from_many_threads(tmp_path):
     writer.close()
     turns = sorted(json.loads(line)["turn"] for line in (tmp_path / "capture.jsonl").read_text().splitlines())
     assert turns == list(range(1, 801))
+
+
+def test_credentials_passed_as_arguments_never_reach_a_capture(tmp_path):
+    """A body captured from the call's arguments (its bytes were not seen: LiteLLM's mock_response,
+    say) leaves out what carries a credential or where to send one; the request's own fields stay."""
+    from ctxguard.capture import capture_body
+
+    kwargs = {"model": "gpt-4o", "messages": MESSAGES, "max_tokens": 5, "max_completion_tokens": 9, "top_k": 3,
+              "temperature": 0.2, "api_key": "sk-SECRET", "api_base": "https://gw.internal", "base_url": "x",
+              "aws_access_key_id": "AKIA", "aws_secret_access_key": "s3cr3t", "aws_session_token": "t",
+              "vertex_credentials": "{json}", "headers": {"Authorization": "Bearer sk-SECRET"},
+              "client_secret": "c", "password": "p", "extra_headers": {"x-api-key": "sk-SECRET"}}
+    body = capture_body(kwargs)
+    assert body == {"model": "gpt-4o", "messages": MESSAGES, "max_tokens": 5, "max_completion_tokens": 9,
+                    "top_k": 3, "temperature": 0.2}
+    assert "SECRET" not in json.dumps(body) and "s3cr3t" not in json.dumps(body)
