@@ -250,10 +250,13 @@ def _unguarded(request: Any) -> tuple[Observed, str] | None:
     found = next(((p, api) for suffix, p, api in _WIRE_APIS if path.endswith(suffix)), None)
     if found is None or found[0].distribution not in _chosen:
         return None
+    sent = wire.sent_body(request)
+    if sent is None:
+        return None  # a one-shot body, streamed unread: not judged (a model call's body is JSON in memory)
     try:
-        body = json.loads(request.content)
+        body = json.loads(sent)
     except ValueError:
-        return None  # not a JSON body (the SDK's GET listing stored completions): not a model call
+        return None  # not a JSON body: not a model call
     if not isinstance(body, dict):
         return None
     beneath = trace.get_current_span()
@@ -261,7 +264,7 @@ def _unguarded(request: Any) -> tuple[Observed, str] | None:
     call = guard.before(provider, api, body, may_block=False)
     if call is None:
         return None
-    call.from_wire(request.content, beneath)
+    call.from_wire(sent, beneath)
     return call, api
 
 

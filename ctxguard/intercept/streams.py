@@ -482,7 +482,10 @@ class _Manager(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
         with guarded("stream"):
             if self._self_stream is not None:
                 reply = self._self_final(self._self_stream)
-        self._self_call.answer(reply)
+        if reply is None or not reply.finish_reasons:  # left before the message's end: abandoned
+            self._self_call.ended_early(reply, streamed=True)
+        else:
+            self._self_call.answer(reply)
 
     @transparent
     def __enter__(self) -> Any:

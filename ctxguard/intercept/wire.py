@@ -21,7 +21,7 @@ from .protocol import Observed
 if TYPE_CHECKING:
     from ..providers.base import Provider
 
-__all__ = ["MODEL_PATHS", "TARGETS", "async_send", "body_send", "on_unguarded", "sync_send"]
+__all__ = ["MODEL_PATHS", "TARGETS", "async_send", "body_send", "on_unguarded", "sent_body", "sync_send"]
 
 #: distribution -> (module, "Class.method", is_async)
 TARGETS: dict[str, tuple[tuple[str, str, bool], ...]] = {
@@ -35,8 +35,22 @@ TARGETS: dict[str, tuple[tuple[str, str, bool], ...]] = {
 #: How the model endpoints' request paths end (Chat Completions, Responses, Anthropic Messages,
 #: Gemini). A request to one with no guarded call in flight went past a call site ctxguard does
 #: not hold (another library's uninstrument removed its wrapper; the app looked the SDK method
-#: up before ``instrument()``).
-MODEL_PATHS = ("/chat/completions", "/responses", "/messages", ":generateContent", ":streamGenerateContent")
+#: up before ``instrument()``). Whole path segments: ``/v1/threads/{id}/messages`` (openai's
+#: Assistants) is not Anthropic's ``/v1/messages``.
+MODEL_PATHS = ("/chat/completions", "/responses", "/v1/messages", ":generateContent", ":streamGenerateContent")
+
+
+def sent_body(request: Any) -> bytes | None:
+    """The body of an httpx / httpx2 request, if it is in memory: a one-shot body (a generator the
+    app passed as ``content``) is streamed to the server unread, and httpx raises ``RequestNotRead``
+    for it; ctxguard leaves it unread (reading it would consume it)."""
+    try:
+        content = request.content
+    except Exception as exc:
+        if type(exc).__name__ == "RequestNotRead":
+            return None
+        raise
+    return content if isinstance(content, (bytes, bytearray)) else None
 #: Told of each such unguarded model request (``providers`` sets it while a guard is active); returns
 #: the call it guards from the wire, if it does.
 on_unguarded: Callable[[Any], tuple[Observed, str] | None] | None = None
@@ -51,8 +65,8 @@ def _observe(args: Any, kwargs: Any) -> tuple[Observed, str] | None:
     try:
         request = args[0] if args else kwargs.get("request")
         if call is not None:
-            call.wire(getattr(request, "content", None))
-        elif on_unguarded is not None and request.url.path.endswith(MODEL_PATHS):
+            call.wire(sent_body(request))
+        elif on_unguarded is not None and request.method == "POST" and request.url.path.endswith(MODEL_PATHS):
             return on_unguarded(request)
     except Exception as exc:
         report_internal_error("response", exc)

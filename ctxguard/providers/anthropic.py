@@ -245,8 +245,13 @@ class AnthropicAdapter:
         return _EventStream()
 
     def final_reply(self, stream: Any) -> Answer | None:
-        """The answer of a ``messages.stream()`` helper, from its accumulated snapshot."""
-        return self.read_response("messages", _get(stream, "current_message_snapshot"))
+        """The answer of a ``messages.stream()`` helper, from its accumulated snapshot; None for a
+        stream left before its first event (the SDK's property asserts there is a snapshot)."""
+        try:
+            snapshot = stream.current_message_snapshot
+        except (AttributeError, AssertionError):
+            return None
+        return self.read_response("messages", snapshot)
 
 
 def _input_tokens(usage: Any) -> int | None:
@@ -323,7 +328,7 @@ PROVIDER = Provider(
     routes=identity.ROUTES,
     identity=identity.resource_identity,
     http_results=HTTP_RESULTS,
-    wire_apis=(("/messages", "messages"),),
+    wire_apis=(("/v1/messages", "messages"),),
     final_reply=ADAPTER.final_reply,
     offline=as_call,
 )

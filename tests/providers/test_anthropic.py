@@ -141,6 +141,22 @@ def test_stream_helper_text_unchanged_and_span_completed(harness, llm, claude):
     assert list(a["ctxguard.violations"]) == ["answer_consistent"]
 
 
+@pytest.mark.parametrize("read", [0, 2], ids=["unread", "two-events"])
+def test_a_stream_helper_left_before_its_end_is_abandoned_not_an_internal_error(harness, llm, claude, read):
+    """``with claude.messages.stream(...)`` left without reading (or after two events): the SDK's
+    snapshot property asserts it has one; the call ends abandoned with what it said so far, and
+    no internal error is counted (every app that cancels a stream would page the operator)."""
+    harness.start(mode="observe")
+    llm.script("it ships to Mumbai tomorrow")
+    with claude.messages.stream(model="claude-sonnet-4-20250514", max_tokens=100, system=SYSTEM,
+                                messages=MESSAGES) as stream:
+        for _, _event in zip(range(read), stream):
+            pass
+    a = only(harness).attributes
+    assert a["ctxguard.stream.abandoned"] is True, dict(a)
+    assert harness.metric("ctxguard_guard_errors_total", where="stream") == 0
+
+
 def test_stream_helper_blocked_before_sending_in_enforce_mode(harness, llm, claude):
     harness.start(mode="enforce")
     with pytest.raises(ctxguard.ContextViolation):

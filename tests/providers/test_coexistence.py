@@ -10,7 +10,9 @@ packages are driven in tests/coexistence.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
 
 import openai
 import pytest
@@ -19,7 +21,7 @@ from openai.resources.chat.completions.completions import Completions
 from opentelemetry import trace
 
 import ctxguard
-from tests.conftest import guard_spans
+from tests.conftest import guard_spans, only_guard_span
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
 
@@ -219,3 +221,44 @@ def test_only_an_sdks_model_request_is_guarded_from_the_wire(harness, llm, clien
         client.chat.completions.list()
     assert guard_spans(harness) == []
     assert [r.method for r in llm.requests] == ["POST", "GET"]
+
+
+def test_a_non_model_endpoint_whose_path_ends_like_one_is_not_guarded(harness, llm, client, caplog):
+    """openai's Assistants ``POST /threads/{id}/messages`` reaches no call site ctxguard holds; its
+    path ends in ``/messages`` but is not Anthropic's ``/v1/messages``: no span, no count, no
+    advice about a bypassed call site (before: 1 span labelled anthropic, system_at_head)."""
+    harness.start(mode="observe")
+    caplog.set_level(logging.WARNING, logger="ctxguard")
+    with contextlib.suppress(openai.APIError):  # whatever the fake answers: it is not a model call
+        client.beta.threads.messages.create("thread_abc123", role="user", content="Where is my parcel?")
+    assert [r.path for r in llm.requests] == ["/v1/threads/thread_abc123/messages"]
+    assert guard_spans(harness) == []
+    assert harness.metric("ctxguard_calls_total", provider="anthropic", operation="chat") == 0
+    assert [r.getMessage() for r in caplog.records] == []
+
+
+def test_a_one_shot_request_body_is_left_unread_and_is_no_internal_error(harness, llm, client):
+    """A body the app streams (a generator as ``content``) is sent unread by httpx; ctxguard does
+    not read it either (reading would consume it), and that is not an error of ctxguard's: sent
+    past the call site to a model path, and under a guarded call (a hook swapping the body)."""
+    import json
+
+    harness.start(mode="observe")
+    body = json.dumps({"model": "gpt-4o", "messages": MESSAGES}).encode()
+    client.post("/chat/completions", cast_to=object, content=iter([body]),
+                options={"headers": {"Content-Type": "application/json"}})
+    assert guard_spans(harness) == []  # not judged from the wire: its body was never in memory
+
+    def one_shot(request):  # type: ignore[no-untyped-def]
+        http = sys.modules[type(request).__module__.split(".")[0]]
+        request.stream = http._content.IteratorByteStream(iter([request.read()]))
+        del request._content
+
+    client._client.event_hooks["request"].append(one_shot)
+    try:
+        client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    finally:
+        client._client.event_hooks["request"].remove(one_shot)
+    span = only_guard_span(harness)
+    assert any(s.startswith("wire_intact: the body sent was not observed") for s in span.attributes["ctxguard.checks.skipped"])
+    assert len(llm.requests) == 2
