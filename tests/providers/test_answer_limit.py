@@ -248,6 +248,25 @@ def test_a_stream_far_past_the_limit_is_read_through_holding_no_more(harness, ll
         assert a["gen_ai.usage.input_tokens"] > 0
 
 
+@pytest.mark.parametrize("path", ["openai chat", "anthropic", "mistral", "litellm anthropic"])
+def test_a_stream_whose_body_passes_the_limit_is_read_to_its_end_when_its_text_does_not(
+        harness, llm, monkeypatch, path):
+    """What is held is one answer's text and one event, however many events: a body of some 300 KB
+    carrying 8 KB of text, read with a limit of 32 KiB, is judged, and its usage recorded."""
+    for module in (payload, streams):
+        monkeypatch.setattr(module, "ANSWER_LIMIT", 32 * 1024)
+    harness.start(mode="observe")
+    text = "Lyon" + "".join(f"{i:03x} " for i in range(1, 2048))  # 2048 tokens, each its own chunk
+    llm.script(Reply(text=text, deltas=2048))
+    with ctxguard.conversation("order-7"):
+        ctxguard.record_fact("city", "Lyon")
+        ctxguard.record_fact("city", "Paris")
+        assert "".join(STREAMS[path](llm)) == text
+    a = only_guard_span(harness).attributes
+    assert "answer_consistent" in a["ctxguard.violations"]  # read, it states the stale city
+    assert a["gen_ai.usage.output_tokens"] == llm.responses[-1].output_tokens > 0
+
+
 def test_an_ollama_stream_past_the_real_limit_holds_no_more(harness, llm, held):
     """The issue's case at the limit ctxguard ships with: Ollama's stream past 16 MiB, read by an app
     that keeps nothing."""
