@@ -18,7 +18,7 @@ import ctxguard
 from ctxguard import payload
 from ctxguard.intercept import streams
 from ctxguard.payload import UNREAD
-from ctxguard.providers import PROVIDERS
+from ctxguard.providers import BY_DISTRIBUTION, PROVIDERS
 from ctxguard.testing import FakeLLM, Reply
 from tests.conftest import only_guard_span
 
@@ -322,3 +322,25 @@ def test_an_answer_body_past_the_limit_is_not_read_and_says_why(harness, llm, sm
     a = only_guard_span(harness).attributes
     assert f"answer_consistent: {UNREAD}" in a["ctxguard.checks.skipped"]
     assert "error.type" not in a
+
+
+#: distribution -> (api, a chunk that reports the stream's end)
+FINISHING = {
+    "openai": ("chat.completions", {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+    "mistralai": ("chat.stream", {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+    "ollama": ("chat", {"message": {"content": ""}, "done": True, "done_reason": "stop"}),
+    "cohere": ("chat_stream", {"type": "message-end", "delta": {"finish_reason": "COMPLETE"}}),
+    "anthropic": ("messages", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+    "google-genai": ("generate_content_stream", {"candidates": [{"finish_reason": "STOP"}]}),
+    "botocore": ("converse_stream", {"messageStop": {"stopReason": "end_turn"}}),
+}
+
+
+@pytest.mark.parametrize("provider", FINISHING)
+def test_a_stream_that_keeps_reporting_its_end_keeps_few_finish_reasons(provider):
+    """One finish reason a choice: a stream that reports one in every chunk does not grow the list."""
+    api, finishing = FINISHING[provider]
+    reader = BY_DISTRIBUTION[provider].adapter.stream_reader(api)
+    for _ in range(10_000):
+        reader.feed(finishing)
+    assert 1 <= len(reader.reply().finish_reasons) <= payload.CHOICES_KEPT
