@@ -1,7 +1,9 @@
 """A streamed answer far longer than ``ANSWER_LIMIT``, through every SDK's stream over loopback HTTP:
 the app gets every chunk as the server sent it, what ctxguard holds for the call (its stream reader,
 and the server-sent events being read) stays within the limit while the stream runs, and the call
-ends with ``answer_consistent`` skipped for that reason and the usage the server reported last."""
+ends with ``answer_consistent`` skipped for that reason and the usage the server reported last.
+Also: a body read whole past the limit says why; a long body whose text is within the limit is read
+to its end; no reader keeps a finish reason a chunk."""
 
 from __future__ import annotations
 
