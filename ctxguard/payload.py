@@ -4,14 +4,18 @@ A provider module translates SDK keyword arguments into a ``RequestView``
 (role and readable text per message, references for non-text parts and what the
 provider charges for them, the output reservation). ``measure`` turns it into a ``Payload`` with digests and
 token counts. Checks only ever see a ``Payload``; they never learn which SDK
-produced it.
+produced it. What came back is an ``Answer``; a streamed answer's text accumulates in an
+``AnswerText``, which holds no more than ``ANSWER_LIMIT`` of it.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 __all__ = [
+    "ANSWER_LIMIT",
+    "CHOICES_KEPT",
     "KEY_BYTES",
     "ROLES",
     "SYSTEM_ROLES",
@@ -19,7 +23,9 @@ __all__ = [
     "TOOL_ELSEWHERE",
     "TOOL_REFS",
     "TOOL_RESULT",
+    "UNREAD",
     "Answer",
+    "AnswerText",
     "Item",
     "Message",
     "Payload",
@@ -205,6 +211,17 @@ class Payload:
         self.system = head if head is not None and head.role in SYSTEM_ROLES else None
 
 
+#: The most ctxguard holds of one answer, in bytes of memory: a streamed answer's text as it
+#: accumulates, one event of a streamed body, a whole body read at its end. Past it the answer's text
+#: is not kept (``AnswerText``, ``Answer.unread``); its id, usage and finish reasons still are.
+ANSWER_LIMIT = 16 * 1024 * 1024
+#: Why an answer past ``ANSWER_LIMIT`` is not judged (``Answer.unread``).
+UNREAD = f"the answer passed the {ANSWER_LIMIT // (1024 * 1024)} MiB ctxguard keeps of one answer"
+#: The finish reasons a streamed answer keeps: one a choice, and OpenAI's ``n`` asks for at most 128
+#: choices; a stream that reports more is not believed further.
+CHOICES_KEPT = 128
+
+
 @dataclass
 class Answer:
     """What came back, provider-neutral (for the span, calibration and answer checks)."""
@@ -218,3 +235,56 @@ class Answer:
     #: The error the provider reported inside the answer (a stream's error event, a failed
     #: Responses response), as its low-cardinality type or code; the call ends in error.
     error: str | None = None
+    #: Why ``text`` is not the answer's text (``UNREAD``: it passed ``ANSWER_LIMIT``), if so.
+    unread: str | None = None
+
+
+#: Pieces of a streamed text joined into one string this many at a time: a streamed piece is often a
+#: token of a few characters, which alone in a list costs some 60 bytes more.
+_JOINED = 256
+#: A string's slot in a list.
+_SLOT = 8
+
+
+class AnswerText:
+    """A streamed answer's text, piece by piece, held within ``ANSWER_LIMIT`` bytes of memory
+    (counted as ``sys.getsizeof`` counts the strings, and their slots); past it, none is held.
+
+    >>> text = AnswerText()
+    >>> for piece in ("The parcel ", "is in ", "Pune."):
+    ...     text.add(piece)
+    >>> text.fill(Answer()).text
+    'The parcel is in Pune.'
+    """
+
+    __slots__ = ("_held", "_joined", "_kept", "_pieces")
+
+    def __init__(self) -> None:
+        #: The text so far, joined a few hundred pieces at a time; None once it passed the limit.
+        self._joined: list[str] | None = []
+        self._pieces: list[str] = []  # the pieces since
+        self._kept = 0  # bytes of the joined strings and their slots
+        self._held = 0  # and of the pieces since
+
+    def add(self, piece: str) -> None:
+        joined = self._joined
+        if joined is None or not piece:
+            return
+        pieces = self._pieces
+        pieces.append(piece)
+        self._held += sys.getsizeof(piece) + _SLOT
+        if len(pieces) == _JOINED:
+            joined.append("".join(pieces))
+            pieces.clear()
+            self._kept += sys.getsizeof(joined[-1]) + _SLOT
+            self._held = self._kept
+        if self._held > ANSWER_LIMIT:
+            self._joined, self._pieces = None, []
+
+    def fill(self, answer: Answer) -> Answer:
+        """``answer`` with the text, or past ``ANSWER_LIMIT`` none and ``unread`` saying why."""
+        if self._joined is None:
+            answer.text, answer.unread = "", UNREAD
+        else:
+            answer.text = "".join([*self._joined, *self._pieces])
+        return answer

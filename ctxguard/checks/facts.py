@@ -118,6 +118,8 @@ def answer_consistent(payload: Payload, ctx: Context, reply: Answer | None, unan
         return UNLISTED  # its reason is the fact checks' (on the span)
     if reply is None:
         return Skip(unanswered)
+    if reply.unread is not None:
+        return Skip(reply.unread)
     if not reply.text:
         return Skip("no answer text")
     answer_norm = normalise(reply.text)

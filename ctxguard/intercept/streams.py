@@ -29,14 +29,13 @@ from typing import Any
 import wrapt
 
 from .._isolation import guarded, report_internal_error
-from ..payload import Answer
+from ..payload import ANSWER_LIMIT, UNREAD, Answer
 from ..providers.base import Pending, StreamReader
 from .frames import transparent
 from .inflight import IN_FLIGHT
 from .protocol import Observed
 
 __all__ = [
-    "BODY_LIMIT",
     "HTTP_RESULTS",
     "forget_http_results",
     "http_response_of",
@@ -45,10 +44,6 @@ __all__ = [
     "wrap_manager",
     "wrap_stream",
 ]
-
-#: Response bodies are read up to this many bytes; past it the answer is not read (ctxguard's
-#: memory stays bounded), and the call still ends with the body.
-BODY_LIMIT = 16 * 1024 * 1024
 
 #: SDK result type -> the attribute holding its HTTP response (registered by ``providers``
 #: when an SDK is patched, from each provider module's ``HTTP_RESULTS`` declaration).
@@ -77,21 +72,22 @@ def http_response_of(result: Any) -> Any | None:
 class _Events:
     """A server-sent event body, each event's JSON ``data`` fed to a provider's stream reader.
     ``complete`` once OpenAI's ``[DONE]`` or an error event arrives (the end of the body also
-    completes it)."""
+    completes it). However long the body, what is held is the event arriving and what the reader
+    keeps (``AnswerText``); an event longer than ``ANSWER_LIMIT`` ends the reading, the answer so far
+    ``unread``."""
 
-    __slots__ = ("_buffer", "_data", "_reader", "complete", "size")
+    __slots__ = ("_buffer", "_data", "_held", "_reader", "complete", "unread")
 
     def __init__(self, reader: StreamReader) -> None:
         self._reader = reader
         self._buffer = bytearray()
         self._data: list[bytes] = []
+        self._held = 0  # bytes of ``_data``'s objects and slots
         self.complete = False
-        self.size = 0
+        self.unread = False
 
     def feed(self, chunk: bytes) -> None:
-        self.size += len(chunk)
-        if self.size > BODY_LIMIT:
-            self._buffer.clear()
+        if self.unread:
             return
         buffer = self._buffer
         buffer += chunk
@@ -105,11 +101,16 @@ class _Events:
             if not line:
                 self._dispatch()
             elif line.startswith(b"data:"):
-                self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+                data = line[6:] if line[5:6] == b" " else line[5:]
+                self._data.append(data)
+                self._held += sys.getsizeof(data) + 8
         del buffer[:start]
+        if self._held + len(buffer) > ANSWER_LIMIT:
+            self.unread = True
+            self._buffer, self._data = bytearray(), []
 
     def _dispatch(self) -> None:
-        data, self._data = b"\n".join(self._data), []
+        data, self._data, self._held = b"\n".join(self._data), [], 0
         if not data:
             return
         if data.startswith(b"[DONE]"):
@@ -124,14 +125,17 @@ class _Events:
             self.complete = True  # the service failed midway (Anthropic, Responses, Chat): nothing follows
 
     def reply(self) -> Answer | None:
-        if self.size > BODY_LIMIT:
-            return None
+        if self.unread:
+            reply = self._reader.reply()
+            reply.text, reply.unread = "", UNREAD
+            return reply
         self._dispatch()  # a last event without its blank line
         return self._reader.reply()
 
 
 class _Document:
-    """A JSON body, read once it has all arrived."""
+    """A JSON body, read once it has all arrived; one longer than ``ANSWER_LIMIT`` is not kept, its
+    answer ``unread``."""
 
     __slots__ = ("_parts", "_read", "complete", "size")
 
@@ -143,11 +147,15 @@ class _Document:
 
     def feed(self, chunk: bytes) -> None:
         self.size += len(chunk)
-        if self.size <= BODY_LIMIT:
+        if self.size <= ANSWER_LIMIT:
             self._parts.append(chunk)
+        else:
+            self._parts.clear()
 
     def reply(self) -> Answer | None:
-        if self.size > BODY_LIMIT or not self._parts:
+        if self.size > ANSWER_LIMIT:
+            return Answer(unread=UNREAD)
+        if not self._parts:
             return None
         try:
             document = json.loads(b"".join(self._parts))

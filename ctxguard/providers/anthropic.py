@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..memo import Memo
-from ..payload import TOOL_CALL, TOOL_RESULT, Answer, Item, RequestView, tool_ref
+from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
 from ..tokens import NON_TEXT_PART
 from . import identity
 from ._image import ANTHROPIC_HIGH_RES, ANTHROPIC_STANDARD, Size, anthropic_tokens, size_of_base64
@@ -271,7 +271,7 @@ class _EventStream:
 
     def __init__(self) -> None:
         self._reply = Answer()
-        self._texts: list[str] = []
+        self._text = AnswerText()
 
     def feed(self, event: Any) -> None:
         kind = _get(event, "type")
@@ -285,7 +285,7 @@ class _EventStream:
             delta = _get(event, "delta")
             text = _str(_get(delta, "text")) if delta is not None else None
             if text:
-                self._texts.append(text)
+                self._text.add(text)
         elif kind == "message_delta":
             delta = _get(event, "delta")
             reason = _str(_get(delta, "stop_reason")) if delta is not None else None
@@ -303,8 +303,7 @@ class _EventStream:
             reply.error = reply.error or "error"
 
     def reply(self) -> Answer:
-        self._reply.text = "".join(self._texts)
-        return self._reply
+        return self._text.fill(self._reply)
 
 
 ADAPTER = AnthropicAdapter()

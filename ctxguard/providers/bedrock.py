@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..memo import Memo
-from ..payload import TOOL_CALL, TOOL_RESULT, Answer, Item, RequestView, tool_ref
+from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
 from ..tokens import NON_TEXT_PART
 from ._image import size_of_base64, size_of_bytes
 from ._read import as_int as _int
@@ -336,7 +336,7 @@ class _ConverseStream:
 
     def __init__(self) -> None:
         self._reply = Answer()
-        self._texts: list[str] = []
+        self._text = AnswerText()
 
     def feed(self, event: Any) -> None:
         if not isinstance(event, Mapping):
@@ -345,7 +345,7 @@ class _ConverseStream:
         if delta is not None:
             text = _str(_get(delta, "text"))
             if text:
-                self._texts.append(text)
+                self._text.add(text)
         stop = _get(event, "messageStop")
         if stop is not None:
             reason = _str(_get(stop, "stopReason"))
@@ -356,8 +356,7 @@ class _ConverseStream:
             _usage(self._reply, _get(metadata, "usage"))
 
     def reply(self) -> Answer:
-        self._reply.text = "".join(self._texts)
-        return self._reply
+        return self._text.fill(self._reply)
 
 
 class _ChunkStream:

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..memo import Memo
-from ..payload import TOOL_CALL, TOOL_RESULT, Answer, Item, RequestView, tool_ref
+from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
 from ._image import Size, size_of_url
 from ._read import Unread, canonical, elements, items, schemas, structured_parts
 from ._read import as_str as _str
@@ -248,7 +248,7 @@ class _EventStream:
 
     def __init__(self) -> None:
         self._reply = Answer()
-        self._texts: list[str] = []
+        self._text = AnswerText()
 
     def feed(self, event: Any) -> None:
         kind = _get(event, "type")
@@ -259,19 +259,18 @@ class _EventStream:
             content = _get(_get(_get(event, "delta"), "message"), "content")
             text = _str(_get(content, "text"))
             if text:
-                self._texts.append(text)
+                self._text.add(text)
         elif kind == "message-end":
             delta = _get(event, "delta")
             reason = _str(_get(delta, "finish_reason"))
             if reason:
-                reply.finish_reasons.append(reason)
+                reply.finish_reasons = [reason]
                 if reason in _FAILED:
                     reply.error = reason
             reply.input_tokens, reply.output_tokens = _usage(_get(delta, "usage"))
 
     def reply(self) -> Answer:
-        self._reply.text = "".join(self._texts)
-        return self._reply
+        return self._text.fill(self._reply)
 
 
 ADAPTER = CohereAdapter()

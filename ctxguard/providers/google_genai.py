@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..memo import Memo
-from ..payload import TOOL_CALL, TOOL_RESULT, Answer, Item, RequestView, tool_ref
+from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
 from ..tokens import NON_TEXT_PART
 from ._image import gemini_tokens, size_of_base64, size_of_bytes
 from ._read import Unread, canonical, items, schemas, unread_if_one_shot
@@ -213,7 +213,7 @@ class _Responses:
 
     def __init__(self) -> None:
         self._reply = Answer()
-        self._texts: list[str] = []
+        self._text = AnswerText()
 
     def feed(self, response: Any) -> None:
         reply = self._reply
@@ -226,7 +226,7 @@ class _Responses:
                 for part in _get(content, "parts") or ():
                     text = _str(_get(part, "text"))
                     if text and not _get(part, "thought"):
-                        self._texts.append(text)
+                        self._text.add(text)
             reason = _get(candidate, "finish_reason")
             value = _str(getattr(reason, "value", reason))
             if value:
@@ -241,8 +241,7 @@ class _Responses:
             reply.output_tokens = None if output is None else output + (_int(_get(usage, "thoughts_token_count")) or 0)
 
     def reply(self) -> Answer:
-        self._reply.text = "".join(self._texts)
-        return self._reply
+        return self._text.fill(self._reply)
 
 
 ADAPTER = GoogleGenAIAdapter()

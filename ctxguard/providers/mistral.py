@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..memo import Memo
-from ..payload import TOOL_CALL, TOOL_RESULT, Answer, Item, RequestView, tool_ref
+from ..payload import CHOICES_KEPT, TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
 from ..tokens import NON_TEXT_PART
 from ._image import Size, size_of_url
 from ._read import as_int as _int
@@ -227,7 +227,7 @@ class _ChunkStream:
 
     def __init__(self) -> None:
         self._reply = Answer()
-        self._texts: list[str] = []
+        self._text = AnswerText()
 
     def feed(self, chunk: Any) -> None:
         data = _get(chunk, "data")
@@ -244,9 +244,9 @@ class _ChunkStream:
             if delta is not None:
                 text = _reply_text(_get(delta, "content"))
                 if text:
-                    self._texts.append(text)
+                    self._text.add(text)
             reason = _str(_get(choice, "finish_reason"))
-            if reason:
+            if reason and len(reply.finish_reasons) < CHOICES_KEPT:
                 reply.finish_reasons.append(reason)
                 if reason == _BROKEN:
                     reply.error = _BROKEN
@@ -256,8 +256,7 @@ class _ChunkStream:
             reply.output_tokens = _int(_get(usage, "completion_tokens"))
 
     def reply(self) -> Answer:
-        self._reply.text = "".join(self._texts)
-        return self._reply
+        return self._text.fill(self._reply)
 
 
 ADAPTER = MistralAdapter()

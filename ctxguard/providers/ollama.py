@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..memo import Memo
-from ..payload import TOOL_CALL, TOOL_RESULT, Answer, Item, RequestView, tool_ref
+from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
 from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import canonical, elements, family, items
@@ -188,7 +188,7 @@ class _ChunkStream:
 
     def __init__(self) -> None:
         self._reply = Answer()
-        self._texts: list[str] = []
+        self._text = AnswerText()
 
     def feed(self, chunk: Any) -> None:
         reply = self._reply
@@ -196,17 +196,16 @@ class _ChunkStream:
         message = _get(chunk, "message")
         text = _str(_get(message, "content")) if message is not None else None
         if text:
-            self._texts.append(text)
+            self._text.add(text)
         if _get(chunk, "done") is True:
             reason = _str(_get(chunk, "done_reason"))
             if reason:
-                reply.finish_reasons.append(reason)
+                reply.finish_reasons = [reason]
             reply.input_tokens = _int(_get(chunk, "prompt_eval_count"))
             reply.output_tokens = _int(_get(chunk, "eval_count"))
 
     def reply(self) -> Answer:
-        self._reply.text = "".join(self._texts)
-        return self._reply
+        return self._text.fill(self._reply)
 
 
 ADAPTER = OllamaAdapter()

@@ -15,7 +15,17 @@ from typing import Any
 
 from ..cache import TwoGenerationCache, str_bytes, text_bytes
 from ..memo import Memo
-from ..payload import TOOL_CALL, TOOL_ELSEWHERE, TOOL_RESULT, Answer, Item, RequestView, tool_ref
+from ..payload import (
+    CHOICES_KEPT,
+    TOOL_CALL,
+    TOOL_ELSEWHERE,
+    TOOL_RESULT,
+    Answer,
+    AnswerText,
+    Item,
+    RequestView,
+    tool_ref,
+)
 from ..tokens import NON_TEXT_PART
 from . import identity
 from ._image import openai_tokens, size_of_url
@@ -437,7 +447,7 @@ def _response_reply(result: Any) -> Answer | None:
 class _ChatStream:
     def __init__(self) -> None:
         self._reply = Answer()
-        self._texts: list[str] = []
+        self._text = AnswerText()
 
     def feed(self, chunk: Any) -> None:
         reply = self._reply
@@ -451,9 +461,9 @@ class _ChatStream:
             delta = _get(choice, "delta")
             text = _str(_get(delta, "content")) if delta is not None else None
             if text:
-                self._texts.append(text)
+                self._text.add(text)
             reason = _str(_get(choice, "finish_reason"))
-            if reason:
+            if reason and len(reply.finish_reasons) < CHOICES_KEPT:
                 reply.finish_reasons.append(reason)
         usage = _get(chunk, "usage")
         if usage is not None:
@@ -461,8 +471,7 @@ class _ChatStream:
             reply.output_tokens = _int(_get(usage, "completion_tokens"))
 
     def reply(self) -> Answer:
-        self._reply.text = "".join(self._texts)
-        return self._reply
+        return self._text.fill(self._reply)
 
 
 class _ResponsesStream:
@@ -471,14 +480,14 @@ class _ResponsesStream:
     def __init__(self) -> None:
         self._final: Answer | None = None
         self._started = Answer()  # who answers, from the first event: kept if the stream fails midway
-        self._texts: list[str] = []
+        self._text = AnswerText()
 
     def feed(self, event: Any) -> None:
         kind = _get(event, "type")
         if kind == "response.output_text.delta":
             delta = _str(_get(event, "delta"))
             if delta:
-                self._texts.append(delta)
+                self._text.add(delta)
         elif kind in self._FINAL:
             self._final = _response_reply(_get(event, "response"))
         elif kind == "response.created":
@@ -486,9 +495,9 @@ class _ResponsesStream:
             self._started.id, self._started.model = _str(_get(response, "id")), _str(_get(response, "model"))
 
     def reply(self) -> Answer:
+        # The final response carries the whole text (no longer than the event that brought it).
         reply = self._final or self._started
-        reply.text = reply.text or "".join(self._texts)
-        return reply
+        return reply if reply.text else self._text.fill(reply)
 
 
 ADAPTER = OpenAIAdapter()

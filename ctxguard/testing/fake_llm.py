@@ -444,6 +444,8 @@ class Reply:
     ``Reply(tool_calls=[{"function": {"name": "lookup", "arguments": {"q": "x"}}}])``;
     ``Reply(status=429)`` for an HTTP error, ``Reply(text="…", stream_failure="error")``
     for a stream that fails after its first delta (``"drop"``: the connection is cut).
+    ``deltas`` is how many pieces a streamed answer's text comes in: 3 by default, so clients
+    must really join them; a model streams about a token a piece (``deltas=len(text) // 4``).
 
     Token counts default to an estimate of what was sent and what is said (see the
     module docstring); explicit ``input_tokens`` / ``output_tokens`` win, and are
@@ -469,6 +471,7 @@ class Reply:
     parsed: Any = None
     refusal: str = ""
     stream_failure: str | None = None
+    deltas: int = 3
 
     def __post_init__(self) -> None:
         # Mistakes rejected when the script is written, not when a test puzzles over a reply.
@@ -480,6 +483,8 @@ class Reply:
             raise ValueError("Reply: a refusal carries no text or tool calls")
         if self.stream_failure not in (None, "error", "drop"):
             raise ValueError(f"Reply: stream_failure is 'error' or 'drop', not {self.stream_failure!r}")
+        if self.deltas < 1:
+            raise ValueError("Reply: a streamed text comes in one delta or more")
         if self.cached_tokens < 0 or (self.input_tokens is not None and self.cached_tokens > self.input_tokens):
             raise ValueError("Reply: cached_tokens is part of input_tokens")
         if (self.reasoning_tokens is not None and self.output_tokens is not None
@@ -1257,9 +1262,9 @@ def _chat_stream(ctx: _Ctx) -> list[_Event | _Drop]:
     calls = ctx.calls
     if reply.text or reply.refusal or not calls:
         out.add(None, chunk({"role": "assistant", "content": "", "refusal": None}))
-        for piece in _split(reply.text):
+        for piece in _split(reply.text, reply.deltas):
             out.add(None, chunk({"content": piece}, size=len(piece)), delta=True)
-        for piece in _split(reply.refusal):
+        for piece in _split(reply.refusal, reply.deltas):
             out.add(None, chunk({"refusal": piece}, size=len(piece)), delta=True)
         first = 0
     else:
@@ -1423,13 +1428,13 @@ def _responses_stream(ctx: _Ctx) -> list[_Event | _Drop]:
             if reply.refusal:
                 part = {"type": "refusal", "refusal": ""}
                 ev("response.content_part.added", **at, part=part)
-                for piece in _split(reply.refusal):
+                for piece in _split(reply.refusal, reply.deltas):
                     ev("response.refusal.delta", said=True, **at, delta=piece)
                 ev("response.refusal.done", **at, refusal=reply.refusal)
             else:
                 part = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
                 ev("response.content_part.added", **at, part=part)
-                for piece in _split(reply.text):
+                for piece in _split(reply.text, reply.deltas):
                     ev("response.output_text.delta", said=True, **at, delta=piece, logprobs=[])
                 ev("response.output_text.done", **at, text=reply.text, logprobs=[])
             ev("response.content_part.done", **at, part=item["content"][0])
@@ -1520,7 +1525,7 @@ def _messages_stream(ctx: _Ctx) -> list[_Event | _Drop]:
             # The signature arrives whole, just before the block closes.
             ev("content_block_delta", index=index, delta={"type": "signature_delta", "signature": block["signature"]})
         elif kind == "text":
-            for piece in _split(block["text"]):
+            for piece in _split(block["text"], ctx.reply.deltas):
                 ev("content_block_delta", said=True, index=index, delta={"type": "text_delta", "text": piece})
         else:
             for piece in _split(json.dumps(block["input"]), 2):
@@ -1595,7 +1600,7 @@ def _gemini_stream(ctx: _Ctx) -> list[_Event | _Drop]:
     else:
         if reply.reasoning:
             out.add(None, _gemini_chunk(ctx, [{"text": reply.reasoning, "thought": True}], final=False), delta=True)
-        pieces = _split(reply.text) or [""]
+        pieces = _split(reply.text, reply.deltas) or [""]
         for piece in pieces[:-1]:
             out.add(None, _gemini_chunk(ctx, [{"text": piece}], final=False), delta=True)
         last = [{"text": pieces[-1]}] if pieces[-1] or not ctx.calls else []
@@ -1676,7 +1681,7 @@ def _mistral_stream(ctx: _Ctx) -> list[_Event | _Drop]:
     out.add(None, chunk({"role": "assistant", "content": ""}))
     for piece in _split(reply.reasoning):
         out.add(None, chunk({"content": [_mistral_thinking(piece)]}), delta=True)
-    for piece in _split(reply.text or reply.refusal):
+    for piece in _split(reply.text or reply.refusal, reply.deltas):
         out.add(None, chunk({"content": piece}), delta=True)
     if ctx.calls:
         out.add(None, chunk({"tool_calls": _mistral_calls(ctx)}), delta=True)
@@ -1801,7 +1806,7 @@ def _ollama_stream(ctx: _Ctx) -> list[_Event | _Drop]:
     reply = ctx.reply
     for piece in _split(reply.reasoning):
         out.add(None, line(_ollama_message("", thinking=piece)), delta=True)
-    for piece in _split(reply.text or reply.refusal):
+    for piece in _split(reply.text or reply.refusal, reply.deltas):
         out.add(None, line(_ollama_message(piece)), delta=True)
     if ctx.calls:
         out.add(None, line(_ollama_message("", calls=_ollama_calls(ctx))), delta=True)
@@ -1879,7 +1884,7 @@ def _cohere_stream(ctx: _Ctx) -> list[_Event | _Drop]:
     ev("message-start", id=ctx.id, delta={"message": {"role": "assistant", "content": [], "tool_plan": "",
                                                       "tool_calls": [], "citations": []}})
     if ctx.calls:
-        for piece in _split(reply.text):
+        for piece in _split(reply.text, reply.deltas):
             ev("tool-plan-delta", said=True, delta={"message": {"tool_plan": piece}})
         for i, call in enumerate(ctx.calls):
             ev("tool-call-start", index=i, delta={"message": {"tool_calls": {
@@ -1898,7 +1903,7 @@ def _cohere_stream(ctx: _Ctx) -> list[_Event | _Drop]:
             index = 1
         text = reply.text or reply.refusal
         ev("content-start", index=index, delta=content(type="text", text=""))
-        for piece in _split(text):
+        for piece in _split(text, reply.deltas):
             ev("content-delta", said=True, index=index, delta=content(text=piece))
         for i, citation in enumerate(_cohere_citations(ctx, text)):
             ev("citation-start", index=i, delta={"message": {"citations": {**citation, "content_index": index}}})
@@ -1992,7 +1997,7 @@ def _converse_stream(ctx: _Ctx) -> list[_Event | _Drop]:
             out.add("contentBlockDelta", {"contentBlockIndex": index,
                                           "delta": {"reasoningContent": {"signature": reasoning["signature"]}}})
         elif "text" in block:
-            for piece in _split(block["text"]):
+            for piece in _split(block["text"], ctx.reply.deltas):
                 out.add("contentBlockDelta", {"contentBlockIndex": index, "delta": {"text": piece}}, delta=True)
         else:
             use = block["toolUse"]
@@ -2039,7 +2044,7 @@ def _invoke_stream(ctx: _Ctx) -> list[_Event | _Drop]:
     if _invoke_shape(ctx.payload) == "anthropic":
         events = [e for e in _messages_stream(ctx) if isinstance(e, _Drop) or e[0] != "ping"]
     else:
-        pieces = _split(ctx.reply.text) or [""]
+        pieces = _split(ctx.reply.text, ctx.reply.deltas) or [""]
         events = [(None, {"generation": piece, "prompt_token_count": ctx.input_tokens if i == 0 else None,
                           "generation_token_count": i + 1, "stop_reason": None}) for i, piece in enumerate(pieces)]
         events.append((None, {"generation": "", "prompt_token_count": None,

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from ctxguard.facts.matching import LARGE_TEXT
-from ctxguard.payload import Answer
+from ctxguard.payload import UNREAD, Answer
 from ctxguard.policy import Policy
 from tests.checks.cases import (
     FAIL,
@@ -135,9 +135,9 @@ def test_fact_scoped(case: Case) -> None:
 
 
 def answered(id: str, text: str, answer: str | None, *facts: Fact, expect: str, says: str = "",
-             view: str | None = None, unanswered: str = "") -> Case:
+             view: str | None = None, unanswered: str = "", unread: str | None = None) -> Case:
     base = case("answer_consistent", id, text, *facts, view=view, expect=expect, says=says)
-    reply = Answer(text=answer) if answer is not None else None
+    reply = Answer(text=answer, unread=unread) if answer is not None else None
     return Case(base.check, id, base.payload, base.ctx, expect, says, (reply, unanswered))
 
 
@@ -151,6 +151,8 @@ def answered(id: str, text: str, answer: str | None, *facts: Fact, expect: str, 
     answered("the current value was not sent", "Ship it.", "It ships to Lyon.", MOVED, expect=PASS),
     answered("no value superseded", "Ship to Pune.", "It ships to Lyon.", CITY, expect=PASS),
     answered("an empty answer", "Ship to Pune.", "", MOVED, expect=SKIP, says="no answer text"),
+    answered("an answer past what ctxguard keeps of one", "Ship to Pune.", "", MOVED, unread=UNREAD, expect=SKIP,
+             says=UNREAD),
     answered("no answer", "Ship to Pune.", None, MOVED, unanswered="the call failed: APIConnectionError",
              expect=SKIP, says="the call failed: APIConnectionError"),
     answered("facts not judged", "Ship to Pune.", "It ships to Lyon.", view=NO_CONVERSATION, expect=SKIP,

@@ -184,6 +184,22 @@ def test_chat_stream_with_usage(llm: FakeLLM, client: openai.OpenAI) -> None:
     assert all(c.usage is None for c in chunks[:-1])
 
 
+def test_a_streamed_text_comes_in_as_many_deltas_as_scripted(llm: FakeLLM, client: openai.OpenAI) -> None:
+    text = "word " * 200
+    llm.script(Reply(text=text, deltas=100), Reply(text=text, deltas=100))
+    chunks = list(client.chat.completions.create(model="gpt-test", messages=MESSAGES, stream=True))
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert "".join(pieces) == text
+    assert len(pieces) == 100
+    with (
+        _anthropic(llm) as c,
+        c.messages.stream(model="claude-test", max_tokens=50, messages=MESSAGES) as stream,
+    ):
+        pieces = list(stream.text_stream)
+    assert "".join(pieces) == text
+    assert len(pieces) == 100
+
+
 def test_chat_stream_wire_framing(llm: FakeLLM) -> None:
     """Every chunk: the same id, fingerprint, ``usage: null`` and ``obfuscation`` padding; the
     first delta opens the assistant turn with empty content; then a usage-only chunk and [DONE]."""
@@ -721,6 +737,8 @@ def test_reply_rejects_contradictions_when_written() -> None:
         Reply(input_tokens=10, cached_tokens=11)
     with pytest.raises(ValueError, match="reasoning_tokens"):
         Reply(output_tokens=10, reasoning_tokens=11)
+    with pytest.raises(ValueError, match="one delta or more"):
+        Reply(text="x", deltas=0)
     assert Reply(parsed=[1, "é"]).text == '[1,"é"]'
 
 
