@@ -274,7 +274,8 @@ class RedisLedger:
         if connect is not None:
             kwargs["socket_connect_timeout"] = seconds if connect < 0 else connect
         # The ledger client's own class (an app's subclass, say, that counts or traces commands).
-        return type(self._client)(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
+        connections = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+        return type(self._client)(connection_pool=connections)
 
     def close(self) -> None:
         """Stop sharing and release the connection pool (a ``client`` passed in is left to its owner)."""

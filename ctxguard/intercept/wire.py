@@ -50,7 +50,7 @@ def sent_body(request: Any) -> bytes | None:
         if type(exc).__name__ == "RequestNotRead":
             return None
         raise
-    return content if isinstance(content, (bytes, bytearray)) else None
+    return bytes(content) if isinstance(content, (bytes, bytearray)) else None
 #: Told of each such unguarded model request (``providers`` sets it while a guard is active); returns
 #: the call it guards from the wire, if it does.
 on_unguarded: Callable[[Any], tuple[Observed, str] | None] | None = None
