@@ -254,8 +254,10 @@ class Inspector:
         else:
             try:
                 state = sinks.ledger.state(scope, sinks.clock())
-            except LedgerSlow as exc:  # slow, not down: this call goes on without its facts, writes go on
-                report_internal_error("ledger", exc)
+            except LedgerSlow as exc:
+                # Slow, not down, and not ctxguard's failure: this call goes on without its facts (its
+                # fact checks skip, saying so); no breaker, so writes go on. A Redis that stays hung
+                # fails the writes and the shared values' reader too, and those are counted.
                 unavailable = f"fact ledger unavailable: {exc}"
             except Exception as exc:
                 sinks.failed()
