@@ -4,9 +4,9 @@ possible at any point. It neither inspects nor records; it says when (``Inspecto
 
 States: *inspected* (``Guard.before`` made it; enforce mode may ``block`` it here) ->
 *sent* (the SDK returned or is streaming; the wire body, seen at most once, is judged
-whenever the transport sends it) -> *ended* (``answer``, ``failed``, ``ended_early``,
-``refused``, ``block``: whichever comes first; the others are then no-ops). Every check has
-exactly one outcome when the call has ended. It implements ``intercept.protocol.Observed``.
+whenever the transport sends it) -> *ended* (``end(how)``, or ``block``: whichever comes first;
+the call ends once). Every check has exactly one outcome when the call has ended. It implements
+``intercept.protocol.Observed``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from opentelemetry import trace
 from ._isolation import guarded, report_internal_error
 from .capture import capture_body
 from .inspection import Inspector, Verdict
+from .intercept.observation import How
 from .payload import Answer
 from .providers.base import Provider
 from .record import Recorder, Trace
@@ -106,28 +107,33 @@ class Call:
     def heard(self, reply: Answer) -> None:
         self._heard = reply
 
-    def answer(self, reply: Answer | None, started: float | None = None) -> None:
-        """The whole answer is known (after the response, or at the end of a stream)."""
-        self._conclude(reply, _perf() if started is None else started)
-
-    def failed(self, exc: BaseException, reply: Answer | None = None) -> None:
-        """The SDK raised (after answering ``reply`` so far, if a stream); the caller re-raises ``exc``."""
-        self._conclude(reply, _perf(), error_type=type(exc).__qualname__, unanswered="the call failed")
-
-    def refused(self, status: int) -> None:
-        """The server answered with an HTTP error (seen on the wire, not as the SDK's exception)."""
-        self._conclude(None, _perf(), error_type=str(status), unanswered="the call failed")
-
-    def ended_early(self, reply: Answer | None, *, streamed: bool) -> None:
-        """The app closed or dropped the answer before its end: a stream with what it said so
-        far (``ctxguard.stream.abandoned``), a response body unread. An answer that reported an
-        error ended there (the SDK raised it to the app, which then closed the stream)."""
-        if reply is not None and reply.error is not None:
-            self._conclude(reply, _perf(), unanswered="the call failed")
-            return
-        if streamed:
-            self.trace.attrs[attr.STREAM_ABANDONED] = True
-        self._conclude(reply, _perf(), unanswered="the stream was abandoned" if streamed else "the answer was not read")
+    def end(
+        self, how: How, reply: Answer | None = None, *, error: BaseException | None = None, status: int | None = None,
+        started: float | None = None,
+    ) -> None:
+        """The call ended (``intercept.observation``'s ``How``): ``complete`` with its whole
+        ``reply``; ``failed`` with the SDK's or the transport's ``error`` (after answering ``reply``
+        so far, if a stream); ``abandoned`` by the app before its end (a stream with what it said
+        so far: ``ctxguard.stream.abandoned``; a response body unread); ``refused`` with the HTTP
+        error ``status`` the server answered (seen on the wire, not as the SDK's exception).
+        ``started``: when ctxguard's own work on the end began, if before now."""
+        began = _perf() if started is None else started
+        if how == "complete":
+            self._conclude(reply, began)
+        elif how == "failed":
+            error_type = type(error).__qualname__ if error is not None else "error"
+            self._conclude(reply, began, error_type=error_type, unanswered="the call failed")
+        elif how == "refused":
+            self._conclude(None, began, error_type=str(status), unanswered="the call failed")
+        elif reply is not None and reply.error is not None:
+            # Abandoned after the answer reported an error: it ended there (the SDK raised it to
+            # the app, which then closed the stream).
+            self._conclude(reply, began, unanswered="the call failed")
+        else:
+            if self.streamed:
+                self.trace.attrs[attr.STREAM_ABANDONED] = True
+            why = "the stream was abandoned" if self.streamed else "the answer was not read"
+            self._conclude(reply, began, unanswered=why)
 
     def _conclude(
         self, reply: Answer | None, started: float, *, error_type: str | None = None, unanswered: str = "no answer"

@@ -34,7 +34,7 @@ from .. import forksafe
 from .._isolation import guarded, report_internal_error
 from ..providers import BY_DISTRIBUTION, PROVIDERS
 from ..providers.base import CallSite, Provider
-from . import streams, wire
+from . import answers, wire
 from .answers import returned
 from .frames import transparent, warn_through
 from .inflight import IN_FLIGHT
@@ -113,7 +113,7 @@ def _sync_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
         try:
             result = wrapped(*args, **kwargs)
         except BaseException as exc:
-            call.failed(exc)
+            call.end("failed", error=exc)
             raise
         finally:
             IN_FLIGHT.reset(token)
@@ -137,7 +137,7 @@ def _async_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
         try:
             result = await wrapped(*args, **kwargs)
         except BaseException as exc:
-            call.failed(exc)
+            call.end("failed", error=exc)
             raise
         finally:
             IN_FLIGHT.reset(token)
@@ -175,7 +175,7 @@ def _patch(distribution: str) -> int:
         if module is None:
             continue
         try:
-            streams.HTTP_RESULTS[getattr(module, class_name)] = attribute
+            answers.HTTP_RESULTS[getattr(module, class_name)] = attribute
         except AttributeError:
             logger.debug("ctxguard: %s.%s not found; its results are read as answers", module_name, class_name)
     wrapped = 0
@@ -338,6 +338,6 @@ def uninstall() -> None:
     with _lock:
         _active = None
         wire.on_unguarded = None
-        streams.forget_http_results()
+        answers.forget_http_results()
         while PATCHED:
             unwrap(PATCHED.pop())

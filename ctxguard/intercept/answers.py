@@ -1,5 +1,6 @@
 """Reading a call's answer from what the SDK returned, or from the transport's response,
-without changing what the app gets; the call is told (``Observed``) once it is known."""
+without changing what the app gets: the carrier that fits what was returned is chosen here
+(``intercept.carriers``), and it ends the call once the answer is known."""
 
 from __future__ import annotations
 
@@ -9,16 +10,39 @@ from typing import Any
 from .._isolation import guarded, report_internal_error
 from ..payload import Answer
 from ..providers.base import CallSite
+from .carriers import manager_proxy, observe_pending, stream_proxy, tap_response
 from .protocol import Observed
-from .streams import http_response_of, observe_pending, tap_response, wrap_manager, wrap_stream
 
-__all__ = ["answered", "overheard", "returned"]
+__all__ = ["HTTP_RESULTS", "answered", "forget_http_results", "http_response_of", "overheard", "returned"]
+
+#: SDK result type -> the attribute holding its HTTP response (registered by ``providers``
+#: when an SDK is patched, from each provider module's ``HTTP_RESULTS`` declaration).
+HTTP_RESULTS: dict[type, str] = {}
+#: Every result type seen, resolved once through its MRO (bounded: result types are few).
+_resolved: dict[type, str | None] = {}
+
+
+def forget_http_results() -> None:
+    HTTP_RESULTS.clear()
+    _resolved.clear()
+
+
+def http_response_of(result: Any) -> Any | None:
+    """The httpx / httpx2 ``Response`` inside ``result`` if it is one of the SDKs' HTTP-holding
+    types (a stream, a raw response), else None. One dict look-up per call for a new answer."""
+    cls = type(result)
+    name = _resolved.get(cls, "") if HTTP_RESULTS else None
+    if name == "":
+        name = next((HTTP_RESULTS[base] for base in cls.__mro__ if base in HTTP_RESULTS), None)
+        if len(_resolved) < 1024:
+            _resolved[cls] = name
+    return getattr(result, name, None) if name is not None else None
 
 
 def returned(call: Observed, site: CallSite, result: Any, *, asynchronous: bool = False, api: str | None = None) -> Any:
     """The SDK returned ``result`` at ``site`` (to an ``async`` call site if ``asynchronous``) for
     ``api`` (the site's own unless it is shared: ``Provider.dispatch``); returns it: the same
-    object, or a transparent stream proxy."""
+    object, or a transparent stand-in for it."""
     started = perf_counter()
     try:
         call.sent()
@@ -31,7 +55,7 @@ def returned(call: Observed, site: CallSite, result: Any, *, asynchronous: bool 
         return result
     if site.kind == "manager" and provider.final_reply is not None:
         with guarded("stream"):
-            proxy = wrap_manager(result, call, provider.final_reply)
+            proxy = manager_proxy(result, call, provider.final_reply)
             call.elapsed += perf_counter() - started
             return proxy
     try:
@@ -43,11 +67,11 @@ def returned(call: Observed, site: CallSite, result: Any, *, asynchronous: bool 
             return result
     except Exception as exc:
         report_internal_error("response", exc)
-        call.answer(None, started)
+        call.end("complete", started=started)
         return result
     if call.streamed and _is_stream(result):
         with guarded("stream"):
-            proxy = wrap_stream(result, call, adapter.stream_reader(api), asynchronous=asynchronous)
+            proxy = stream_proxy(result, call, adapter.stream_reader(api), asynchronous=asynchronous)
             call.elapsed += perf_counter() - started
             return proxy
     try:
@@ -55,7 +79,7 @@ def returned(call: Observed, site: CallSite, result: Any, *, asynchronous: bool 
     except Exception as exc:
         report_internal_error("response", exc)
         reply = None
-    call.answer(reply, started)
+    call.end("complete", reply, started=started)
     return result
 
 
@@ -69,7 +93,7 @@ def _observed_pending(call: Observed, api: str, result: Any, started: float) -> 
         observe_pending(pending, call, call.provider.adapter.stream_reader(api))
     except Exception as exc:
         report_internal_error("response", exc)
-        call.answer(None, started)
+        call.end("complete", started=started)
         return True
     call.elapsed += perf_counter() - started
     return True
@@ -85,10 +109,34 @@ def answered(call: Observed, api: str, response: Any) -> None:
     body read as it passes, as a Stainless result's is)."""
     call.sent()
     if not 200 <= response.status_code < 300:
-        call.refused(response.status_code)
+        call.end("refused", status=response.status_code)
         return
     adapter = call.provider.adapter
     tap_response(response, call, adapter.stream_reader(api), lambda body: adapter.read_response(api, body))
+
+
+class _Heard:
+    """Where the provider's own answer under a delegating call goes (``overheard``): to the call,
+    for its span; its end is not the call's, which ends with the answer the delegating SDK returns."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: Observed) -> None:
+        self._call = call
+
+    @property
+    def elapsed(self) -> float:
+        return self._call.elapsed
+
+    @elapsed.setter
+    def elapsed(self, value: float) -> None:
+        self._call.elapsed = value
+
+    def end(
+        self, how: str, reply: Answer | None = None, *, error: BaseException | None = None, status: int | None = None
+    ) -> None:
+        if reply is not None:
+            self._call.heard(reply)
 
 
 def overheard(call: Observed, response: Any) -> None:
@@ -100,9 +148,4 @@ def overheard(call: Observed, response: Any) -> None:
     found = readers(call.label)
     if found is not None:
         read, reader = found
-
-        def heard(reply: Answer | None, exc: BaseException | None, *, early: bool, streamed: bool) -> None:
-            if reply is not None:
-                call.heard(reply)
-
-        tap_response(response, call, reader, read, settle=heard)
+        tap_response(response, _Heard(call), reader, read)

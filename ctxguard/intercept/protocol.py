@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from ..payload import Answer
 from ..providers.base import Provider
+from .observation import How
 
 __all__ = ["CallStarter", "Observed"]
 
@@ -55,17 +56,12 @@ class Observed(Protocol):
     def heard(self, reply: Answer) -> None:
         """The provider's own answer, read off the transport under a delegating call."""
 
-    def answer(self, reply: Answer | None, started: float | None = None) -> None:
-        """The whole answer is known."""
-
-    def failed(self, exc: BaseException, reply: Answer | None = None) -> None:
-        """The SDK raised ``exc`` (after answering ``reply`` so far, if a stream)."""
-
-    def ended_early(self, reply: Answer | None, *, streamed: bool) -> None:
-        """The app closed or dropped the answer before its end."""
-
-    def refused(self, status: int) -> None:
-        """The server answered with an HTTP error (seen on the wire)."""
+    def end(
+        self, how: How, reply: Answer | None = None, *, error: BaseException | None = None, status: int | None = None,
+        started: float | None = None,
+    ) -> None:
+        """The call ended: ``complete``, ``failed`` (``error``), ``abandoned`` by the app, ``refused``
+        by the server (``status``); ``reply`` is what it answered, if anything (``observation.How``)."""
 
 
 class CallStarter(Protocol):

@@ -94,7 +94,7 @@ def sync_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         response = wrapped(*args, **kwargs)
     except BaseException as exc:
         if ours is not None:
-            ours[0].failed(exc)
+            ours[0].end("failed", error=exc)
         raise
     _answered(response, ours)
     return response
@@ -107,7 +107,7 @@ async def async_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
         response = await wrapped(*args, **kwargs)
     except BaseException as exc:
         if ours is not None:
-            ours[0].failed(exc)
+            ours[0].end("failed", error=exc)
         raise
     _answered(response, ours)
     return response

@@ -18,7 +18,7 @@ import pytest
 
 import ctxguard
 from ctxguard import payload
-from ctxguard.intercept import streams
+from ctxguard.intercept import bodies, carriers
 from ctxguard.payload import UNREAD
 from ctxguard.providers import BY_DISTRIBUTION, PROVIDERS
 from ctxguard.testing import FakeLLM, Reply
@@ -41,7 +41,7 @@ TEXT = "".join(PIECES)
 
 @pytest.fixture
 def small_limit(monkeypatch: pytest.MonkeyPatch) -> int:
-    for module in (payload, streams):
+    for module in (payload, bodies):
         monkeypatch.setattr(module, "ANSWER_LIMIT", LIMIT)
     return LIMIT
 
@@ -61,14 +61,14 @@ def held(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
 
         monkeypatch.setattr(adapter, "stream_reader", stream_reader)
 
-    class Events(streams._Events):
+    class Events(bodies.EventBody):
         __slots__ = ()
 
-        def __init__(self, reader: streams.StreamReader) -> None:
+        def __init__(self, reader: bodies.StreamReader) -> None:
             super().__init__(reader)
             made.append(self)
 
-    monkeypatch.setattr(streams, "_Events", Events)
+    monkeypatch.setattr(carriers, "EventBody", Events)
 
     def weigh() -> int:
         assert made, "no stream reader was made"
@@ -255,7 +255,7 @@ def test_a_stream_whose_body_passes_the_limit_is_read_to_its_end_when_its_text_d
         harness, llm, monkeypatch, path):
     """What is held is one answer's text and one event, however many events: a body of some 300 KB
     carrying 8 KB of text, read with a limit of 32 KiB, is judged, and its usage recorded."""
-    for module in (payload, streams):
+    for module in (payload, bodies):
         monkeypatch.setattr(module, "ANSWER_LIMIT", 32 * 1024)
     harness.start(mode="observe")
     text = "Lyon" + "".join(f"{i:03x} " for i in range(1, 2048))  # 2048 tokens, each its own chunk
