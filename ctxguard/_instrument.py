@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from . import facts, forksafe, intercept
-from ._isolation import report_internal_error, set_error_counter
+from ._isolation import add_error_hook, remove_error_hook, report_internal_error
 from .budget import add_model_windows, load_model_windows
 from .capture import CaptureWriter, Redact, printable
 from .config import ENV_CAPTURE_PATH, ENV_MODEL_WINDOWS, Config
@@ -22,15 +23,12 @@ from .guard import Guard
 from .policy import Policy
 from .providers import BY_DISTRIBUTION
 from .telemetry import otlp as _otlp
+from .telemetry.metrics import Metrics
 
 __all__ = ["active_guard", "instrument", "uninstrument"]
 
 logger = logging.getLogger("ctxguard")
-_lock = forksafe.lock()
-_guard: Guard | None = None
-_server: Any = None
-_server_pid = 0  # the process serving /metrics: a forked child inherits _server, not its thread
-_tracing: _otlp.OtlpTracing | None = None
+_lock = forksafe.lock()  # instrument() and uninstrument(), one at a time
 
 #: Set by gunicorn-style deployments: prometheus_client then keeps every Counter and
 #: Histogram value in per-process mmap files under this directory.
@@ -203,7 +201,6 @@ def instrument(
     time a verdict needs exact counts; ``"eager"`` loads it here. No verdict differs between the two
     (docs/budget.md, "Exact only when it matters").
     """
-    global _guard, _server, _server_pid, _tracing
     if Config.disabled():
         logger.info("ctxguard: disabled by CTXGUARD_DISABLED")
         return None
@@ -211,9 +208,10 @@ def instrument(
     if unknown:  # before anything starts: a server or capture file started here would outlive the error
         raise ValueError(f"unknown providers {sorted(unknown)}; supported: {sorted(BY_DISTRIBUTION)}")
     with _lock:
-        if _guard is not None:
+        guard = active_guard()
+        if guard is not None:
             logger.debug("ctxguard: instrument() called again; keeping the active guard")
-            return _guard
+            return guard
         if model_windows is not None:  # a mistake here raises ValueError: nothing has started yet
             add_model_windows(model_windows)
         config = Config.resolve(
@@ -231,6 +229,7 @@ def instrument(
         if config.model_windows is not None:
             _add_model_windows_file(config.model_windows)
         tracing = _start_tracing(otlp_endpoint) if tracer_provider is None else None
+        server = None
         try:
             guard = Guard(
                 config,
@@ -246,27 +245,46 @@ def instrument(
                 logger.warning("ctxguard: /metrics not served on port %d: metrics='otel' creates no Prometheus "
                                "series (use metrics='both' for both)", config.metrics_port)
             elif config.metrics_port is not None:
-                _server, _server_pid = _serve_metrics(config.metrics_port, registry), os.getpid()
+                server = _serve_metrics(config.metrics_port, registry)
         except BaseException:
             if tracing is not None:
                 tracing.shutdown(timeout=0)
             raise
-        _tracing = tracing
-        set_error_counter(guard.metrics.count_error)
+        def count_errors(where: str, exc: BaseException, metrics: Metrics = guard.metrics) -> None:
+            metrics.count_error(where)
+
+        add_error_hook(count_errors)
         if config.capture_path is not None:
             try:
                 guard.start_capture(CaptureWriter(config.capture_path, redact=capture_redact))
             except OSError as exc:  # the environment's doing (a missing directory, no permission, a FIFO)
                 logger.warning("ctxguard: capture file not opened (%s, or capture_path=): %s", ENV_CAPTURE_PATH,
                                printable(str(exc), 300))
-        intercept.install(guard, only=providers)
-        _guard = guard
+        installation = intercept.install(guard, only=providers)
+        # What uninstrument() closes after the call sites are restored, in order; the exporter's
+        # flush, which may wait, last.
+        installation.closing += [guard.stop_capture, guard.stop_meters, lambda: remove_error_hook(count_errors)]
+        if server is not None:
+            installation.closing.append(functools.partial(_stop_serving, server, os.getpid()))
+        if tracing is not None:
+            installation.closing.append(tracing.shutdown)
         return guard
+
+
+def _stop_serving(server: Any, pid: int) -> None:
+    """Stop the ``/metrics`` server ``pid`` started. In a forked child the serving thread is the
+    parent's (``shutdown()`` would wait for it forever): closing the child's copy of the socket
+    leaves the parent's server serving."""
+    server, _thread = server if isinstance(server, tuple) else (server, None)
+    if pid == os.getpid():
+        server.shutdown()
+    server.server_close()
 
 
 def active_guard() -> Guard | None:
     """The guard ``instrument()`` returned, while it is active."""
-    return _guard
+    installation = intercept.active()
+    return cast(Guard, installation.guard) if installation is not None else None
 
 
 def uninstrument() -> None:
@@ -276,24 +294,14 @@ def uninstrument() -> None:
     down, waiting at most ``ctxguard.telemetry.otlp.SHUTDOWN_TIMEOUT_S`` (a collector
     that never answers cannot hold the app up).
     """
-    global _guard, _server, _tracing
     with _lock:
-        intercept.uninstall()
-        if _guard is not None:
-            _guard.stop_capture()
-            _guard.stop_meters()
-        set_error_counter(None)
+        installation = intercept.uninstall()
         facts.configure(None, None)  # facts recorded from now on go to the process default
-        _guard = None
-        if _server is not None:
-            server, _thread = _server if isinstance(_server, tuple) else (_server, None)
-            if _server_pid == os.getpid():
-                server.shutdown()
-            # else a forked child: the serving thread is the parent's (shutdown() would wait for it
-            # forever); closing the child's copy of the socket leaves the parent's server serving.
-            server.server_close()
-            _server = None
-        tracing, _tracing = _tracing, None
+    if installation is None:
+        return
     # Outside the lock: a slow flush must not block a concurrent instrument().
-    if tracing is not None:
-        tracing.shutdown()
+    for close in installation.closing:
+        try:
+            close()
+        except Exception as exc:
+            report_internal_error("config", exc)

@@ -18,7 +18,6 @@ __all__ = [
     "guarded",
     "remove_error_hook",
     "report_internal_error",
-    "set_error_counter",
 ]
 
 logger = logging.getLogger("ctxguard")
@@ -42,17 +41,15 @@ WHERE = (
 )
 
 ErrorHook = Callable[[str, BaseException], None]
+# Told of every swallowed error: the active installation's counter (``ctxguard_guard_errors_total``)
+# and, in tests, a hook that fails the test. Module-level: a swallowed error is reported from
+# anywhere in the process, including code that outlives an installation (a stream read later).
 _hooks: list[ErrorHook] = []
-_counter: Callable[[str], None] | None = None
-
-
-def set_error_counter(counter: Callable[[str], None] | None) -> None:
-    """Install the metric sink for swallowed errors (the active guard's)."""
-    global _counter
-    _counter = counter
 
 
 def add_error_hook(hook: ErrorHook) -> None:
+    """``hook(where, exc)`` is called for every error ctxguard swallows from now on (``where`` one of
+    ``WHERE``): ``instrument()`` counts them with one, the test suites fail a test with another."""
     _hooks.append(hook)
 
 
@@ -64,8 +61,7 @@ def remove_error_hook(hook: ErrorHook) -> None:
 def report_internal_error(where: str, exc: BaseException) -> None:
     """Count and log one swallowed error; never raises itself."""
     try:
-        if _counter is not None:
-            _counter(where if where in WHERE else "checks")
+        where = where if where in WHERE else "checks"
         logger.debug("ctxguard internal error in %s", where, exc_info=exc)
         for hook in list(_hooks):
             hook(where, exc)

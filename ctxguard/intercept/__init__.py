@@ -9,7 +9,12 @@ The call sites are the ones each provider record declares (``ctxguard.providers`
 wrapped as their ``kind`` says. Beside other instrumentations see ``patching``:
 ``uninstall()`` puts back only what is still as ctxguard left it; a wrapper of ctxguard's
 that someone wrapped over stays, inert (it passes every call straight through while no
-guard is active), and is found again by the next ``install()``.
+installation is active), and is found again by the next ``install()``.
+
+What one ``install()`` changes is one ``Installation``: the guard its calls go to, the SDKs it
+patches, the call sites it wrapped, the result types whose HTTP responses it reads, what it has
+said, and what ``uninstall()`` must close beside it (``closing``). The process holds at most one,
+``active()``; the wrappers and post-import hooks, which outlive an installation, ask for it.
 
 This package never inspects or records: it tells the call what happened
 (``protocol.Observed``) and asks the active guard to start one (``protocol.CallStarter``).
@@ -17,13 +22,14 @@ This package never inspects or records: it tells the call what happened
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import logging
 import sys
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any
 
@@ -34,29 +40,59 @@ from .. import forksafe
 from .._isolation import guarded, report_internal_error
 from ..providers import BY_DISTRIBUTION, PROVIDERS
 from ..providers.base import CallSite, Provider
-from . import answers, wire
-from .answers import returned
+from . import wire
+from .answers import HttpResults, returned
 from .frames import transparent, warn_through
 from .inflight import IN_FLIGHT
-from .patching import PATCHED, Site, unwrap, wrap
+from .patching import Site, unwrap, wrap
 from .protocol import CallStarter, Observed
 
-__all__ = ["install", "uninstall"]
+__all__ = ["Installation", "active", "install", "uninstall"]
 
 logger = logging.getLogger("ctxguard")
 
+#: Model endpoints of the SDKs whose requests say who sent them: (path suffix, provider, api).
+_WIRE_APIS = tuple((suffix, p, api) for p in PROVIDERS for suffix, api in p.wire_apis)
+
+
+class Installation:
+    """What one ``install()`` changed in the process, and undoes at ``uninstall()``.
+
+    >>> installation = install(guard, only=["openai"])  # doctest: +SKIP
+    >>> installation.closing.append(server.shutdown)     # doctest: +SKIP
+    """
+
+    def __init__(self, guard: CallStarter, chosen: frozenset[str]) -> None:
+        self.guard = guard
+        #: The SDKs it patches (``install(only=...)``).
+        self.chosen = chosen
+        #: Every call site it wrapped, in order (``uninstall`` puts back those still as it left them).
+        self.sites: list[Site] = []
+        #: The SDK result types whose HTTP response it reads as it passes.
+        self.http_results = HttpResults()
+        #: Unsupported SDKs it warned about, and what it said of unguarded requests (each once).
+        self.warned: set[str] = set()
+        self.said: set[str] = set()
+        #: When an unguarded model request last made it look for removed wrappers (monotonic s).
+        self.repaired_at = float("-inf")
+        #: What its owner (``ctxguard.instrument``) closes after ``uninstall()``, in order: sinks,
+        #: servers, exporters.
+        self.closing: list[Callable[[], object]] = []
+
+
+# The active installation: one per process at most. A module-level name because what reads it
+# outlives every installation: post-import hooks (wrapt cannot remove one) and wrappers left,
+# inert, in another library's chain.
+_active: Installation | None = None
 _lock = forksafe.rlock()
-_active: CallStarter | None = None
+#: Module names with a post-import hook registered: hooks cannot be removed, so at most one each,
+#: for the process (``_loaded``, ``install``).
 _hooked: set[str] = set()
-#: Modules of a provider's call sites with a post-import hook (``_loaded``).
-_hooked_modules: set[str] = set()
-#: The SDKs the active guard patches (``install(only=...)``), and the ones warned about.
-_chosen: set[str] = set()
-_warned: set[str] = set()
-#: When an unguarded model request last made ``_repair`` look (monotonic seconds), and what it said
-#: (once each, per ``install()``).
-_repaired_at = float("-inf")
-_said: set[str] = set()
+
+
+def active() -> Installation | None:
+    """The installation ``install()`` made, while it is active."""
+    return _active
 
 
 def _guard_for() -> CallStarter | None:
@@ -65,7 +101,8 @@ def _guard_for() -> CallStarter | None:
     outer = IN_FLIGHT.get()
     if outer is not None and outer.provider.delegates:
         return None
-    return _active
+    installation = _active
+    return installation.guard if installation is not None else None
 
 
 def _request(provider: Provider, args: Any, kwargs: Any) -> Mapping[str, Any]:
@@ -82,6 +119,11 @@ def _dispatched(provider: Provider, instance: Any, args: Any, kwargs: Any) -> tu
     except Exception as exc:
         report_internal_error("normalise", exc)
         return None
+
+
+def _http_results() -> HttpResults:
+    installation = _active
+    return installation.http_results if installation is not None else HttpResults()
 
 
 def _sync_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
@@ -117,7 +159,7 @@ def _sync_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
             raise
         finally:
             IN_FLIGHT.reset(token)
-        return returned(call, site, result, api=this)
+        return returned(call, site, result, _http_results(), api=this)
 
     return wrapper
 
@@ -141,7 +183,7 @@ def _async_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
             raise
         finally:
             IN_FLIGHT.reset(token)
-        return returned(call, site, result, asynchronous=True)
+        return returned(call, site, result, _http_results(), asynchronous=True)
 
     return wrapper
 
@@ -153,15 +195,15 @@ def _major(distribution: str) -> int | None:
         return None
 
 
-def _patch(distribution: str) -> int:
-    """Wrap ``distribution``'s call sites ctxguard does not hold yet; how many it wrapped."""
+def _patch(installation: Installation, distribution: str) -> int:
+    """Wrap ``distribution``'s call sites ``installation`` does not hold yet; how many it wrapped."""
     provider = BY_DISTRIBUTION[distribution]
     low, high = provider.supported
     major = _major(distribution)
     if major is None or not low <= major <= high:
-        if distribution in _warned:
+        if distribution in installation.warned:
             return 0
-        _warned.add(distribution)
+        installation.warned.add(distribution)
         logger.warning(
             "ctxguard: %s %s is not supported (majors %d-%d); its calls are not guarded",
             distribution,
@@ -175,7 +217,7 @@ def _patch(distribution: str) -> int:
         if module is None:
             continue
         try:
-            answers.HTTP_RESULTS[getattr(module, class_name)] = attribute
+            installation.http_results.register(getattr(module, class_name), attribute)
         except AttributeError:
             logger.debug("ctxguard: %s.%s not found; its results are read as answers", module_name, class_name)
     wrapped = 0
@@ -190,8 +232,10 @@ def _patch(distribution: str) -> int:
             logger.debug("ctxguard: %s.%s not found; skipped", site.module, site.attribute)
             continue
         make = _async_wrapper if site.kind == "async" else _sync_wrapper
-        wrapped += wrap(owner, method, lambda original, patched, site=site, make=make: make(provider, site, patched)) \
-            is not None
+        made = wrap(owner, method, lambda original, patched, site=site, make=make: make(provider, site, patched))
+        if made is not None:
+            installation.sites.append(made)
+            wrapped += 1
     for module_name, attribute, body in provider.transport:
         class_name, method = attribute.split(".")
         module = _loaded(module_name, distribution)
@@ -202,8 +246,13 @@ def _patch(distribution: str) -> int:
         except AttributeError:
             logger.debug("ctxguard: %s.%s not found; the body sent is not observed", module_name, attribute)
             continue
-        wrap(owner, method, lambda original, site, body=body: wire.body_send(provider, body))
+        _keep(installation, wrap(owner, method, lambda original, site, body=body: wire.body_send(provider, body)))
     return wrapped
+
+
+def _keep(installation: Installation, site: Site | None) -> None:
+    if site is not None:
+        installation.sites.append(site)
 
 
 def _loaded(name: str, distribution: str) -> Any:
@@ -216,24 +265,21 @@ def _loaded(name: str, distribution: str) -> Any:
     module = sys.modules.get(name)
     if module is not None:
         return module
-    if name not in _hooked_modules:
-        _hooked_modules.add(name)
+    if name not in _hooked:
+        _hooked.add(name)
         wrapt.register_post_import_hook(_on_import(distribution), name)
     return None
 
 
-def _patch_wire(distribution: str) -> None:
+def _patch_wire(installation: Installation, distribution: str) -> None:
     for module_name, attribute, is_async in wire.TARGETS[distribution]:
         class_name, method = attribute.split(".")
         try:
             owner = getattr(importlib.import_module(module_name), class_name)
         except (ImportError, AttributeError):
             continue
-        wrap(owner, method, lambda original, site, is_async=is_async: wire.async_send if is_async else wire.sync_send)
-
-
-#: Model endpoints of the SDKs whose requests say who sent them: (path suffix, provider, api).
-_WIRE_APIS = tuple((suffix, p, api) for p in PROVIDERS for suffix, api in p.wire_apis)
+        send = functools.partial(wire.async_send if is_async else wire.sync_send, _unguarded)
+        _keep(installation, wrap(owner, method, lambda original, site, send=send: send))
 
 
 def _unguarded(request: Any) -> tuple[Observed, str] | None:
@@ -242,13 +288,15 @@ def _unguarded(request: Any) -> tuple[Observed, str] | None:
     looked up before ``instrument()``). Wrap again what was removed, and guard this request from
     the wire: its body is the request, its response the answer. It cannot be refused (the
     request is already leaving): enforce mode only observes it."""
-    _repair(request)
-    guard = _active
-    if guard is None or "x-stainless-lang" not in request.headers:
+    installation = _active
+    if installation is None:
+        return None
+    _repair(installation, request)
+    if "x-stainless-lang" not in request.headers:
         return None  # not an SDK's request: an app's own HTTP call to a path that looks alike
     path = request.url.path
     found = next(((p, api) for suffix, p, api in _WIRE_APIS if path.endswith(suffix)), None)
-    if found is None or found[0].distribution not in _chosen:
+    if found is None or found[0].distribution not in installation.chosen:
         return None
     sent = wire.sent_body(request)
     if sent is None:
@@ -261,30 +309,30 @@ def _unguarded(request: Any) -> tuple[Observed, str] | None:
         return None
     beneath = trace.get_current_span()
     provider, api = found
-    call = guard.before(provider, api, body, may_block=False)
+    call = installation.guard.before(provider, api, body, may_block=False)
     if call is None:
         return None
     call.from_wire(sent, beneath)
     return call, api
 
 
-def _repair(request: Any) -> None:
+def _repair(installation: Installation, request: Any) -> None:
     """A model request went out with no guarded call in flight: put back any wrapper of ctxguard's
     that was removed (another instrumentation's uninstrument restoring what it saved), so the
     next calls are guarded at their call site. Looked at most once a second; said once each way."""
-    global _repaired_at
     now = time.monotonic()
-    if now - _repaired_at < 1.0:
+    if now - installation.repaired_at < 1.0:
         return
-    _repaired_at = now
+    installation.repaired_at = now
     with _lock:
-        if _active is None:
+        if _active is not installation:
             return
-        restored = sum(_patch(d) for d in _chosen if sys.modules.get(BY_DISTRIBUTION[d].module) is not None)
+        restored = sum(_patch(installation, d) for d in installation.chosen
+                       if sys.modules.get(BY_DISTRIBUTION[d].module) is not None)
     kind = "restored" if restored else "captured"
-    if kind in _said:
+    if kind in installation.said:
         return
-    _said.add(kind)
+    installation.said.add(kind)
     if restored:
         logger.warning("ctxguard: a model request to %s went out unguarded: another library removed ctxguard's "
                        "wrappers (%d call sites); they are back, later calls are guarded", request.url.path, restored)
@@ -301,43 +349,44 @@ def _on_import(distribution: str) -> Any:
 
     def hook(module: Any) -> None:
         with guarded("hook"), _lock:
-            if _active is not None:
-                patch(distribution)
+            installation = _active
+            if installation is not None:
+                patch(installation, distribution)
 
     return hook
 
 
-def install(guard: CallStarter, *, only: list[str] | None = None) -> None:
-    """Activate ``guard`` and patch the supported SDKs (``only`` these), now or when imported."""
-    global _active, _repaired_at
+def install(guard: CallStarter, *, only: list[str] | None = None) -> Installation:
+    """Activate ``guard`` and patch the supported SDKs (``only`` these), now or when imported; the
+    ``Installation`` it returns is active until ``uninstall()``."""
+    global _active
     unknown = set(only or ()) - set(BY_DISTRIBUTION)
     if unknown:
         raise ValueError(f"unknown providers {sorted(unknown)}; supported: {sorted(BY_DISTRIBUTION)}")
     with _lock:
-        _active = guard
-        _repaired_at = float("-inf")
-        _said.clear()
-        _chosen.clear()
-        _chosen.update(d for d in BY_DISTRIBUTION if only is None or d in only)
-        wire.on_unguarded = _unguarded
-        wrap(warnings, "warn", lambda original, site: warn_through)
-        hooks = [(p.distribution, p.module) for p in PROVIDERS if p.distribution in _chosen]
+        installation = _active = Installation(
+            guard, frozenset(d for d in BY_DISTRIBUTION if only is None or d in only))
+        _keep(installation, wrap(warnings, "warn", lambda original, site: warn_through))
+        hooks = [(p.distribution, p.module) for p in PROVIDERS if p.distribution in installation.chosen]
         for distribution, name in (*hooks, *((d, d) for d in wire.TARGETS)):
-            if distribution in _hooked:
+            if name in _hooked:  # its hook is there from an earlier installation: patch now if imported
                 module = sys.modules.get(name)
                 if module is not None:
                     _on_import(distribution)(module)
                 continue
-            _hooked.add(distribution)
-            wrapt.register_post_import_hook(_on_import(distribution), name)
+            _hooked.add(name)
+            wrapt.register_post_import_hook(_on_import(distribution), name)  # runs now if imported
+        return installation
 
 
-def uninstall() -> None:
-    """Restore every original function and deactivate the guard."""
+def uninstall() -> Installation | None:
+    """Restore every original function and deactivate the installation; returns it (its owner runs
+    its ``closing``), or None if none was active."""
     global _active
     with _lock:
-        _active = None
-        wire.on_unguarded = None
-        answers.forget_http_results()
-        while PATCHED:
-            unwrap(PATCHED.pop())
+        installation, _active = _active, None
+        if installation is not None:
+            for site in reversed(installation.sites):
+                unwrap(site)
+            installation.sites.clear()
+        return installation

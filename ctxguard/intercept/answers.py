@@ -13,36 +13,52 @@ from ..providers.base import CallSite
 from .carriers import manager_proxy, observe_pending, stream_proxy, tap_response
 from .protocol import Observed
 
-__all__ = ["HTTP_RESULTS", "answered", "forget_http_results", "http_response_of", "overheard", "returned"]
+__all__ = ["HttpResults", "answered", "overheard", "returned"]
 
-#: SDK result type -> the attribute holding its HTTP response (registered by ``providers``
-#: when an SDK is patched, from each provider module's ``HTTP_RESULTS`` declaration).
-HTTP_RESULTS: dict[type, str] = {}
-#: Every result type seen, resolved once through its MRO (bounded: result types are few).
-_resolved: dict[type, str | None] = {}
+class HttpResults:
+    """The SDK result types that hold their HTTP response instead of a parsed answer (streams, raw
+    responses), each with the attribute that holds it: registered when an SDK is patched, from
+    its provider record's ``http_results``; every result type seen resolved once through its MRO.
+
+    >>> class Stream: response = "the httpx response"
+    >>> results = HttpResults()
+    >>> results.register(Stream, "response")
+    >>> results.response_of(Stream()), results.response_of("a parsed answer")
+    ('the httpx response', None)
+    """
+
+    __slots__ = ("_by_type", "_resolved")
+
+    def __init__(self) -> None:
+        self._by_type: dict[type, str] = {}
+        self._resolved: dict[type, str | None] = {}  # bounded: result types are few
+
+    def register(self, cls: type, attribute: str) -> None:
+        self._by_type[cls] = attribute
+        self._resolved.clear()
+
+    def response_of(self, result: Any) -> Any | None:
+        """The httpx / httpx2 ``Response`` inside ``result`` if it is one of the registered types,
+        else None. One dict look-up per call for a type seen before."""
+        if not self._by_type:
+            return None
+        cls = type(result)
+        name = self._resolved.get(cls, "")
+        if name == "":
+            name = next((self._by_type[base] for base in cls.__mro__ if base in self._by_type), None)
+            if len(self._resolved) < 1024:
+                self._resolved[cls] = name
+        return getattr(result, name, None) if name is not None else None
 
 
-def forget_http_results() -> None:
-    HTTP_RESULTS.clear()
-    _resolved.clear()
-
-
-def http_response_of(result: Any) -> Any | None:
-    """The httpx / httpx2 ``Response`` inside ``result`` if it is one of the SDKs' HTTP-holding
-    types (a stream, a raw response), else None. One dict look-up per call for a new answer."""
-    cls = type(result)
-    name = _resolved.get(cls, "") if HTTP_RESULTS else None
-    if name == "":
-        name = next((HTTP_RESULTS[base] for base in cls.__mro__ if base in HTTP_RESULTS), None)
-        if len(_resolved) < 1024:
-            _resolved[cls] = name
-    return getattr(result, name, None) if name is not None else None
-
-
-def returned(call: Observed, site: CallSite, result: Any, *, asynchronous: bool = False, api: str | None = None) -> Any:
+def returned(
+    call: Observed, site: CallSite, result: Any, http_results: HttpResults, *, asynchronous: bool = False,
+    api: str | None = None,
+) -> Any:
     """The SDK returned ``result`` at ``site`` (to an ``async`` call site if ``asynchronous``) for
     ``api`` (the site's own unless it is shared: ``Provider.dispatch``); returns it: the same
-    object, or a transparent stand-in for it."""
+    object, or a transparent stand-in for it. ``http_results``: the result types whose HTTP response
+    is read as it passes."""
     started = perf_counter()
     try:
         call.sent()
@@ -59,7 +75,7 @@ def returned(call: Observed, site: CallSite, result: Any, *, asynchronous: bool 
             call.elapsed += perf_counter() - started
             return proxy
     try:
-        http = http_response_of(result)
+        http = http_results.response_of(result)
         if http is not None:
             # A stream or a raw response: its body is read as it passes, the object stays the SDK's.
             call.elapsed += perf_counter() - started

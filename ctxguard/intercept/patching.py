@@ -12,7 +12,7 @@ from typing import Any
 
 import wrapt
 
-__all__ = ["PATCHED", "Site", "unwrap", "wrap"]
+__all__ = ["Site", "unwrap", "wrap"]
 
 
 class _Guarded(wrapt.FunctionWrapper):  # type: ignore[misc,type-arg]
@@ -36,10 +36,6 @@ class Site:
         instrumentation may be installed after ctxguard)."""
         top = vars(self.owner).get(self.name)
         return None if top is self.guarded else top
-
-
-#: Every site patched (for ``uninstall``), in patching order.
-PATCHED: list[Site] = []
 
 
 def _ours(value: Any) -> bool:
@@ -72,7 +68,6 @@ def wrap(owner: Any, name: str, make: Any) -> Site | None:
         setattr(owner, name, site.guarded)
     else:
         holder.__wrapped__ = site.guarded
-    PATCHED.append(site)
     return site
 
 

@@ -21,7 +21,7 @@ from .protocol import Observed
 if TYPE_CHECKING:
     from ..providers.base import Provider
 
-__all__ = ["MODEL_PATHS", "TARGETS", "async_send", "body_send", "on_unguarded", "sent_body", "sync_send"]
+__all__ = ["MODEL_PATHS", "TARGETS", "Unguarded", "async_send", "body_send", "sent_body", "sync_send"]
 
 #: distribution -> (module, "Class.method", is_async)
 TARGETS: dict[str, tuple[tuple[str, str, bool], ...]] = {
@@ -51,23 +51,22 @@ def sent_body(request: Any) -> bytes | None:
             return None
         raise
     return bytes(content) if isinstance(content, (bytes, bytearray)) else None
-#: Told of each such unguarded model request (``providers`` sets it while a guard is active); returns
-#: the call it guards from the wire, if it does.
-on_unguarded: Callable[[Any], tuple[Observed, str] | None] | None = None
 
 
-def _observe(args: Any, kwargs: Any) -> tuple[Observed, str] | None:
-    """Hand the body to the call in flight; or, for a model request with none, to ``on_unguarded``,
-    whose call (guarded from the wire) is returned with the api its adapter reads."""
-    call = IN_FLIGHT.get()
-    if call is None and on_unguarded is None:
-        return None
+#: Told of a model request with no guarded call in flight; returns the call it guards from the
+#: wire, with the api its adapter reads, if it does (``intercept._unguarded``).
+Unguarded = Callable[[Any], "tuple[Observed, str] | None"]
+
+
+def _observe(unguarded: Unguarded, args: Any, kwargs: Any) -> tuple[Observed, str] | None:
+    """Hand the body to the call in flight; or, for a model request with none, to ``unguarded``."""
     try:
         request = args[0] if args else kwargs.get("request")
+        call = IN_FLIGHT.get()
         if call is not None:
             call.wire(sent_body(request))
-        elif on_unguarded is not None and request.method == "POST" and request.url.path.endswith(MODEL_PATHS):
-            return on_unguarded(request)
+        elif request.method == "POST" and request.url.path.endswith(MODEL_PATHS):
+            return unguarded(request)
     except Exception as exc:
         report_internal_error("response", exc)
     return None
@@ -88,8 +87,9 @@ def _answered(response: Any, ours: tuple[Observed, str] | None) -> None:
 
 
 @transparent
-def sync_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    ours = _observe(args, kwargs)
+def sync_send(unguarded: Unguarded, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """The wrapper of httpx's ``_send_single_request`` (``functools.partial`` binds ``unguarded``)."""
+    ours = _observe(unguarded, args, kwargs)
     try:
         response = wrapped(*args, **kwargs)
     except BaseException as exc:
@@ -101,8 +101,8 @@ def sync_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
 
 
 @transparent
-async def async_send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    ours = _observe(args, kwargs)
+async def async_send(unguarded: Unguarded, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    ours = _observe(unguarded, args, kwargs)
     try:
         response = await wrapped(*args, **kwargs)
     except BaseException as exc:

@@ -43,7 +43,7 @@ WORKER = textwrap.dedent(
     import openai
 
     import ctxguard
-    from ctxguard import _instrument, _isolation
+    from ctxguard import _instrument, _isolation, intercept
 
     errors = []
     _isolation.add_error_hook(lambda where, exc: errors.append((where, repr(exc))))
@@ -57,7 +57,8 @@ WORKER = textwrap.dedent(
         )
     if errors:
         sys.exit(f"ctxguard swallowed internal errors: {errors}")
-    serving = _instrument._server is not None
+    installation = intercept.active()
+    serving = any(getattr(close, "func", None) is _instrument._stop_serving for close in installation.closing)
     print("serving" if serving else "not-serving", flush=True)
     if serving:
         sys.stdin.readline()

@@ -241,13 +241,20 @@ def test_endpoint_resolution() -> None:
     assert otlp.resolve_endpoint("https://h/otel") == "https://h/otel/v1/traces"
 
 
+def _own_tracing() -> list[object]:
+    """What ctxguard closes at uninstrument() of a tracer provider of its own (none when the app has one)."""
+    from ctxguard import intercept
+
+    installation = intercept.active()
+    assert installation is not None
+    return [c for c in installation.closing if isinstance(getattr(c, "__self__", None), otlp.OtlpTracing)]
+
+
 def test_no_endpoint_no_exporter(fake_llm: FakeLLM) -> None:
     """Without an endpoint nothing changes: spans go to the (proxy) global provider."""
     guard = ctxguard.instrument(registry=CollectorRegistry(), digest_key="k")
     assert guard is not None
-    from ctxguard import _instrument
-
-    assert _instrument._tracing is None
+    assert not _own_tracing(), "ctxguard built its own provider"
 
 
 def test_hung_collector_costs_the_calls_nothing_and_shutdown_is_bounded(
@@ -316,7 +323,8 @@ _GLOBAL_PROVIDER_SCRIPT = textwrap.dedent(
     from prometheus_client import CollectorRegistry
 
     import ctxguard
-    from ctxguard import _instrument
+    from ctxguard import intercept
+    from ctxguard.telemetry.otlp import OtlpTracing
 
     llm_url, collector_url = sys.argv[1], sys.argv[2]
     app_provider = TracerProvider()
@@ -325,7 +333,9 @@ _GLOBAL_PROVIDER_SCRIPT = textwrap.dedent(
     trace.set_tracer_provider(app_provider)
 
     ctxguard.instrument(otlp_endpoint=collector_url, registry=CollectorRegistry(), digest_key="k")
-    assert _instrument._tracing is None, "ctxguard built its own provider despite the app's"
+    installation = intercept.active()
+    assert not [c for c in installation.closing if isinstance(getattr(c, "__self__", None), OtlpTracing)], \
+        "ctxguard built its own provider despite the app's"
     assert trace.get_tracer_provider() is app_provider
     client = openai.OpenAI(base_url=llm_url, api_key="x", max_retries=0, timeout=20)
     client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])

@@ -205,13 +205,15 @@ def test_every_call_site_is_guarded_or_left_out_with_a_reason(harness, sdk):
 
 
 def test_a_call_site_ctxguard_wraps_is_documented_as_guarded(harness):
-    from ctxguard.intercept import patching
+    from ctxguard import intercept
     from ctxguard.providers import PROVIDERS
 
     harness.start(mode="observe")
     rows = _documented()
     transports = {f"{module}.{attribute}" for p in PROVIDERS for module, attribute, _ in p.transport}
-    for site in patching.PATCHED:
+    installation = intercept.active()
+    assert installation is not None
+    for site in installation.sites:
         owner, name = site.owner, site.name
         if owner is warnings or (inspect.isclass(owner) and owner.__module__.split(".")[0] in ("httpx", "httpx2")):
             continue  # warnings.warn and the transport hook are not call sites
