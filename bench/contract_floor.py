@@ -63,7 +63,7 @@ from opentelemetry.trace import SpanKind
 
 import ctxguard
 from ctxguard.guard import Guard
-from ctxguard.intercept.answers import returned
+from ctxguard.intercept.answers import HttpResults, returned
 from ctxguard.providers import openai as openai_provider
 from ctxguard.record import _reply_attributes
 from ctxguard.telemetry.metrics import Hist
@@ -71,6 +71,8 @@ from ctxguard.telemetry.spans import set_attributes
 
 sys.path.insert(0, str(Path(__file__).parent))
 import overhead as ov
+
+NO_HTTP = HttpResults()  # the result types whose HTTP response is read: none here (a parsed answer)
 
 ADAPTER = openai_provider.ADAPTER
 API = "chat.completions"
@@ -99,7 +101,8 @@ class Outputs:
             (m.utilization_h[payload.provider], ctx.budget.utilization),
             (m.pinned_h, ctx.pinned_tokens),
         ]
-        returned(call, openai_provider.SITES[0], response)  # counts answer_consistent: its cell joins the late ones
+        # counts answer_consistent: its cell joins the late ones
+        returned(call, openai_provider.SITES[0], response, NO_HTTP)
         self.late_attrs = dict(call.trace.attrs)
         self.late_cells = [m.checks_at[(check, "pass")] for check in ("wire_intact",)]
         self.late_cells.append(m.checks_at[("answer_consistent", "skip")])

@@ -53,13 +53,15 @@ import ctxguard
 import ctxguard.telemetry.spans as attr
 import ctxguard.tokens
 from ctxguard.conversation import _current
-from ctxguard.intercept.answers import returned
+from ctxguard.intercept.answers import HttpResults, returned
 from ctxguard.providers import openai as openai_provider
 from ctxguard.wiredigest import common_prefix
 
 sys.path.insert(0, str(Path(__file__).parent))
 import contract_floor
 import overhead as ov
+
+NO_HTTP = HttpResults()  # the result types whose HTTP response is read: none here (a parsed answer)
 
 KEY = b"fused-experiment"
 MARKER = "[Pinned facts"
@@ -249,7 +251,7 @@ def main() -> None:
             call = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs)
             assert call is not None
             call.wire(body)
-            returned(call, openai_provider.SITES[0], response)
+            returned(call, openai_provider.SITES[0], response, NO_HTTP)
 
         def fused_inspection() -> None:
             fused.call(kwargs, body, instruction)

@@ -35,11 +35,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 import ctxguard
-from ctxguard.intercept.answers import returned
+from ctxguard.intercept.answers import HttpResults, returned
 from ctxguard.providers import openai as openai_provider
 
 sys.path.insert(0, str(Path(__file__).parent))
 import overhead as ov
+
+NO_HTTP = HttpResults()  # the result types whose HTTP response is read: none here (a parsed answer)
 
 SIZE = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 SWEEP = bytearray(16 * 1024 * 1024)
@@ -89,7 +91,7 @@ def main() -> None:
         call = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs)
         assert call is not None
         call.wire(body)
-        returned(call, openai_provider.SITES[0], response)
+        returned(call, openai_provider.SITES[0], response, NO_HTTP)
 
     before: dict[str, Callable[[], None]] = {
         "nothing (tight loop)": lambda: None,

@@ -290,7 +290,8 @@ def own(side: str, guard: Any, tracer: Any, shape: Any, calls: int, grow: bool,
     from opentelemetry import trace
 
     import ctxguard
-    from ctxguard.intercept.answers import returned
+    from ctxguard.intercept.answers import HttpResults, returned
+    NO_HTTP = HttpResults()
     from ctxguard.providers import openai as openai_provider
 
     resource = shape.resource
@@ -300,12 +301,12 @@ def own(side: str, guard: Any, tracer: Any, shape: Any, calls: int, grow: bool,
         # ``chat``'s hooks as they always were: the same bytecode, so the same counts as before shapes.
         call = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs, instance=resource)
         call.wire(body)
-        returned(call, openai_provider.SITES[0], response)
+        returned(call, openai_provider.SITES[0], response, NO_HTTP)
 
     def shaped(kwargs: dict[str, Any], body: bytes, response: Any) -> None:
         call = guard.before(provider, api, kwargs, instance=resource)
         call.wire(body)
-        returned(call, site, response)
+        returned(call, site, response, NO_HTTP)
 
     def spanned(kwargs: dict[str, Any], body: bytes, response: Any) -> None:
         span = tracer.start_span(f"chat {ov.MODEL}", kind=trace.SpanKind.CLIENT)
@@ -399,7 +400,8 @@ def verify(side: str, guard: Any, shape: Any, registry: Any, provider: Any, run:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
     import ctxguard
-    from ctxguard.intercept.answers import returned
+    from ctxguard.intercept.answers import HttpResults, returned
+    NO_HTTP = HttpResults()
 
     exporter = shapes.SpanCounter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -416,7 +418,7 @@ def verify(side: str, guard: Any, shape: Any, registry: Any, provider: Any, run:
                 assert call is not None, f"{shape.name}: ctxguard did not inspect the call"
                 labels.add(call.verdict.payload.provider)
                 call.wire(body)
-                returned(call, shape.site, response)
+                returned(call, shape.site, response, NO_HTTP)
             else:
                 run(kwargs, body, response)
             assert exporter.spans == before + 1, f"{shape.name} {side}: {exporter.spans - before} spans for one call"

@@ -76,7 +76,7 @@ def call(g: Guard, scope: str, messages: list[dict[str, str]]) -> None:
         made = g.before(PROVIDER, "chat.completions", kwargs)
         assert made is not None
         made.wire(json.dumps(kwargs).encode())
-        made.answer(Answer(model=MODEL, text="Your parcel ships to Pune.", input_tokens=100))
+        made.end("complete", Answer(model=MODEL, text="Your parcel ships to Pune.", input_tokens=100))
 
 
 def retained(base: int) -> int:

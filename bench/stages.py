@@ -30,13 +30,15 @@ from opentelemetry.trace import SpanKind
 import ctxguard
 from ctxguard.checks.wire import wire_intact
 from ctxguard.inspection import Verdict
-from ctxguard.intercept.answers import returned
+from ctxguard.intercept.answers import HttpResults, returned
 from ctxguard.memo import Memo
 from ctxguard.providers import openai as openai_provider
 from ctxguard.record import Trace
 
 sys.path.insert(0, str(Path(__file__).parent))
 import overhead as ov
+
+NO_HTTP = HttpResults()  # the result types whose HTTP response is read: none here (a parsed answer)
 
 ADAPTER = openai_provider.ADAPTER
 SIZE = int(sys.argv[1]) if len(sys.argv) > 1 else 20
@@ -78,7 +80,7 @@ def main() -> None:
             call = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs)
             assert call is not None
             call.wire(body)
-            returned(call, openai_provider.SITES[0], response)
+            returned(call, openai_provider.SITES[0], response, NO_HTTP)
 
         payload = guard.measurer.measure(view)
 
