@@ -65,11 +65,9 @@ _BEDROCK = re.compile(
     r"(?:anthropic|meta|amazon|mistral|cohere|deepseek|openai|qwen|google|writer|ai21|nvidia|minimax|moonshotai)\."
     r"(.+?)(?:-v\d+(?::\d+)?)?(?::\d+k)?$"
 )
-#: model string -> the table key it resolved to ("" for none); re-made when the table's size changes.
-#: At most ``_RESOLVED_MAX`` strings of at most ``_REMEMBERED_CHARS`` characters (a model string is
-#: the app's, of any length): a longer one is resolved again each time.
-_resolved: dict[str, str] = {}
-_resolved_size = len(MODEL_WINDOWS)
+#: Resolutions remembered (``_remembered``): at most ``_RESOLVED_MAX`` model strings of at most
+#: ``_REMEMBERED_CHARS`` characters (a model string is the app's, of any length): a longer one is
+#: resolved again each time.
 _RESOLVED_MAX = 1024
 _REMEMBERED_CHARS = 256
 
@@ -91,6 +89,13 @@ def _resolve(model: str) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=_RESOLVED_MAX)
+def _remembered(model: str, table_size: int) -> str:
+    """``_resolve(model)``, remembered per size of the table: an id added to it (by
+    ``add_model_windows`` or an edit of ``MODEL_WINDOWS``) makes every model resolve again."""
+    return _resolve(model)
+
+
 def window_for(model: str | None) -> int | None:
     """The model's context window in tokens (``MODEL_WINDOWS``); snapshots, aliases, Bedrock,
     Vertex, provider-prefixed ids and Ollama tags resolve to their family (docs/budget.md), unknown
@@ -103,17 +108,9 @@ def window_for(model: str | None) -> int | None:
     >>> window_for("my-finetune-v7") is None
     True
     """
-    global _resolved_size
     if not isinstance(model, str) or not model:
         return None
-    key = _resolved.get(model)
-    if key is None or _resolved_size != len(MODEL_WINDOWS):
-        if _resolved_size != len(MODEL_WINDOWS) or len(_resolved) >= _RESOLVED_MAX:
-            _resolved.clear()
-            _resolved_size = len(MODEL_WINDOWS)
-        key = _resolve(model)
-        if len(model) <= _REMEMBERED_CHARS:
-            _resolved[model] = key
+    key = _remembered(model, len(MODEL_WINDOWS)) if len(model) <= _REMEMBERED_CHARS else _resolve(model)
     return MODEL_WINDOWS.get(key) if key else None
 
 

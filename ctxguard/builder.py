@@ -35,7 +35,7 @@ from .policy import Pinned
 from .providers.anthropic import ADAPTER as ANTHROPIC
 from .providers.base import Adapter
 from .providers.openai import ADAPTER as OPENAI
-from .summaries import LOSSY, lost_facts
+from .summaries import lost_facts
 from .tokens import REPLY_PRIMING, Calibration, default_counter
 from .turns import alternate, split_units
 
@@ -392,8 +392,8 @@ class ContextBuilder:
         logger.debug("ctxguard: the supplied summary lost %d active fact(s): %s", len(lost), ", ".join(shown))
         if guard is not None:
             guard.metrics.add((guard.metrics.lossy_at,))
-        if scope is not None:
-            LOSSY.note(scope, lost)
+            if scope is not None:
+                guard.note_lossy_summary(scope, lost)
 
     def _overlapping(self, query: str, units: list[tuple[int, int]], items: list[Item]) -> list[str]:
         """Earlier units sharing the most words with the query, best first (recency plays no part)."""

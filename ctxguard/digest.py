@@ -6,21 +6,25 @@ value (a phone number, a city) against a digest found in telemetry.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
 from collections.abc import Iterable
 
-from . import forksafe
-
 __all__ = ["Digester"]
 
 logger = logging.getLogger("ctxguard")
-_warned = forksafe.event()
 
 
 #: Characters encoded at a time when digesting a large text.
 _PIECE = 1 << 20
+
+
+@functools.cache  # said once a process
+def _say_no_key() -> None:
+    logger.warning("ctxguard: no digest key configured (digest_key= or CTXGUARD_DIGEST_KEY); "
+                   "using a random per-process key, so digests are not comparable across processes")
 
 
 class Digester:
@@ -38,12 +42,7 @@ class Digester:
                              "or None for a random per-process key")
         if key is None:
             key = os.urandom(32)
-            if not _warned.is_set():
-                _warned.set()
-                logger.warning(
-                    "ctxguard: no digest key configured (digest_key= or CTXGUARD_DIGEST_KEY); "
-                    "using a random per-process key, so digests are not comparable across processes"
-                )
+            _say_no_key()
         # BLAKE2b accepts keys up to 64 bytes; longer secrets are condensed first.
         self._key = key if len(key) <= 64 else hashlib.blake2b(key, digest_size=64).digest()
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import Protocol
+from typing import Any, Protocol
 
 from ._isolation import report_internal_error
 
@@ -30,50 +30,51 @@ class Forked(Protocol):
         """Called in a forked child, after its locks were released."""
 
 
-# Module-level, and mutated at run time, because they are the process's own: a fork copies the
-# whole process, whichever installation made a lock. Weak: a lock or object that is gone is not
-# kept for this.
-_locks: weakref.WeakSet[object] = weakref.WeakSet()
-_objects: weakref.WeakSet[Forked] = weakref.WeakSet()  # type: ignore[type-var]
+# Every lock ctxguard made and every object told of forks. Module-level, and mutated at run time,
+# because they are the process's own: a fork copies the whole process, whichever installation
+# made them. Weak: what is gone is not kept for this.
+_owned: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def lock() -> threading.Lock:
     """A ``threading.Lock`` that a forked child gets back unlocked."""
     made = threading.Lock()
-    _locks.add(made)
+    _owned.add(made)
     return made
 
 
 def rlock() -> threading.RLock:
     """A ``threading.RLock`` that a forked child gets back unlocked."""
     made = threading.RLock()
-    _locks.add(made)
+    _owned.add(made)
     return made
 
 
 def event() -> threading.Event:
     """A ``threading.Event`` (a flag behind a lock) that a forked child gets back usable."""
     made = threading.Event()
-    _locks.add(made)
+    _owned.add(made)
     return made
 
 
 def on_fork(obj: Forked) -> None:
     """Call ``obj.forked()`` in every child forked from now on, while ``obj`` lives."""
-    _objects.add(obj)
+    _owned.add(obj)
 
 
 def _after_fork_in_child() -> None:
-    for made in list(_locks):
+    owned = list(_owned)
+    for made in owned:
         # The method the standard library resets its own locks with after a fork (CPython 3.9+).
         reinit = getattr(made, "_at_fork_reinit", None)
         if reinit is not None:
             reinit()
-    for obj in list(_objects):
-        try:
-            obj.forked()
-        except Exception as exc:  # a child must start whatever went wrong here
-            report_internal_error("hook", exc)
+    for obj in owned:  # the locks first: an object's forked() may take one
+        if hasattr(obj, "forked"):
+            try:
+                obj.forked()
+            except Exception as exc:  # a child must start whatever went wrong here
+                report_internal_error("hook", exc)
 
 
 if hasattr(os, "register_at_fork"):

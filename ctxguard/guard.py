@@ -124,6 +124,11 @@ class Guard:
         self._recorder.capture = writer
         self._inspector.facts.capture = writer
 
+    def note_lossy_summary(self, scope: Scope, fact_ids: list[str]) -> None:
+        """A summary ``ContextBuilder`` was handed lost these facts: the conversation's next call says
+        so (``ctxguard.summary.lossy``)."""
+        self._inspector.lossy.note(scope, fact_ids)
+
     def stop_meters(self) -> None:
         """The OpenTelemetry instruments stop reporting (``uninstrument()``; they cannot be removed)."""
         meters = self._recorder.meters

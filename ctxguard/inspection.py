@@ -31,6 +31,7 @@ from .payload import Answer, Payload
 from .pinned import PinnedBlock, find_block
 from .policy import Policy
 from .providers.base import Provider
+from .summaries import LossyNotes
 from .tokens import BOUND
 from .violations import Violation
 
@@ -57,6 +58,8 @@ class Verdict:
     #: Facts of the conversation that were sent before and are missing now.
     fact_evictions: int = 0
     late: list[Outcome] = field(default_factory=list)
+    #: Fact ids the summary last supplied to ``ContextBuilder`` in this conversation lost.
+    lossy: tuple[str, ...] = ()
 
     @property
     def facts(self) -> FactView | None:
@@ -89,6 +92,8 @@ class Inspector:
         self.measurer = measurer
         self.server_windows: Mapping[str, int] = server_windows or {}
         self.memory = memory
+        #: What a summary lost, per conversation, until its next call takes it (``ContextBuilder``).
+        self.lossy = LossyNotes(memory.max_conversations)
         self.memos = memos
         self.facts = facts
         self._norms: TwoGenerationCache[str, str] = TwoGenerationCache(20_000, cache_bytes // 8, text_bytes)
@@ -134,6 +139,8 @@ class Inspector:
         """Fill ``verdict`` (``inspect``, for a verdict made already: filled as far as it got if this raises)."""
         pinned, pinned_tokens, budget = self._counts(verdict, policy)
         payload, scope = verdict.payload, verdict.scope
+        if scope is not None:
+            verdict.lossy = self.lossy.take(scope)
         if scope is not None and payload.history_elsewhere is None and payload.unreadable is None:
             try:
                 verdict.diff = self.memory.observe(scope, payload, pinned=pinned is not None)

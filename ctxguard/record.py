@@ -25,7 +25,6 @@ from .digest import Digester
 from .facts.evaluate import FactView
 from .inspection import Verdict
 from .payload import Answer, Payload
-from .summaries import LOSSY
 from .telemetry import spans as attr
 from .telemetry.ids import ExportedIds
 from .telemetry.log import WarningLimiter, log_violations
@@ -184,9 +183,8 @@ class Recorder:
         _request_attributes(a, payload)
         if scope is not None:
             a[attr.CONVERSATION_ID] = scope[0]
-            lossy = LOSSY.take(scope)
-            if lossy:
-                a[attr.SUMMARY_LOSSY] = lossy
+            if verdict.lossy:
+                a[attr.SUMMARY_LOSSY] = verdict.lossy
         head = payload.head
         if head is not None:
             a[attr.HEAD_ROLE] = head.role

@@ -4,8 +4,9 @@ ctxguard never calls a model. An app that summarises its older turns with its ow
 model can start from ``SUMMARY_PROMPT``; ``ContextBuilder`` then checks the summary
 it is handed against the conversation's active facts (a paraphrase tends to lose
 exactly the digits, identifiers and names), counts a lossy one in
-``ctxguard_lossy_summaries_total`` and leaves a note that the next guarded call of the
-conversation puts on its span (``ctxguard.summary.lossy``: fact ids, never values).
+``ctxguard_lossy_summaries_total`` and leaves a note with the active guard's inspector, which
+puts it on the verdict of the conversation's next guarded call, and the recorder on its span
+(``ctxguard.summary.lossy``: fact ids, never values).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .conversation import Scope
 from .facts.ledger import Version
 from .facts.matching import MIN_MATCH_CHARS, normalise
 
-__all__ = ["LOSSY", "SUMMARY_PROMPT", "LossyNotes", "lost_facts"]
+__all__ = ["SUMMARY_PROMPT", "LossyNotes", "lost_facts"]
 
 #: A prompt template for a structured summary of older turns, for the app's own model:
 #: ``SUMMARY_PROMPT.format(facts=..., turns=...)``. ``facts`` is one ``id: value`` line
@@ -77,7 +78,3 @@ class LossyNotes:
             return ()
         with self._lock:
             return self._notes.pop(scope, ())
-
-
-#: The process's notes: written by ``ContextBuilder.build``, read by the guard.
-LOSSY = LossyNotes()

@@ -7,6 +7,7 @@ grows by one turn per call costs one new count, not a recount of the history.
 
 from __future__ import annotations
 
+import functools
 import logging
 from bisect import bisect_left, insort
 from collections import deque
@@ -133,8 +134,6 @@ class TiktokenCounter:
             return self._estimate.count(text)
 
 
-_default: TokenCounter | None = None
-_default_lock = forksafe.lock()
 
 # Encodings that load without the network. The stock ``cl100k_base`` downloads its
 # file on first use, which must never happen inside ``instrument()``.
@@ -167,17 +166,14 @@ def tiktoken_installed() -> bool:
 
 def loaded_counter() -> TokenCounter | None:
     """``default_counter()`` if something in the process has loaded it already, else None."""
-    return _default
+    return default_counter() if default_counter.cache_info().currsize else None
 
 
+@functools.cache
 def default_counter() -> TokenCounter:
-    """tiktoken when installed with an offline encoding, else the estimator (loaded once)."""
-    global _default
-    if _default is None:
-        with _default_lock:
-            if _default is None:
-                _default = _load_tiktoken() or EstimateCounter()
-    return _default
+    """tiktoken when installed with an offline encoding, else the estimator (loaded once a process;
+    ``default_counter.cache_clear()`` forgets it)."""
+    return _load_tiktoken() or EstimateCounter()
 
 
 class Calibration:

@@ -19,11 +19,11 @@ def internal_errors() -> list[tuple[str, BaseException]]:
 
 
 @pytest.fixture(autouse=True)
-def _no_tokenizer_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_tokenizer_loaded() -> None:
     """Every test starts as a new process does: with no exact tokenizer loaded, so a lazy guard
     counts bounds until a verdict needs the exact counts (docs/budget.md), whatever ran before it
     (a test that loaded tiktoken would otherwise make every later guard count exactly)."""
-    monkeypatch.setattr(tokens, "_default", None)
+    tokens.default_counter.cache_clear()
 
 
 @pytest.fixture(autouse=True)

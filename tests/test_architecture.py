@@ -57,3 +57,112 @@ def test_every_check_is_declared_once_with_a_phase_and_documented():
     assert {c.phase for c in REGISTRY} <= {"before", "wire", "answer"}
     documented = (PACKAGE.parent / "README.md").read_text() + "".join(p.read_text() for p in DOCS.glob("*.md"))
     assert all(f"`{name}`" in documented for name in names)
+
+
+# -- state: what an installation owns, and the little that is the process's --------------------
+
+#: The ``global`` statements allowed in ctxguard (outside ``testing/``): the active installation
+#: (set by ``install``, cleared by ``uninstall``) and the fact sinks record_fact writes to.
+GLOBALS = {("intercept/__init__.py", "install"), ("intercept/__init__.py", "uninstall"),
+           ("facts/__init__.py", "configure")}
+
+#: Module-level containers that a process mutates at run time, each for the reason given: none of
+#: them is an installation's (those die with ``uninstrument()``: ``intercept.Installation``).
+PROCESS_STATE = {
+    "ctxguard.forksafe._owned": "every lock to give back to a forked child: the process is what forks",
+    "ctxguard._isolation._hooks": "where swallowed errors are told: counted by the installation, failed in tests",
+    "ctxguard.intercept._hooked": "modules with a post-import hook: wrapt cannot remove one",
+    "ctxguard.telemetry.metrics._by_registry": "a registry's series, made once: the registry is the sink",
+    "ctxguard.telemetry.meter._by_provider": "a meter provider's instruments, made once: they cannot be removed",
+    "ctxguard.budget.MODEL_WINDOWS": "the public window table, added to by add_model_windows()",
+}
+#: Memos of pure functions, bounded in entries and bytes, on the per-call path.
+MEMOS = {
+    "ctxguard.providers.identity._urls": "a client's base URL -> who it reaches",
+    "ctxguard.providers._read._TOOL_TEXTS": "tool schemas -> their texts as each provider reads them",
+    "ctxguard.providers.openai._RENDERED": "a schema -> OpenAI's rendering of it",
+    "ctxguard.pinned._PARSED": "a pinned block's text -> its entries",
+    "ctxguard.checks.wire._needle_cache": "a protected text -> what to look for on the wire",
+    "ctxguard.checks.wire._wholes": "a protected text -> its whole JSON-escaped form",
+    "ctxguard.checks.tools._runs": "a message's tool refs -> its calls and results",
+    "ctxguard.providers._read._MAPPINGS": "a type -> whether it is a Mapping (an ABC check is slow)",
+    "ctxguard.providers._read._SENTINEL_TYPES": "a type -> whether it is an SDK's 'not given' sentinel",
+    "ctxguard.intercept.frames._CODES": "ctxguard's frames between the app and the SDK (a tap class made late)",
+}
+
+
+def test_global_statements_are_the_few_the_installation_needs():
+    found = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative.startswith("testing/"):
+            continue
+        for function in ast.walk(ast.parse(path.read_text())):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found |= {(relative, function.name) for node in ast.walk(function) if isinstance(node, ast.Global)}
+    assert found == GLOBALS
+    assert len(GLOBALS) <= 3
+
+
+def _containers() -> dict[str, object]:
+    """Every module-level container of ctxguard's modules (outside ``testing``), by dotted name."""
+    import importlib
+    import pkgutil
+    import weakref
+    from collections import OrderedDict, deque
+
+    from ctxguard.cache import BoundedLRU, TwoGenerationCache
+
+    kinds = (dict, list, set, bytearray, deque, OrderedDict, weakref.WeakSet, weakref.WeakKeyDictionary,
+             weakref.WeakValueDictionary, TwoGenerationCache, BoundedLRU)
+    found = {}
+    for info in pkgutil.walk_packages(ctxguard.__path__, "ctxguard."):
+        if ".testing" in info.name or info.name.endswith(("instrumentor", "__main__")):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if isinstance(value, kinds) and not name.startswith("__"):
+                found[f"{info.name}.{name}"] = value
+    return found
+
+
+def _contents(container: object) -> object:
+    """What a container holds, by identity, to tell a mutated one from an untouched one."""
+    from ctxguard.cache import BoundedLRU, TwoGenerationCache
+
+    if isinstance(container, TwoGenerationCache):
+        return sorted(id(k) for part in (container._new, container._old) for k in part)  # type: ignore[attr-defined]
+    if isinstance(container, BoundedLRU):
+        return [id(k) for k in container._data]  # type: ignore[attr-defined]
+    if hasattr(container, "items"):
+        return sorted((id(k), id(v)) for k, v in list(container.items()))  # type: ignore[attr-defined]
+    return sorted(id(x) for x in list(container))  # type: ignore[call-overload]
+
+
+def test_module_level_state_mutated_at_run_time_is_only_the_processes(harness, llm, client, tmp_path):
+    """Instrument, make calls (plain, streamed, with tools and facts, through the builder), capture,
+    uninstrument and instrument again: the module-level containers whose contents changed are the
+    process's own few and the memos of pure functions, each listed here with its reason; no
+    installation keeps state in a module (before: 20 such containers)."""
+    from ctxguard.budget import add_model_windows
+
+    containers = _containers()
+    before = {name: _contents(c) for name, c in containers.items()}
+    add_model_windows({"acme-arch-test": 8_192})
+    for _ in range(2):
+        harness.start(mode="observe", capture_path=str(tmp_path / "capture-{pid}.jsonl"),
+                      policy=ctxguard.Policy(pinned=ctxguard.Pinned()))
+        tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+        with ctxguard.conversation("arch"):
+            ctxguard.record_fact("city", "Lyon")
+            history = ctxguard.ContextBuilder("gpt-4o", system="Be brief.", pinned=ctxguard.Pinned(),
+                                              tail_tokens=500).build([], "Ship to Lyon")
+            client.chat.completions.create(model="gpt-4o", messages=history, tools=tools)
+            for _ in client.chat.completions.create(model="gpt-4o", messages=history, stream=True):
+                pass
+            client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history).parse()
+        harness.stop()
+    changed = {name for name, c in containers.items() if _contents(c) != before[name]}
+    unexplained = changed - set(PROCESS_STATE) - set(MEMOS)
+    assert not unexplained, f"module-level state an installation left behind: {sorted(unexplained)}"
+    assert len(PROCESS_STATE) <= 8

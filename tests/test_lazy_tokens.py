@@ -116,7 +116,7 @@ def _run(harness, llm, client, monkeypatch, tokenizer: str):  # type: ignore[no-
     came from and its violations), and how many conversations loaded the tokenizer."""
     out, loaded = [], 0
     for calls in _corpus():
-        monkeypatch.setattr(tokens, "_default", None)
+        tokens.default_counter.cache_clear()
         harness.exporter.clear()
         harness.start(mode="collect", policy=POLICY, tokenizer=tokenizer)
         for model, messages in calls:

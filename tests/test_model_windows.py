@@ -39,11 +39,11 @@ def shipped() -> dict[str, dict]:
 def _table_restored():
     """Every test here gets the shipped table, and leaves it as it was."""
     saved = dict(MODEL_WINDOWS)
-    budget._resolved.clear()
+    budget._remembered.cache_clear()
     yield
     MODEL_WINDOWS.clear()
     MODEL_WINDOWS.update(saved)
-    budget._resolved.clear()
+    budget._remembered.cache_clear()
 
 
 # -- the data file -----------------------------------------------------------------------------
@@ -136,7 +136,8 @@ def test_every_id_form_resolves_to_the_underlying_models_window(model, window):
 
 def test_a_resolution_is_remembered_and_made_again_when_the_table_changes():
     assert window_for("acme-support-ft:7b") is None
-    assert budget._resolved["acme-support-ft:7b"] == ""
+    assert budget._remembered("acme-support-ft:7b", len(MODEL_WINDOWS)) == ""
+    assert budget._remembered.cache_info().hits == 1  # remembered: resolved once
     MODEL_WINDOWS["acme-support-ft"] = 8_192  # a direct edit of the public dict is seen too
     assert window_for("acme-support-ft:7b") == 8_192
     MODEL_WINDOWS["acme-support-ft"] = 4_096  # a changed value is read through the remembered key
@@ -146,10 +147,12 @@ def test_a_resolution_is_remembered_and_made_again_when_the_table_changes():
 def test_the_remembered_resolutions_are_bounded():
     for i in range(budget._RESOLVED_MAX * 3):
         window_for(f"unknown-model-{i}")
-        assert len(budget._resolved) <= budget._RESOLVED_MAX
+        assert budget._remembered.cache_info().currsize <= budget._RESOLVED_MAX
     assert window_for("gpt-4o") == 128_000
     huge = "x" * 10_000
-    assert window_for(huge) is None and huge not in budget._resolved  # a long string is not kept
+    before = budget._remembered.cache_info()
+    assert window_for(huge) is None  # a long string is not kept
+    assert budget._remembered.cache_info()[:2] == before[:2]
     assert window_for("openai/" + "a" * 300 + "/gpt-4o") == 128_000
 
 

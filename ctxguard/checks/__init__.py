@@ -18,6 +18,7 @@ all read it. A check never knows which provider produced the payload.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from ..payload import Payload
@@ -63,15 +64,14 @@ def run_checks(payload: Payload, ctx: Context) -> list[Outcome]:
     if payload.unreadable is not None:
         return [_settled(name, payload.unreadable) for name in CHECKS]
     outcomes = []
-    settled = _SETTLED.get
-    for name, check in CHECKS.items():  # ``outcome`` and ``_settled``, inlined: ten times a call
+    for name, check in CHECKS.items():
         result = check(payload, ctx)
         if isinstance(result, Skip):
-            outcomes.append(settled((name, result.reason)) or _settled(name, result.reason))
+            outcomes.append(_settled(name, result.reason))
         elif result:
             outcomes.append(Outcome(name, "fail", result))
         else:
-            outcomes.append(settled((name, None)) or _settled(name, None))
+            outcomes.append(_settled(name, None))
     return outcomes
 
 
@@ -86,18 +86,9 @@ def outcome(name: str, result: list[Violation] | Skip | None) -> Outcome:
     return _settled(name, None)
 
 
-#: Passes and skips carry nothing of their call, so one instance per (check, skip reason)
-#: serves every call: no new objects on the common path. Outcomes are read-only.
-_SETTLED: dict[tuple[str, str | None], Outcome] = {}
-_SETTLED_CAP = 1024  # skip reasons can name a model; past the cap, new ones are built per call
-
-
+@functools.lru_cache(maxsize=1024)  # skip reasons can name a model: the least used are made again
 def _settled(name: str, reason: str | None) -> Outcome:
-    key = (name, reason)
-    found = _SETTLED.get(key)
-    if found is None:
-        # An empty reason is a skip another check explains: counted, not listed on the span.
-        found = Outcome(name, "pass" if reason is None else "skip", (), reason or None)
-        if len(_SETTLED) < _SETTLED_CAP:
-            _SETTLED[key] = found
-    return found
+    """A pass (``reason`` None) or a skip: they carry nothing of their call, so one instance per
+    (check, reason) serves every call, no new object on the common path. Outcomes are read-only.
+    An empty reason is a skip another check explains: counted, not listed on the span."""
+    return Outcome(name, "pass" if reason is None else "skip", (), reason or None)

@@ -49,7 +49,6 @@ import json
 import logging
 import os
 import threading
-import weakref
 from datetime import datetime
 from typing import Any
 
@@ -301,7 +300,6 @@ class StreamReader:
         self.digests = digests
         self._ledger = ledger
         self._reset()
-        _READERS.add(self)
         forksafe.on_fork(self)
 
     def _reset(self) -> None:
@@ -323,8 +321,10 @@ class StreamReader:
             if self._thread is None and not self._stopping.is_set():
                 self._thread = threading.Thread(target=self._run, name="ctxguard-shared-values", daemon=True)
                 self._thread.start()
+                atexit.register(self.stop)  # a thread blocked in Redis would hold up the interpreter's exit
 
     def stop(self) -> None:
+        atexit.unregister(self.stop)
         self._stopping.set()
         self.live = False
         client = self._client
@@ -393,14 +393,3 @@ class StreamReader:
             self._other_key_warned = True
             logger.warning("ctxguard: %s holds values shared by a process with another digest key; they cannot "
                            "be matched here: give every worker the same CTXGUARD_DIGEST_KEY", self._ledger.stream_key)
-
-
-_READERS: weakref.WeakSet[StreamReader] = weakref.WeakSet()
-
-
-def _stop_readers() -> None:
-    for reader in list(_READERS):
-        reader.stop()
-
-
-atexit.register(_stop_readers)

@@ -24,8 +24,10 @@ leaving ``with`` or being collected before the end ``end("abandoned")``.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, MutableMapping
+from types import ModuleType
 from typing import Any
 
 import wrapt
@@ -114,22 +116,21 @@ def _async_tap(base: type) -> type:
     return AsyncTap
 
 
-#: (httpx module name, asynchronous) -> tap class subclassing that module's byte stream
-#: (httpx checks ``isinstance(response.stream, SyncByteStream)`` before iterating it). A memo of
-#: a pure function of the httpx module: two entries per httpx distribution at most.
-_taps: dict[tuple[str, bool], type] = {}
+@functools.cache
+def _tap_for(http: ModuleType, asynchronous: bool) -> type:
+    """The tap class subclassing ``http``'s (httpx's or httpx2's) byte stream, made once: httpx
+    checks ``isinstance(response.stream, SyncByteStream)`` before iterating it."""
+    base = getattr(http, "AsyncByteStream" if asynchronous else "SyncByteStream")
+    return _async_tap(base) if asynchronous else _sync_tap(base)
 
 
 def _tap_class(response: Any) -> type | None:
     http = sys.modules.get(type(response).__module__.partition(".")[0])
     stream = response.stream
-    for asynchronous, base_name, make in ((False, "SyncByteStream", _sync_tap), (True, "AsyncByteStream", _async_tap)):
+    for asynchronous, base_name in ((False, "SyncByteStream"), (True, "AsyncByteStream")):
         base = getattr(http, base_name, None)
         if isinstance(base, type) and isinstance(stream, base):
-            key = (http.__name__, asynchronous)  # type: ignore[union-attr]
-            if key not in _taps:
-                _taps[key] = make(base)
-            return _taps[key]
+            return _tap_for(http, asynchronous)
     return None
 
 

@@ -17,6 +17,7 @@ sends its request on the first chunk; its ``ChatResponse`` chunks pass through u
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
 from collections.abc import Callable, Mapping
@@ -96,27 +97,22 @@ def _message_item(message: Any, model: str | None) -> Item:
             image_tokens(model) * len(images))
 
 
-#: Python functions given as tools, by identity: the SDK's schema of each (its pydantic conversion
-#: builds a model class per call, too slow to repeat per request). Bounded: an app's tools are few.
-_converted: dict[Callable[..., Any], str] = {}
-
-
 def _function_schema(function: Callable[..., Any]) -> str | None:
     """The schema the SDK sends for a Python function (``ollama._utils.convert_function_to_tool``,
     already imported with the SDK); None if it cannot convert it (the SDK then raises its own error)."""
-    found = _converted.get(function)
-    if found is not None:
-        return found
-    convert = getattr(sys.modules.get("ollama._utils"), "convert_function_to_tool", None)
-    if convert is None:
-        return None
     try:
-        found = canonical(convert(function).model_dump(exclude_none=True))
+        return _converted(function)
     except Exception:
         return None
-    if len(_converted) < 256:
-        _converted[function] = found
-    return found
+
+
+@functools.lru_cache(maxsize=256)
+def _converted(function: Callable[..., Any]) -> str:
+    """Python functions given as tools, by identity: the SDK's schema of each, remembered (its
+    pydantic conversion builds a model class per call, too slow to repeat per request); a failure
+    is not remembered. Bounded: an app's tools are few."""
+    convert = sys.modules["ollama._utils"].convert_function_to_tool
+    return canonical(convert(function).model_dump(exclude_none=True))
 
 
 def _tools(tools: Any, view: RequestView) -> None:

@@ -276,8 +276,10 @@ def _mmap_values(family: _Family, labelvalues: tuple[str, ...]) -> list[Any]:
 
 
 _lock = forksafe.lock()
+# The series of each registry (a registry is the sink, and outlives installations: instrument()
+# again with it counts on), made once per registry. In multiprocess mode every registry holds the
+# process's one set (``metrics_for``).
 _by_registry: weakref.WeakKeyDictionary[CollectorRegistry, Metrics] = weakref.WeakKeyDictionary()
-_process_metrics: Metrics | None = None
 
 
 def _multiprocess() -> bool:
@@ -301,18 +303,15 @@ def metrics_for(
     as a prometheus_client counter made again in the process would (its value is read back
     from the file).
     """
-    global _process_metrics
     registry = REGISTRY if registry is None else registry
     with _lock:
         metrics = _by_registry.get(registry)
         if metrics is None:
-            shared = _process_metrics if _multiprocess() else None
+            shared = next(iter(_by_registry.values()), None) if _multiprocess() else None
             if shared is not None and (shared.check_names, shared.providers) == (check_names, providers):
                 shared.register(registry)
                 metrics = shared
             else:
                 metrics = Metrics(registry, check_names, providers)
-                if _multiprocess():
-                    _process_metrics = metrics
             _by_registry[registry] = metrics
         return metrics

@@ -282,7 +282,7 @@ def test_a_lazy_guard_plans_with_exact_counts(harness, monkeypatch):
     history = chat(60)
     plans = []
     for tokenizer in ("lazy", "eager"):
-        monkeypatch.setattr(tokens, "_default", None)
+        tokens.default_counter.cache_clear()
         harness.start(mode="observe", tokenizer=tokenizer)
         with ctxguard.conversation(f"plan-{tokenizer}"):
             plans.append(builder(budget=ctxguard.Budget(window=3_000, reserved_output=500)).build(history, "and?"))

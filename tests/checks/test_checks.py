@@ -275,19 +275,17 @@ def test_no_single_usage_report_changes_a_later_verdict(harness, llm, client, od
     assert verdicts(probes) == plain
 
 
-def test_shared_check_outcomes_are_bounded_and_keep_their_reason(monkeypatch):
-    import ctxguard.checks
-    from ctxguard.checks import _SETTLED_CAP, _settled
+def test_shared_check_outcomes_are_bounded_and_keep_their_reason():
+    from ctxguard.checks import _settled
 
-    settled: dict = {}  # this test's own cache: the process's stays as the other tests left it
-    monkeypatch.setattr(ctxguard.checks, "_SETTLED", settled)
     assert _settled("system_at_head", None) is _settled("system_at_head", None)
     assert _settled("system_at_head", None).outcome == "pass"
+    cap = _settled.cache_info().maxsize
     outcomes = [_settled("payload_under_budget", f"unknown context window for model 'm{i}'")
-                for i in range(_SETTLED_CAP + 50)]
-    assert len(settled) == _SETTLED_CAP
+                for i in range(cap + 50)]
+    assert _settled.cache_info().currsize == cap
     assert [o.reason for o in outcomes[-2:]] == [f"unknown context window for model 'm{i}'"
-                                                  for i in (_SETTLED_CAP + 48, _SETTLED_CAP + 49)]
+                                                  for i in (cap + 48, cap + 49)]
 
 
 HERE = Path(__file__).parent
