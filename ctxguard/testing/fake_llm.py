@@ -71,7 +71,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-from ._fake_media import FLAT, price
+from . import _fake_media
+from ._fake_media import FLAT
 
 __all__ = ["FakeLLM", "RecordedRequest", "Reply", "ServedResponse"]
 
@@ -331,10 +332,10 @@ def _messages_tokens(messages: Any, media: Media = _flat) -> int:
 
 def _pricing(kind: str, model: str) -> Media:
     """What a media part costs ``model`` on the API of ``kind``, as its provider prices it."""
-    family = ("openai" if kind in (_CHAT, _RESPONSES) else "mistral" if kind == _MISTRAL else
-              "cohere" if kind == _COHERE else "ollama" if kind == _OLLAMA else
-              "anthropic" if kind == _MESSAGES or kind in _BEDROCK else "gemini")
-    return partial(price, family, model)
+    price = (_fake_media.openai if kind in (_CHAT, _RESPONSES) else _fake_media.mistral if kind == _MISTRAL else
+             _fake_media.cohere if kind == _COHERE else _fake_media.ollama if kind == _OLLAMA else
+             _fake_media.anthropic if kind == _MESSAGES or kind in _BEDROCK else _fake_media.gemini)
+    return partial(price, model)
 
 
 def _prompt_tokens(kind: str, p: Mapping[str, Any], model: str = "") -> int:
@@ -1722,7 +1723,7 @@ def _ollama_message_tokens(message: Any, model: str) -> int:
         return _FRAME_TOKENS + _read_tokens(message)
     images = message.get("images")
     rest = {k: v for k, v in message.items() if k != "images"}
-    return _FRAME_TOKENS + _read_tokens(rest) + sum(price("ollama", model, image) for image in images) \
+    return _FRAME_TOKENS + _read_tokens(rest) + sum(_fake_media.ollama(model, image) for image in images) \
         if isinstance(images, list) else _FRAME_TOKENS + _read_tokens(rest)
 
 

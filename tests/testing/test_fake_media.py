@@ -15,7 +15,8 @@ from typing import Any
 import openai
 import pytest
 
-from ctxguard.testing._fake_media import FLAT, image_size, price
+from ctxguard.testing import _fake_media as media
+from ctxguard.testing._fake_media import FLAT, image_size
 from ctxguard.testing.fake_llm import FakeLLM
 from tests.providers.test_image import jpeg, png
 from tests.testing.test_fake_llm import _anthropic, _gemini
@@ -115,9 +116,9 @@ def test_gemini_charges_258_a_tile(llm: FakeLLM) -> None:
 
 def test_other_providers_formulas() -> None:
     part = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64(png(1024, 1024))}"}}
-    assert price("mistral", "pixtral-12b", part) == 64 * 64 + 64  # a token a 16-px patch, one a row
-    assert price("cohere", "command-a-vision", part) == 256 * 4 + 256
-    assert price("cohere", "command-a-vision", {**part, "image_url": {**part["image_url"], "detail": "low"}}) == 256
-    assert price("ollama", "llava:7b", b64(png(1024, 1024))) == 576
+    assert media.mistral("pixtral-12b", part) == 64 * 64 + 64  # a token a 16-px patch, one a row
+    assert media.cohere("command-a-vision", part) == 256 * 4 + 256
+    assert media.cohere("command-a-vision", {**part, "image_url": {**part["image_url"], "detail": "low"}}) == 256
+    assert media.ollama("llava:7b", b64(png(1024, 1024))) == 576
     pdf = {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{b64(b'%PDF-1.7' * 8)}"}}
-    assert price("openai", "gpt-4o", pdf) == FLAT
+    assert media.openai("gpt-4o", pdf) == FLAT
