@@ -1,5 +1,5 @@
 """The fake server charges a picture as its provider's documentation prices one, by its size, through
-the real SDKs over loopback HTTP (ctxguard/testing/_fake_media.py).
+the real SDKs over loopback HTTP (ctxguard/testing/fake/media.py).
 
 A flat price (85 tokens a picture, whatever its size, as the fake charged before) reported less
 than ctxguard's own price for most pictures, so a report on a request with one fell below its fixed
@@ -15,11 +15,10 @@ from typing import Any
 import openai
 import pytest
 
-from ctxguard.testing import _fake_media as media
-from ctxguard.testing._fake_media import FLAT, image_size
-from ctxguard.testing.fake_llm import FakeLLM
+from ctxguard.testing.fake import FakeLLM, media
+from ctxguard.testing.fake.media import FLAT, image_size
 from tests.providers.test_image import jpeg, png
-from tests.testing.test_fake_llm import _anthropic, _gemini
+from tests.testing.fake.helpers import anthropic_client, gemini_client
 
 PROMPT = "what is in this picture?"
 
@@ -79,7 +78,7 @@ def test_responses_charges_an_input_image(llm: FakeLLM, client: openai.OpenAI) -
 
 
 def test_anthropic_charges_pixels_over_750_within_its_limits(llm: FakeLLM) -> None:
-    with _anthropic(llm) as c:
+    with anthropic_client(llm) as c:
         def prompt(image: bytes | None) -> int:
             content: list[Any] = [{"type": "text", "text": PROMPT}]
             if image is not None:
@@ -99,7 +98,7 @@ def test_anthropic_charges_pixels_over_750_within_its_limits(llm: FakeLLM) -> No
 def test_gemini_charges_258_a_tile(llm: FakeLLM) -> None:
     from google.genai import types
 
-    gemini = _gemini(llm)
+    gemini = gemini_client(llm)
 
     def prompt(image: bytes | None, model: str = "gemini-2.5-flash") -> int:
         contents: list[Any] = [PROMPT]
