@@ -3,7 +3,7 @@ capture, and the pytest plugin (``ctxguard.testing.plugin``: ``fake_llm``, ``ctx
 
 from __future__ import annotations
 
-from .fake_llm import FakeLLM, RecordedRequest, Reply, ServedResponse
+from .fake import FakeLLM, RecordedRequest, Reply, ServedResponse
 from .helpers import (
     ClaimProblem,
     ClaimsMismatch,

@@ -28,7 +28,7 @@ from ..facts import MemoryLedger
 from ..guard import Guard
 from ..telemetry.spans import VIOLATION_EVENT
 from ..violations import Violation
-from .fake_llm import FakeLLM
+from .fake import FakeLLM
 
 __all__ = ["GuardHarness", "ctxguard_guard", "fake_llm"]
 

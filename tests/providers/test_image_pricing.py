@@ -161,7 +161,7 @@ def test_gemini_inline_image_is_charged_by_tiles(harness, llm):
 
 @pytest.mark.parametrize("model", ["gpt-4o", "gpt-4o-mini"])
 def test_reports_on_pictures_calibrate_what_the_text_beside_them_costs(harness, llm, client, model):
-    """The fake prices a picture as OpenAI does (tests/testing/test_fake_media.py), so its reports
+    """The fake prices a picture as OpenAI does (tests/testing/fake/test_media.py), so its reports
     on requests with one teach the calibration what their text costs: from the sixth call the span
     shows what the provider reported, within a few tokens, the image's price unscaled. The fake's
     flat 85 a picture reported less than ctxguard's fixed tokens: nothing was learnt, and the gpt-4o

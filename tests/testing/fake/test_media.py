@@ -1,5 +1,5 @@
 """The fake server charges a picture as its provider's documentation prices one, by its size, through
-the real SDKs over loopback HTTP (ctxguard/testing/_fake_media.py).
+the real SDKs over loopback HTTP (ctxguard/testing/fake/media.py).
 
 A flat price (85 tokens a picture, whatever its size, as the fake charged before) reported less
 than ctxguard's own price for most pictures, so a report on a request with one fell below its fixed
@@ -15,10 +15,10 @@ from typing import Any
 import openai
 import pytest
 
-from ctxguard.testing._fake_media import FLAT, image_size, price
-from ctxguard.testing.fake_llm import FakeLLM
+from ctxguard.testing.fake import FakeLLM, media
+from ctxguard.testing.fake.media import FLAT, image_size
 from tests.providers.test_image import jpeg, png
-from tests.testing.test_fake_llm import _anthropic, _gemini
+from tests.testing.fake.helpers import anthropic_client, gemini_client
 
 PROMPT = "what is in this picture?"
 
@@ -78,7 +78,7 @@ def test_responses_charges_an_input_image(llm: FakeLLM, client: openai.OpenAI) -
 
 
 def test_anthropic_charges_pixels_over_750_within_its_limits(llm: FakeLLM) -> None:
-    with _anthropic(llm) as c:
+    with anthropic_client(llm) as c:
         def prompt(image: bytes | None) -> int:
             content: list[Any] = [{"type": "text", "text": PROMPT}]
             if image is not None:
@@ -98,7 +98,7 @@ def test_anthropic_charges_pixels_over_750_within_its_limits(llm: FakeLLM) -> No
 def test_gemini_charges_258_a_tile(llm: FakeLLM) -> None:
     from google.genai import types
 
-    gemini = _gemini(llm)
+    gemini = gemini_client(llm)
 
     def prompt(image: bytes | None, model: str = "gemini-2.5-flash") -> int:
         contents: list[Any] = [PROMPT]
@@ -115,9 +115,9 @@ def test_gemini_charges_258_a_tile(llm: FakeLLM) -> None:
 
 def test_other_providers_formulas() -> None:
     part = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64(png(1024, 1024))}"}}
-    assert price("mistral", "pixtral-12b", part) == 64 * 64 + 64  # a token a 16-px patch, one a row
-    assert price("cohere", "command-a-vision", part) == 256 * 4 + 256
-    assert price("cohere", "command-a-vision", {**part, "image_url": {**part["image_url"], "detail": "low"}}) == 256
-    assert price("ollama", "llava:7b", b64(png(1024, 1024))) == 576
+    assert media.mistral("pixtral-12b", part) == 64 * 64 + 64  # a token a 16-px patch, one a row
+    assert media.cohere("command-a-vision", part) == 256 * 4 + 256
+    assert media.cohere("command-a-vision", {**part, "image_url": {**part["image_url"], "detail": "low"}}) == 256
+    assert media.ollama("llava:7b", b64(png(1024, 1024))) == 576
     pdf = {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{b64(b'%PDF-1.7' * 8)}"}}
-    assert price("openai", "gpt-4o", pdf) == FLAT
+    assert media.openai("gpt-4o", pdf) == FLAT

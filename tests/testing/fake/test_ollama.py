@@ -19,7 +19,7 @@ pytest.importorskip("ollama", reason="ollama is not installed (extra 'ollama')")
 
 from ollama import ChatResponse, Client, ResponseError
 
-from ctxguard.testing.fake_llm import FakeLLM, Reply
+from ctxguard.testing.fake import FakeLLM, Reply
 
 MODEL = "llama3.2"
 MESSAGES: list[Any] = [{"role": "user", "content": "hi"}]

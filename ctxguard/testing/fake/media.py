@@ -17,7 +17,9 @@ only; the image is decoded here (a fake may), only its header read.
 * Ollama: what the model's vision encoder makes of any image (576 for LLaVA's 24 x 24 grid, 256 for
   Gemma 3's), not the size.
 
-A part whose image cannot be read (a remote URL, a file id, audio, a PDF) costs ``FLAT``.
+A part whose image cannot be read (a remote URL, a file id, audio, a PDF) costs ``FLAT``. One function a
+provider, ``(model, part) -> tokens``, ``part`` the JSON object holding the picture as it arrived: a
+wire format prices with its provider's (Chat Completions and Responses both with ``openai``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import struct
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["FLAT", "image_size", "price"]
+__all__ = ["FLAT", "anthropic", "cohere", "gemini", "image_size", "mistral", "ollama", "openai"]
 
 #: A media part whose pixels the fake cannot read: what it has always charged.
 FLAT = 85
@@ -147,7 +149,11 @@ def _fit(w: float, h: float, side: float) -> tuple[float, float]:
     return w * scale, h * scale
 
 
-def _openai(model: str, detail: str, size: tuple[int, int]) -> int:
+def openai(model: str, part: Any) -> int:
+    """OpenAI (Chat Completions and Responses): tiles by model and ``detail``, or patches."""
+    size = _part_size(part)
+    if size is None:
+        return FLAT
     patches = _prefix(model, _OPENAI_PATCHES)
     tiles = _prefix(model, _OPENAI_TILES)
     if patches is not None and (tiles is None or len(patches) >= len(tiles)):
@@ -158,7 +164,7 @@ def _openai(model: str, detail: str, size: tuple[int, int]) -> int:
             n = min(1536, math.ceil(w * shrink / 32) * math.ceil(h * shrink / 32))
         return math.ceil(n * _OPENAI_PATCHES[patches])
     base, tile = _OPENAI_TILES[tiles or "gpt-4o"]
-    if detail == "low":
+    if _detail(part) == "low":
         return base
     fw, fh = _fit(*size, 2048)
     short = min(fw, fh)
@@ -167,7 +173,11 @@ def _openai(model: str, detail: str, size: tuple[int, int]) -> int:
     return base + tile * math.ceil(fw / 512) * math.ceil(fh / 512)
 
 
-def _anthropic(size: tuple[int, int]) -> int:
+def anthropic(model: str, part: Any) -> int:
+    """Anthropic, and Claude on Bedrock: pixels / 750 within 1,568 px a side and 1.15 megapixels."""
+    size = _part_size(part)
+    if size is None:
+        return FLAT
     w, h = _fit(*size, 1568)
     pixels = w * h
     if pixels > 1_150_000:
@@ -176,7 +186,11 @@ def _anthropic(size: tuple[int, int]) -> int:
     return max(1, round(int(w) * int(h) / 750))
 
 
-def _gemini(model: str, size: tuple[int, int]) -> int:
+def gemini(model: str, part: Any) -> int:
+    """Gemini: 258 a tile (one up to 384 px a side); Gemini 3, 1,120."""
+    size = _part_size(part)
+    if size is None:
+        return FLAT
     if model.rsplit("/", 1)[-1].lower().startswith("gemini-3"):
         return 1120
     w, h = size
@@ -186,36 +200,28 @@ def _gemini(model: str, size: tuple[int, int]) -> int:
     return 258 * math.ceil(w / tile) * math.ceil(h / tile)
 
 
-def _mistral(size: tuple[int, int]) -> int:
+def mistral(model: str, part: Any) -> int:
+    """Mistral (Pixtral): a token a 16-px patch and one a row, within 1,024 px a side."""
+    size = _part_size(part)
+    if size is None:
+        return FLAT
     w, h = _fit(*size, 1024)
     rows = math.ceil(h / 16)
     return math.ceil(w / 16) * rows + rows
 
 
-def _cohere(detail: str, size: tuple[int, int]) -> int:
-    if detail == "low":
+def cohere(model: str, part: Any) -> int:
+    """Cohere: ``low`` 256; else 256 a 512-px tile and a 256-token thumbnail, within 2,048 px a side."""
+    size = _part_size(part)
+    if size is None:
+        return FLAT
+    if _detail(part) == "low":
         return 256
     w, h = _fit(*size, 2048)
     return 256 * math.ceil(w / 512) * math.ceil(h / 512) + 256
 
 
-def price(family: str, model: str, part: Any) -> int:
-    """What one media ``part`` (the JSON object holding it, as it arrived) costs ``model`` at
-    ``family`` (``openai``, ``anthropic``, ``gemini``, ``mistral``, ``cohere``, ``ollama``)."""
-    if family == "ollama":
-        found = _prefix(model, _OLLAMA)
-        return _OLLAMA[found] if found is not None else 576
-    size = _part_size(part)
-    if size is None:
-        return FLAT
-    if family == "openai":
-        return _openai(model, _detail(part), size)
-    if family == "anthropic":
-        return _anthropic(size)
-    if family == "gemini":
-        return _gemini(model, size)
-    if family == "mistral":
-        return _mistral(size)
-    if family == "cohere":
-        return _cohere(_detail(part), size)
-    return FLAT
+def ollama(model: str, part: Any) -> int:
+    """Ollama: what the model's vision encoder makes of any picture, whatever its size."""
+    found = _prefix(model, _OLLAMA)
+    return _OLLAMA[found] if found is not None else 576

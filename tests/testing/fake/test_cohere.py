@@ -20,7 +20,7 @@ import inspect
 
 import cohere
 
-from ctxguard.testing.fake_llm import FakeLLM, Reply
+from ctxguard.testing.fake import FakeLLM, Reply
 
 MODEL = "command-a-03-2025"
 #: cohere 5.x and 6.x take no ``max_retries`` when a client is made; every release takes it per call.

@@ -23,7 +23,7 @@ from botocore.config import Config
 from botocore.eventstream import ChecksumMismatch, EventStreamBuffer
 from botocore.exceptions import ClientError
 
-from ctxguard.testing.fake_llm import FakeLLM, Reply
+from ctxguard.testing.fake import FakeLLM, Reply
 
 MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 MESSAGES: list[Any] = [{"role": "user", "content": [{"text": "hi"}]}]

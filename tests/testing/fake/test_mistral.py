@@ -18,7 +18,7 @@ pytest.importorskip("mistralai.client", reason="mistralai is not installed (extr
 
 from mistralai.client import Mistral, errors, models
 
-from ctxguard.testing.fake_llm import FakeLLM, Reply
+from ctxguard.testing.fake import FakeLLM, Reply
 
 MODEL = "mistral-small-latest"
 MESSAGES: list[Any] = [{"role": "user", "content": "hi"}]

@@ -1,0 +1,334 @@
+"""The Bedrock Runtime: ``POST /model/{modelId}/{operation}``, the model id URL-encoded in the path (an
+inference profile's ``us.anthropic.claude-…-v1:0`` too). Two wire formats:
+
+* ``CONVERSE`` (``converse``, ``converse-stream``): Bedrock's own body, no answer id, tool use ids
+  ``tooluse_…``, ``latencyMs``; the stream's events ``messageStart``, per block its deltas and stop,
+  ``messageStop``, ``metadata`` with the usage.
+* ``INVOKE`` (``invoke``, ``invoke-with-response-stream``): the model's own body, Anthropic's
+  Messages (``anthropic_messages``: ids ``msg_bdrk_01…``, Bedrock's usage, no service tier) or a
+  Meta Llama prompt's; streamed as ``chunk`` events whose ``bytes`` are the model's own events (without
+  Anthropic's pings), the last carrying ``amazon-bedrock-invocationMetrics``; a body of neither shape
+  is refused before anything else, as Bedrock validates it against the model's schema.
+
+Both: request ids are UUIDs (``x-amzn-RequestId``); compact JSON; streams are binary
+``application/vnd.amazon.eventstream`` messages with their CRCs, each payload padded; a stream failing
+midway ends with an exception message. Errors: ``{"message": …}`` and the code in the
+``x-amzn-ErrorType`` header, which botocore turns into a ClientError.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import urllib.parse
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+from . import anthropic_messages, media
+from .framing import COMPACT, Framing, eventstream_message
+from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, schemas_tokens, text_tokens
+from .wire import ALNUM, BASE62, BASE64URL, DROP, HEX, Drop, Event, Events, Exchange, Headers, WireFormat, phrase, split
+
+FAILURE_STATUS = 500
+# status -> (error code, message).
+ERRORS: dict[int, tuple[str, str]] = {
+    400: ("ValidationException", "The provided request is not valid"),
+    403: ("AccessDeniedException", "You don't have access to the model with the specified model ID."),
+    404: ("ResourceNotFoundException", "The provided model identifier is invalid."),
+    408: ("ModelTimeoutException", "Model has timed out in processing the request. Try your request again."),
+    424: ("ModelErrorException", "The model returned an error. Try your request again."),
+    429: ("ThrottlingException", "Too many requests, please wait before trying again."),
+    500: ("InternalServerException",
+          "The system encountered an unexpected error during processing. Try your request again."),
+    503: ("ServiceUnavailableException", "Bedrock is unable to process your request."),
+}
+_NAMESPACE = "http://internal.amazon.com/coral/com.amazon.bedrock/"
+# Converse's stop reasons (``end_turn``, ``tool_use``, ``max_tokens``, ``stop_sequence``,
+# ``guardrail_intervened``, ``content_filtered``, ``model_context_window_exceeded``).
+_STOP_REASONS: dict[str, str] = {
+    "stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use",
+    "content_filter": "content_filtered",
+}
+_MALFORMED = ("Malformed input request: #: subject must not be valid against schema "
+              '{"required":["messages"]}#: required key [messages] not found, '
+              "please reformat your input and try again.")
+#: An event whose name starts so is an exception message of that type.
+_EXCEPTION = "exception:"
+
+
+def _model_in_path(route: str) -> str:
+    return urllib.parse.unquote(route.split("/")[2])
+
+
+def _request_id(ex: Exchange) -> str:
+    raw = ex.ident("request", HEX, 32)
+    return f"{raw[:8]}-{raw[8:12]}-4{raw[13:16]}-a{raw[17:20]}-{raw[20:]}"
+
+
+def error(ex: Exchange, status: int, message: str | None) -> tuple[dict[str, Any], str]:
+    code, default = ERRORS.get(status, ("InternalServerException" if status >= 500 else "ValidationException",
+                                        phrase(status)))
+    return {"message": message or default}, code
+
+
+def _headers(ex: Exchange, status: int, error_type: str | None) -> Headers:
+    headers = [("x-amzn-RequestId", ex.request_id)]
+    if error_type is not None:
+        headers.append(("x-amzn-ErrorType", f"{error_type}:{_NAMESPACE}"))
+    return headers
+
+
+def _latency_ms(ex: Exchange) -> int:
+    """A plausible ``latencyMs``, growing with what is said."""
+    return 180 + 12 * ex.output_tokens
+
+
+def _exception(ex: Exchange) -> Event:
+    """A stream's failure: an exception message (``:message-type: exception``) and the end."""
+    body, code = error(ex, FAILURE_STATUS, None)
+    return _EXCEPTION + code[0].lower() + code[1:], body
+
+
+def _frame(event: str | None, data: Any) -> bytes:
+    """An event (its payload padded with ``p``, as Bedrock evens out its sizes) or an exception."""
+    name = event or "chunk"
+    if name.startswith(_EXCEPTION):
+        headers = {":exception-type": name.removeprefix(_EXCEPTION), ":content-type": "application/json",
+                   ":message-type": "exception"}
+        return eventstream_message(headers, json.dumps(data, separators=(",", ":")).encode())
+    size = len(json.dumps(data))
+    padded = {**data, "p": ALNUM[: max(1, 48 - size % 48)]}
+    headers = {":event-type": name, ":content-type": "application/json", ":message-type": "event"}
+    return eventstream_message(headers, json.dumps(padded, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+_EVENTSTREAM = Framing("application/vnd.amazon.eventstream", _frame)
+
+# -- Converse ------------------------------------------------------------------------------------------
+
+
+def _converse_tokens(ex: Exchange) -> int:
+    p = ex.payload
+    system = p.get("system")
+    config = p.get("toolConfig")
+    tools = config.get("tools") if isinstance(config, dict) else None
+    n = (FRAME_TOKENS + read_tokens(system) if system else 0) + messages_tokens(
+        p.get("messages"), partial(media.anthropic, ex.requested_model))
+    return n + schemas_tokens([t for t in tools if "toolSpec" in t] if isinstance(tools, list) else None) \
+        + FRAME_TOKENS
+
+
+def _converse_stop(ex: Exchange) -> str:
+    if ex.reply.refusal:
+        return "content_filtered"
+    return _STOP_REASONS.get(ex.finish, ex.finish)
+
+
+def _converse_usage(ex: Exchange) -> dict[str, Any]:
+    """``inputTokens`` excludes what was read from the cache; ``totalTokens`` counts everything."""
+    usage: dict[str, Any] = {
+        "inputTokens": ex.input_tokens - ex.cached_tokens,
+        "outputTokens": ex.output_tokens,
+        "totalTokens": ex.input_tokens + ex.output_tokens,
+    }
+    if ex.cached_tokens:
+        usage["cacheReadInputTokens"] = ex.cached_tokens
+        usage["cacheWriteInputTokens"] = 0
+    return usage
+
+
+def _converse_blocks(ex: Exchange) -> list[dict[str, Any]]:
+    reply = ex.reply
+    blocks: list[dict[str, Any]] = []
+    if reply.reasoning:
+        signed = {"text": reply.reasoning, "signature": anthropic_messages.signature(ex)}
+        blocks.append({"reasoningContent": {"reasoningText": signed}})
+    if reply.text or reply.refusal or not ex.calls:
+        blocks.append({"text": reply.text or reply.refusal})
+    blocks.extend({"toolUse": {"toolUseId": c.id, "name": c.name, "input": c.input}} for c in ex.calls)
+    return blocks
+
+
+def _converse_body(ex: Exchange) -> dict[str, Any]:
+    return {
+        "metrics": {"latencyMs": _latency_ms(ex)},
+        "output": {"message": {"content": _converse_blocks(ex), "role": "assistant"}},
+        "stopReason": _converse_stop(ex),
+        "usage": _converse_usage(ex),
+    }
+
+
+def _converse_stream(ex: Exchange) -> list[Event | Drop]:
+    """messageStart, per block its deltas (a tool use opened by contentBlockStart) and its stop,
+    messageStop with the stop reason, then metadata with the usage."""
+    out = Events()
+    out.add("messageStart", {"role": "assistant"})
+    for index, block in enumerate(_converse_blocks(ex)):
+        if "reasoningContent" in block:
+            reasoning = block["reasoningContent"]["reasoningText"]
+            for piece in split(reasoning["text"]):
+                out.add("contentBlockDelta", {"contentBlockIndex": index,
+                                              "delta": {"reasoningContent": {"text": piece}}}, delta=True)
+            out.add("contentBlockDelta", {"contentBlockIndex": index,
+                                          "delta": {"reasoningContent": {"signature": reasoning["signature"]}}})
+        elif "text" in block:
+            for piece in split(block["text"], ex.reply.deltas):
+                out.add("contentBlockDelta", {"contentBlockIndex": index, "delta": {"text": piece}}, delta=True)
+        else:
+            use = block["toolUse"]
+            out.add("contentBlockStart", {"contentBlockIndex": index,
+                                          "start": {"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"]}}})
+            for piece in split(json.dumps(use["input"]), 2):
+                out.add("contentBlockDelta", {"contentBlockIndex": index, "delta": {"toolUse": {"input": piece}}},
+                        delta=True)
+        out.add("contentBlockStop", {"contentBlockIndex": index})
+    out.add("messageStop", {"stopReason": _converse_stop(ex)})
+    out.add("metadata", {"usage": _converse_usage(ex), "metrics": {"latencyMs": _latency_ms(ex)}})
+    return out.cut(ex, [_exception(ex)])
+
+
+CONVERSE = WireFormat(
+    name="bedrock.converse",
+    path=re.compile(r"/model/[^/]+/(converse|converse-stream)"),
+    streamed=lambda ex: ex.route.endswith("/converse-stream"),
+    prompt_tokens=_converse_tokens,
+    response_id=lambda ex: None,
+    request_id=_request_id,
+    call_id=lambda ex, i, name: "tooluse_" + ex.ident("tool", BASE64URL, 22, i),
+    finish=_converse_stop,
+    usage=_converse_usage,
+    body=_converse_body,
+    stream=_converse_stream,
+    error=error,
+    failure_status=FAILURE_STATUS,
+    json=COMPACT,
+    framing=_EVENTSTREAM,
+    headers=_headers,
+    model_in_path=_model_in_path,
+)
+
+# -- InvokeModel ---------------------------------------------------------------------------------------
+
+
+def _shape(payload: Mapping[str, Any]) -> str | None:
+    """Which model body an ``invoke`` carries: Anthropic Messages, a Meta Llama prompt, or neither."""
+    version = payload.get("anthropic_version")
+    if isinstance(version, str) and version.startswith("bedrock-") and isinstance(payload.get("messages"), list):
+        return "anthropic"
+    return "prompt" if isinstance(payload.get("prompt"), str) else None
+
+
+def _claude(ex: Exchange) -> bool:
+    return _shape(ex.payload) == "anthropic"
+
+
+def _claude_name(model: str) -> str:
+    """The name Anthropic's own answer gives a Bedrock model: ``us.anthropic.claude-x-v1:0`` -> ``claude-x``."""
+    name = model.rpartition("anthropic.")[2]
+    return re.sub(r"-v\d+(?::\d+)?$", "", name)
+
+
+def _invoke_tokens(ex: Exchange) -> int:
+    if _claude(ex):
+        return anthropic_messages.prompt_tokens(ex)
+    return text_tokens(str(ex.payload.get("prompt") or ""))
+
+
+def _llama_stop(ex: Exchange) -> str:
+    return "length" if ex.finish == "length" else "stop"
+
+
+def _llama_usage(ex: Exchange) -> dict[str, Any]:
+    return {"prompt_token_count": ex.input_tokens, "generation_token_count": ex.output_tokens}
+
+
+def _invoke_usage(ex: Exchange) -> dict[str, Any]:
+    if _claude(ex):
+        return anthropic_messages.usage_of(ex, ex.output_tokens, delta=True)
+    return _llama_usage(ex)
+
+
+def _invoke_body(ex: Exchange) -> dict[str, Any]:
+    if _claude(ex):
+        return {**anthropic_messages.message(ex, _claude_name(ex.model)), "usage": _invoke_usage(ex)}
+    return {"generation": ex.reply.text or ex.reply.refusal, **_llama_usage(ex), "stop_reason": _llama_stop(ex)}
+
+
+def _invocation_metrics(ex: Exchange) -> dict[str, Any]:
+    return {"inputTokenCount": ex.input_tokens, "outputTokenCount": ex.output_tokens,
+            "invocationLatency": _latency_ms(ex), "firstByteLatency": 150}
+
+
+def _llama_events(ex: Exchange) -> list[Event | Drop]:
+    pieces = split(ex.reply.text, ex.reply.deltas) or [""]
+    events: list[Event | Drop] = [
+        (None, {"generation": piece, "prompt_token_count": ex.input_tokens if i == 0 else None,
+                "generation_token_count": i + 1, "stop_reason": None}) for i, piece in enumerate(pieces)]
+    events.append((None, {"generation": "", "prompt_token_count": None,
+                          "generation_token_count": ex.output_tokens, "stop_reason": _llama_stop(ex)}))
+    if ex.reply.stream_failure == "drop":
+        return [events[0], DROP]
+    if ex.reply.stream_failure == "error":
+        return [events[0], ("error", None)]
+    return events
+
+
+def _invoke_stream(ex: Exchange) -> list[Event | Drop]:
+    """``chunk`` events whose ``bytes`` are the model's own stream events (Anthropic's, without its
+    pings; or Llama's generations), the last one carrying ``amazon-bedrock-invocationMetrics``."""
+    if _claude(ex):
+        # Failing midway, an exception message in place of Anthropic's ``error`` event.
+        cut = anthropic_messages.events(ex, _claude_name(ex.model)).cut(ex, [("error", None)])
+        events = [e for e in cut if isinstance(e, Drop) or e[0] != "ping"]
+    else:
+        events = _llama_events(ex)
+    out: list[Event | Drop] = []
+    for event in events:
+        if isinstance(event, Drop):
+            out.append(event)
+        elif event[0] == "error":  # the service failed midway: an exception message, not the model's event
+            out.append(_exception(ex))
+        else:
+            data = dict(event[1])
+            if data.get("type") == "message_stop" or data.get("stop_reason") is not None:
+                data["amazon-bedrock-invocationMetrics"] = _invocation_metrics(ex)
+            raw = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+            out.append(("chunk", {"bytes": base64.b64encode(raw).decode()}))
+    return out
+
+
+def _invoke_headers(ex: Exchange, status: int, error_type: str | None) -> Headers:
+    headers = _headers(ex, status, error_type)
+    if error_type is not None:
+        return headers
+    if ex.stream:
+        return [*headers, ("X-Amzn-Bedrock-Content-Type", "application/json")]
+    if status == 200:  # the model's own counts, whatever its body
+        return [*headers, ("X-Amzn-Bedrock-Invocation-Latency", str(_latency_ms(ex))),
+                ("X-Amzn-Bedrock-Output-Token-Count", str(ex.output_tokens)),
+                ("X-Amzn-Bedrock-Input-Token-Count", str(ex.input_tokens))]
+    return headers
+
+
+INVOKE = WireFormat(
+    name="bedrock.invoke_model",
+    path=re.compile(r"/model/[^/]+/(invoke|invoke-with-response-stream)"),
+    streamed=lambda ex: ex.route.endswith("/invoke-with-response-stream"),
+    prompt_tokens=_invoke_tokens,
+    response_id=lambda ex: "msg_bdrk_01" + ex.ident("id", BASE62, 22),
+    request_id=_request_id,
+    call_id=lambda ex, i, name: "toolu_bdrk_01" + ex.ident("tool", BASE62, 22, i),
+    finish=lambda ex: anthropic_messages.stop_reason(ex) if _claude(ex) else _llama_stop(ex),
+    usage=_invoke_usage,
+    body=_invoke_body,
+    stream=_invoke_stream,
+    error=error,
+    failure_status=FAILURE_STATUS,
+    json=COMPACT,
+    framing=_EVENTSTREAM,
+    headers=_invoke_headers,
+    model_in_path=_model_in_path,
+    refuse=lambda ex: None if _shape(ex.payload) is not None else _MALFORMED,
+)

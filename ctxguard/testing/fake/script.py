@@ -1,0 +1,129 @@
+"""What a test scripts (``Reply``) and what the fake records: each request as it arrived
+(``RecordedRequest``) and what it answered (``ServedResponse``). Neutral: no wire format here."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RecordedRequest", "Reply", "ServedResponse"]
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request exactly as it arrived, so tests can assert on wire bytes.
+
+    ``path`` is the raw request target, query string included, because the
+    point of recording is to see what the client really sent.
+    """
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        """Decode lazily: not every request (e.g. a stray GET) carries JSON."""
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True)
+class ServedResponse:
+    """What the fake answered to one request, recorded before the first byte left.
+
+    Tests compare the SDK's parsed result and ctxguard's span with these rather
+    than with constants: ``llm.responses[0].id == span.attributes["gen_ai.response.id"]``.
+
+    ``finish_reasons`` are in the provider's own words (chat ``finish_reason``,
+    Anthropic ``stop_reason``, Gemini ``finishReason``, the Responses ``status``).
+    ``usage`` is the final usage object exactly as sent (None when the answer carried
+    none: a chat stream without ``include_usage``); ``input_tokens`` and
+    ``output_tokens`` are the totals as billed (cached prompt tokens included, so
+    for Anthropic ``input_tokens + cache_read_input_tokens``; reasoning included, so
+    for Gemini ``candidatesTokenCount + thoughtsTokenCount``; for Cohere ``usage.tokens``, what
+    the model read, its prompt template included, not ``billed_units``).  A stream cut by a
+    scripted ``stream_failure`` never reported its final usage: those are None.
+    ``truncated_tokens``: prompt tokens the server dropped to fit its context window (Ollama,
+    which does so silently: its ``prompt_eval_count`` is what it kept).
+    """
+
+    request: RecordedRequest
+    status: int
+    request_id: str
+    id: str | None = None
+    model: str | None = None
+    stream: bool = False
+    finish_reasons: tuple[str, ...] = ()
+    usage: Mapping[str, Any] | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    tool_call_ids: tuple[str, ...] = ()
+    error_type: str | None = None
+    failure: str | None = None
+    truncated_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the fake model "says"; one description rendered in each wire format.
+
+    ``Reply(text="Pune")``; ``Reply(parsed={"city": "Pune"})`` for structured output
+    (the text is that value's JSON); ``Reply(refusal="I can't help with that.")``;
+    ``Reply(tool_calls=[{"function": {"name": "lookup", "arguments": {"q": "x"}}}])``;
+    ``Reply(status=429)`` for an HTTP error, ``Reply(text="…", stream_failure="error")``
+    for a stream that fails after its first delta (``"drop"``: the connection is cut).
+    ``deltas`` is how many pieces a streamed answer's text comes in: 3 by default, so clients
+    must really join them; a model streams about a token a piece (``deltas=len(text) // 4``).
+
+    Token counts default to an estimate of what was sent and what is said (see
+    ``ctxguard.testing.fake``); explicit ``input_tokens`` / ``output_tokens`` win, and are
+    totals the way OpenAI reports them: ``input_tokens`` includes ``cached_tokens``,
+    ``output_tokens`` includes ``reasoning_tokens``.  ``reasoning`` is the thinking
+    text: an Anthropic ``thinking`` block with its signature, a Responses reasoning
+    item with a summary, a Gemini thought part (chat completions only report its
+    token count).  ``finish_reason`` uses OpenAI vocabulary and is translated for
+    the other APIs; it defaults to ``tool_calls`` when there are tool calls, else
+    ``stop``.  Unknown values pass through verbatim.
+    """
+
+    text: str = ""
+    status: int = 200
+    tool_calls: list[dict[str, Any]] | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    finish_reason: str | None = None
+    model: str | None = None
+    cached_tokens: int = 0
+    reasoning_tokens: int | None = None
+    reasoning: str = ""
+    parsed: Any = None
+    refusal: str = ""
+    stream_failure: str | None = None
+    deltas: int = 3
+
+    def __post_init__(self) -> None:
+        # Mistakes rejected when the script is written, not when a test puzzles over a reply.
+        if self.parsed is not None:
+            if self.text:
+                raise ValueError("Reply: give text or parsed, not both (parsed becomes the text)")
+            object.__setattr__(self, "text", json.dumps(self.parsed, separators=(",", ":"), ensure_ascii=False))
+        if self.refusal and (self.text or self.tool_calls):
+            raise ValueError("Reply: a refusal carries no text or tool calls")
+        if self.stream_failure not in (None, "error", "drop"):
+            raise ValueError(f"Reply: stream_failure is 'error' or 'drop', not {self.stream_failure!r}")
+        if self.deltas < 1:
+            raise ValueError("Reply: a streamed text comes in one delta or more")
+        if self.cached_tokens < 0 or (self.input_tokens is not None and self.cached_tokens > self.input_tokens):
+            raise ValueError("Reply: cached_tokens is part of input_tokens")
+        if (self.reasoning_tokens is not None and self.output_tokens is not None
+                and self.reasoning_tokens > self.output_tokens):
+            raise ValueError("Reply: reasoning_tokens is part of output_tokens")
+
+
+def coerce(reply: Reply | str) -> Reply:
+    return Reply(text=reply) if isinstance(reply, str) else reply

@@ -1,0 +1,414 @@
+"""``FakeLLM``: the loopback HTTP server. It records each request, finds the wire format answering
+its route (``registry``), takes the scripted reply, and writes what the format's hooks make of it:
+an error, a JSON body or a stream, failing where the reply says. It knows no API by name."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import socket
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+from .registry import UNKNOWN_ROUTE, answering
+from .script import RecordedRequest, Reply, ServedResponse, coerce
+from .wire import Drop, Event, Exchange
+
+__all__ = ["OLLAMA_NUM_CTX", "FakeLLM"]
+
+ReplyFn = Callable[[RecordedRequest], "Reply | str"]
+#: The context window an Ollama server gives a request without ``options.num_ctx``: its default below
+#: 24 GiB of VRAM (0.15.5 and later).
+OLLAMA_NUM_CTX = 4096
+
+
+class _Server(ThreadingHTTPServer):
+    """HTTP server that remembers live connections so stop() can sever them.
+
+    Keep-alive connections pooled by SDK clients would otherwise leave handler
+    threads parked in ``readline`` after shutdown.
+    """
+
+    daemon_threads = True
+    allow_reuse_address = True
+    # The default backlog of 5 drops the SYNs of a burst of connections: those clients
+    # stall a second for the retry, or give up.
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], fake: FakeLLM) -> None:
+        self.fake = fake
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients hanging up mid-stream and stop() severing sockets are
+        # expected; anything else is a real bug worth a traceback.
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
+
+    def sever_connections(self) -> None:
+        with self.connections_lock:
+            conns = list(self.connections)
+            self.connections.clear()
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Translate one HTTP exchange into a RecordedRequest and a rendered Reply."""
+
+    # HTTP/1.1 lets SDK connection pools reuse sockets like they do in production.
+    protocol_version = "HTTP/1.1"
+    # Headers and body leave in separate small writes; with Nagle on, each reply waits
+    # ~40 ms for the client's delayed ACK.
+    disable_nagle_algorithm = True
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.connections_lock:
+            self.server.connections.add(self.connection)
+
+    def finish(self) -> None:
+        try:
+            with contextlib.suppress(OSError):  # a dropped connection has nothing left to flush
+                super().finish()
+        finally:
+            with self.server.connections_lock:
+                self.server.connections.discard(self.connection)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Access logs on stderr would drown pytest output."""
+
+    def do_POST(self) -> None:
+        self._handle()
+
+    do_GET = do_PUT = do_PATCH = do_DELETE = do_POST
+
+    # -- request side -----------------------------------------------------
+
+    def _read_body(self) -> bytes:
+        """Read exactly the announced body; short reads happen on big payloads."""
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            return self._read_chunked()
+        remaining = int(self.headers.get("Content-Length") or 0)
+        chunks: list[bytes] = []
+        while remaining > 0:
+            chunk = self.rfile.read(remaining)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+    def _read_chunked(self) -> bytes:
+        chunks: list[bytes] = []
+        while True:
+            size_line = self.rfile.readline()
+            size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                # Drain optional trailers up to the terminating blank line.
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                return b"".join(chunks)
+            chunks.append(self.rfile.read(size))
+            self.rfile.readline()
+
+    def _handle(self) -> None:
+        body = self._read_body()
+        headers: dict[str, str] = {}
+        for key, value in self.headers.items():
+            k = key.lower()
+            headers[k] = f"{headers[k]}, {value}" if k in headers else value
+        req = RecordedRequest(method=self.command, path=self.path, headers=headers, body=body)
+        fake = self.server.fake
+        n, serial = fake._record(req)
+
+        route = self.path.split("?", 1)[0].rstrip("/")
+        fmt = answering(route)
+        ex = Exchange(fmt or UNKNOWN_ROUTE, fake._nonce, serial, route, fake.ollama_num_ctx)
+        if fmt is None or self.command != "POST":
+            message = f"Invalid URL ({self.command} {self.path.split('?', 1)[0]})"
+            error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
+            self._send_error(ex, req, 404, ({"error": error}, "invalid_request_error"))
+            return
+        try:
+            payload = json.loads(body) if body else {}
+            if not isinstance(payload, dict):
+                raise ValueError("request body must be a JSON object")
+        except ValueError as exc:
+            self._send_error(ex, req, 400, fmt.error(ex, 400, f"Invalid JSON body: {exc}"))
+            return
+        ex = replace(ex, payload=payload)
+        refusal = fmt.refuse(ex)
+        if refusal is not None:
+            self._send_error(ex, req, 400, fmt.error(ex, 400, refusal))
+            return
+        try:
+            reply = fake._next_reply(req, n)
+        except Exception as exc:
+            # Surface bugs in the reply callable to the client instead of hanging it.
+            self._send_error(ex, req, 500, fmt.error(ex, 500, f"FakeLLM reply callable failed: {exc!r}"))
+            return
+
+        ex = replace(ex, reply=reply, stream=fmt.streamed(ex))
+        if reply.status != 200:
+            self._send_error(ex, req, reply.status, fmt.error(ex, reply.status, reply.text or None))
+        elif reply.stream_failure == "error" and not ex.stream:
+            # Failing before the first byte, a stream's failure is an HTTP error.
+            self._send_error(ex, req, fmt.failure_status, fmt.error(ex, fmt.failure_status, None), failure="error")
+        elif ex.stream:
+            events = fmt.stream(ex)
+            fake._served(ex.served(req))
+            self._send_stream(ex, events)
+        else:
+            answer = fmt.body(ex)
+            fake._served(ex.served(req))
+            self._send_json(ex, 200, answer, drop=reply.stream_failure == "drop")
+
+    # -- response side ----------------------------------------------------
+
+    def _send_error(
+        self, ex: Exchange, req: RecordedRequest, status: int, error: tuple[dict[str, Any], str], *,
+        failure: str | None = None,
+    ) -> None:
+        body, error_type = error
+        self.server.fake._served(ServedResponse(request=req, status=status, request_id=ex.request_id, model=ex.model,
+                                                error_type=error_type, failure=failure))
+        self._send_json(ex, status, body, error_type=error_type)
+
+    def _start(self, ex: Exchange, status: int, content_type: str, error_type: str | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        for name, value in ex.format.headers(ex, status, error_type):
+            self.send_header(name, value)
+
+    def _send_json(
+        self, ex: Exchange, status: int, obj: Any, *, drop: bool = False, error_type: str | None = None
+    ) -> None:
+        data = ex.format.json.dumps(obj)
+        try:
+            self._start(ex, status, ex.format.json.content_type, error_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if drop:
+                self.wfile.write(data[: len(data) // 2])
+                self._drop()
+                return
+            self.wfile.write(data)
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
+
+    def _send_stream(self, ex: Exchange, events: list[Event | Drop]) -> None:
+        """Write events one by one, one HTTP chunk each, so clients see a genuinely
+        incremental stream (and can tell a cut connection from the end of the body)."""
+        framing = ex.format.framing
+        try:
+            self._start(ex, 200, framing.content_type)
+            for name, value in framing.headers:
+                self.send_header(name, value)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.flush()
+            for item in events:
+                if isinstance(item, Drop):
+                    self._drop()
+                    return
+                frame = framing.frame(*item)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
+
+    def _drop(self) -> None:
+        """Cut the connection mid-body, as a crashed upstream or a broken proxy does."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+
+class FakeLLM:
+    """Loopback server standing in for OpenAI / Anthropic / Gemini / Mistral / Ollama / Cohere / Bedrock endpoints.
+
+    Reply precedence is: scripted replies (FIFO), then the ``reply`` callable,
+    then a default ``"ok N"`` that makes request ordering visible in asserts.
+    ``requests`` records every request as it arrived, ``responses`` what was
+    answered (``ServedResponse``: ids, finish reasons, usage as reported).
+    ``seed`` makes the ids reproducible: two servers with the same seed answer the
+    same requests with the same ids (to compare a run with ctxguard and one without).
+
+    usage: with FakeLLM() as llm: client = openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0)
+    """
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, reply: ReplyFn | None = None,
+                 seed: str | None = None) -> None:
+        if host not in ("127.0.0.1", "::1", "localhost"):
+            # A fake that answers anyone on the network is a liability.
+            raise ValueError(f"FakeLLM binds to loopback only, not {host!r}")
+        self._host = "127.0.0.1" if host == "localhost" else host
+        self._port = port
+        self._reply_fn = reply
+        self._lock = threading.Lock()
+        self._script: deque[Reply] = deque()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        # Seeds this server's ids: two servers never hand out the same one, unless seeded alike.
+        self._nonce = seed if seed is not None else secrets.token_hex(8)
+        self._serial = 0
+        self.requests: list[RecordedRequest] = []
+        self.responses: list[ServedResponse] = []
+        #: The context window this server gives an Ollama request without ``options.num_ctx`` (its
+        #: ``OLLAMA_CONTEXT_LENGTH``); set it to play a server configured otherwise.
+        self.ollama_num_ctx = OLLAMA_NUM_CTX
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> FakeLLM:
+        """Bind and serve in a background thread; returns self for chaining."""
+        if self._server is not None:
+            return self
+        server = _Server((self._host, self._port), self)
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"FakeLLM:{server.server_address[1]}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Shut down, drop live connections and join; safe to call repeatedly."""
+        server, thread = self._server, self._thread
+        self._server, self._thread = None, None
+        if server is None:
+            return
+        server.shutdown()
+        server.sever_connections()
+        server.server_close()
+        if thread is not None:
+            thread.join()
+
+    def __enter__(self) -> FakeLLM:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # -- addresses ----------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The bound port; only meaningful while started (port=0 picks a free one)."""
+        if self._server is None:
+            raise RuntimeError("FakeLLM is not running; call start() or use it as a context manager")
+        return int(self._server.server_address[1])
+
+    @property
+    def origin(self) -> str:
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """OpenAI SDK ``base_url``; the SDK appends ``/chat/completions`` etc."""
+        return f"{self.origin}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """Anthropic SDK ``base_url``; that SDK appends ``/v1/messages`` itself."""
+        return self.origin
+
+    @property
+    def gemini_base_url(self) -> str:
+        """google-genai ``http_options={"base_url": ...}``; the SDK appends ``/v1beta/models/…`` itself."""
+        return self.origin
+
+    @property
+    def bedrock_endpoint_url(self) -> str:
+        """boto3 ``client("bedrock-runtime", endpoint_url=...)``; botocore appends ``/model/…`` itself."""
+        return self.origin
+
+    @property
+    def mistral_base_url(self) -> str:
+        """mistralai ``Mistral(server_url=...)``; the SDK appends ``/v1/chat/completions`` itself.
+        Mistral's path is OpenAI's: this prefix is what makes the fake answer as Mistral does."""
+        return self.origin + "/mistral"
+
+    @property
+    def ollama_host(self) -> str:
+        """ollama ``Client(host=...)``; the SDK appends ``/api/chat`` itself."""
+        return self.origin
+
+    @property
+    def cohere_base_url(self) -> str:
+        """cohere ``ClientV2(base_url=...)``; the SDK appends ``/v2/chat`` itself."""
+        return self.origin
+
+    # -- scripting & inspection ----------------------------------------------
+
+    def script(self, *replies: Reply | str) -> None:
+        """Queue replies consumed one per endpoint request, in order."""
+        with self._lock:
+            self._script.extend(coerce(r) for r in replies)
+
+    def bodies(self, path_suffix: str | None = None) -> list[Any]:
+        """Parsed JSON of recorded bodies; empty bodies (e.g. GETs) are skipped."""
+        with self._lock:
+            reqs = list(self.requests)
+        out: list[Any] = []
+        for r in reqs:
+            route = r.path.split("?", 1)[0]
+            if path_suffix is not None and not route.endswith(path_suffix):
+                continue
+            if r.body:
+                out.append(r.json)
+        return out
+
+    def clear(self) -> None:
+        """Forget recorded requests, answers and pending scripted replies between test phases."""
+        with self._lock:
+            self.requests.clear()
+            self.responses.clear()
+            self._script.clear()
+
+    # -- used by the handler --------------------------------------------------
+
+    def _record(self, req: RecordedRequest) -> tuple[int, int]:
+        """Number the request: its place in ``requests`` and its serial for this server's life."""
+        with self._lock:
+            self.requests.append(req)
+            self._serial += 1
+            return len(self.requests), self._serial
+
+    def _served(self, response: ServedResponse) -> None:
+        with self._lock:
+            self.responses.append(response)
+
+    def _next_reply(self, req: RecordedRequest, n: int) -> Reply:
+        with self._lock:
+            scripted = self._script.popleft() if self._script else None
+        if scripted is not None:
+            return scripted
+        if self._reply_fn is not None:
+            # Called outside the lock so a callable may inspect self.requests.
+            return coerce(self._reply_fn(req))
+        return Reply(text=f"ok {n}")
+
+    def __repr__(self) -> str:
+        state = self.origin if self._server is not None else "stopped"
+        return f"<FakeLLM {state} requests={len(self.requests)}>"

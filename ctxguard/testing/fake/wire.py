@@ -1,0 +1,277 @@
+"""What a wire format is made of: the ``WireFormat`` record its module declares, and the ``Exchange``
+(one request, the reply it is answered with, what follows from both) its hooks read."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import string
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from http import HTTPStatus
+from typing import Any
+
+from .framing import Framing, Json
+from .script import RecordedRequest, Reply, ServedResponse
+from .tokens import FRAME_TOKENS, text_tokens
+
+ALNUM = string.ascii_letters + string.digits
+BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
+BASE64URL = ALNUM + "-_"
+HEX = "0123456789abcdef"
+
+
+class Drop:
+    """Marks where a scripted ``stream_failure="drop"`` cuts the connection."""
+
+
+DROP = Drop()
+#: A stream's event: its name (None: unnamed) and its data.
+Event = tuple[str | None, Any]
+Headers = list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class WireFormat:
+    """One API as the fake speaks it: its module's ``FORMAT``, listed in ``registry.FORMATS``.
+    Everything that differs between APIs is one of these hooks; the server calls them all the same.
+
+    usage: FORMAT = WireFormat(name="cohere.chat", path=re.compile(r".*/v2/chat"), streamed=asks_to_stream, ...)
+    """
+
+    #: How the registry and its tests name it (``openai.chat``, ``bedrock.converse``).
+    name: str
+    #: The routes it answers: a request path (query and trailing ``/`` cut) this matches whole.
+    path: re.Pattern[str]
+    #: Whether the answer streams: the body asks for it, or the route says so.
+    streamed: Callable[[Exchange], bool]
+    #: What the model reads of the request, in the estimate's unit (``tokens``).
+    prompt_tokens: Callable[[Exchange], int]
+    #: The answer's id (None: the API gives none), the request's, a tool call's
+    #: (``call_id(exchange, index, function name)``; None: the API's calls carry no id).
+    response_id: Callable[[Exchange], str | None]
+    request_id: Callable[[Exchange], str]
+    call_id: Callable[[Exchange, int, str], str] | None
+    #: Why the answer ended, in the API's words (``Exchange.finish`` is OpenAI's).
+    finish: Callable[[Exchange], str]
+    #: The last usage object a complete answer puts on the wire (None: it puts none).
+    usage: Callable[[Exchange], Mapping[str, Any] | None]
+    #: The JSON answer; a streamed one's events (``Events.cut`` ends them as a scripted failure does).
+    body: Callable[[Exchange], dict[str, Any]]
+    stream: Callable[[Exchange], list[Event | Drop]]
+    #: The error body for a status (the scripted message, else the API's own words), and the type it names.
+    error: Callable[[Exchange, int, str | None], tuple[dict[str, Any], str]]
+    #: The status a scripted ``stream_failure="error"`` comes as when nothing streams.
+    failure_status: int
+    #: How its bodies and streams are written.
+    json: Json
+    framing: Framing
+    #: Headers after Content-Type: ``headers(exchange, status, error type or None)``.
+    headers: Callable[[Exchange, int, str | None], Headers]
+    #: The model a route names, for an API whose body does not.
+    model_in_path: Callable[[str], str] = lambda route: ""
+    #: Why the request is refused (400) before any reply is taken; None: it is not.
+    refuse: Callable[[Exchange], str | None] = lambda exchange: None
+    #: The finish reason a stream the service breaks off ends with, when it sends no error body.
+    broken: str | None = None
+    #: Prompt tokens the server drops to fit its context window; it reports what it kept, never more.
+    truncated_tokens: Callable[[Exchange], int] | None = None
+
+
+def asks_to_stream(exchange: Exchange) -> bool:
+    return exchange.payload.get("stream") is True
+
+
+def request_id_header(name: str) -> Callable[[Exchange, int, str | None], Headers]:
+    """The request id under ``name``, on every answer."""
+    return lambda exchange, status, error_type: [(name, exchange.request_id)]
+
+
+def no_headers(exchange: Exchange, status: int, error_type: str | None) -> Headers:
+    return []
+
+
+def phrase(status: int) -> str:
+    """The status's reason phrase (``Too Many Requests``), or ``Error 418`` for one it lacks."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return f"Error {status}"
+
+
+def ident(seed: str, alphabet: str, length: int) -> str:
+    """``length`` characters of ``alphabet`` derived from ``seed``: random-looking, reproducible."""
+    out: list[str] = []
+    limit = 256 - 256 % len(alphabet)  # drop the bytes that would bias the first letters
+    counter = 0
+    while len(out) < length:
+        for byte in hashlib.blake2b(f"{seed}/{counter}".encode(), digest_size=64).digest():
+            if byte < limit:
+                out.append(alphabet[byte % len(alphabet)])
+        counter += 1
+    return "".join(out[:length])
+
+
+def split(text: str, parts: int = 3) -> list[str]:
+    """Cut text into a few pieces so clients must really concatenate deltas."""
+    if not text:
+        return []
+    n = min(parts, len(text))
+    size, extra = divmod(len(text), n)
+    out: list[str] = []
+    start = 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        out.append(text[start:end])
+        start = end
+    return out
+
+
+@dataclass(frozen=True)
+class Call:
+    """A scripted tool call, its id in the style of the API answering."""
+
+    id: str
+    name: str
+    arguments: str
+
+    @property
+    def input(self) -> Any:
+        """The arguments as a JSON value, for the APIs that send objects (Anthropic, Gemini)."""
+        try:
+            return json.loads(self.arguments) if self.arguments else {}
+        except ValueError:
+            return {}
+
+
+class Events:
+    """A stream's events, and the point where a scripted failure cuts it: after the
+    first delta, or after the opening event when nothing is said."""
+
+    def __init__(self) -> None:
+        self.items: list[Event] = []
+        self._cut: int | None = None
+
+    def add(self, event: str | None, data: Any, *, delta: bool = False) -> None:
+        self.items.append((event, data))
+        if delta and self._cut is None:
+            self._cut = len(self.items)
+
+    def cut(self, exchange: Exchange, failure: list[Event]) -> list[Event | Drop]:
+        """All the events, or those before a scripted failure and then ``failure`` (or the drop)."""
+        if exchange.reply.stream_failure is None:
+            return list(self.items)
+        kept: list[Event | Drop] = list(self.items[: self._cut or 1])
+        if exchange.reply.stream_failure == "drop":
+            return [*kept, DROP]
+        return kept + list(failure)
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One request and what it is answered with; each fact computed once, by its format's hooks."""
+
+    format: WireFormat
+    nonce: str
+    serial: int
+    route: str
+    #: The context window the server gives a request that sets none (``FakeLLM.ollama_num_ctx``).
+    window: int
+    payload: dict[str, Any] = field(default_factory=dict)
+    reply: Reply = field(default_factory=Reply)
+    stream: bool = False
+
+    def ident(self, tag: str, alphabet: str, length: int, i: int = 0) -> str:
+        # Seeded by the server instance and its request serial (which, unlike the request's
+        # place in ``FakeLLM.requests``, survives ``clear()``), so no two answers share an id.
+        return ident(f"{self.nonce}/{self.serial}/{tag}/{i}", alphabet, length)
+
+    @property
+    def requested_model(self) -> str:
+        """The model the request names, in its body or its path ("" if neither)."""
+        return str(self.payload.get("model") or self.format.model_in_path(self.route))
+
+    @property
+    def model(self) -> str:
+        return self.reply.model or self.requested_model or "fake-model"
+
+    @cached_property
+    def id(self) -> str | None:
+        return self.format.response_id(self)
+
+    @cached_property
+    def request_id(self) -> str:
+        return self.format.request_id(self)
+
+    @property
+    def finish(self) -> str:
+        """Why the answer ended, in OpenAI's words: ``Reply``'s vocabulary, which formats translate."""
+        return self.reply.finish_reason or ("tool_calls" if self.reply.tool_calls else "stop")
+
+    @cached_property
+    def calls(self) -> list[Call]:
+        """The scripted tool calls, ids filled in the style of the API answering."""
+        out = []
+        for i, call in enumerate(self.reply.tool_calls or []):
+            fn = call.get("function") or {}
+            args = fn.get("arguments", "")
+            name = str(fn.get("name", ""))
+            default = self.format.call_id(self, i, name) if self.format.call_id else ""
+            # Accept a dict for convenience; the wire format always carries a string.
+            out.append(Call(str(call.get("id") or default), name, args if isinstance(args, str) else json.dumps(args)))
+        return out
+
+    @cached_property
+    def input_tokens(self) -> int:
+        """Prompt tokens, cached ones included."""
+        if self.reply.input_tokens is not None:
+            return self.reply.input_tokens
+        if self.format.truncated_tokens is not None:
+            return self.format.prompt_tokens(self)
+        return max(self.format.prompt_tokens(self), self.reply.cached_tokens)
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.reply.cached_tokens
+
+    @cached_property
+    def reasoning_tokens(self) -> int:
+        reply = self.reply
+        if reply.reasoning_tokens is not None:
+            return reply.reasoning_tokens
+        estimate = text_tokens(reply.reasoning) + (FRAME_TOKENS if reply.reasoning else 0)
+        return estimate if reply.output_tokens is None else min(estimate, reply.output_tokens)
+
+    @cached_property
+    def output_tokens(self) -> int:
+        """Generated tokens, reasoning included."""
+        reply = self.reply
+        if reply.output_tokens is not None:
+            return reply.output_tokens
+        said = text_tokens(reply.text or reply.refusal)
+        said += sum(FRAME_TOKENS + text_tokens(c.name) + text_tokens(c.arguments) for c in self.calls)
+        return max(1, said) + self.reasoning_tokens
+
+    def served(self, request: RecordedRequest) -> ServedResponse:
+        """The record of a 200 answer; a scripted failure keeps it from reporting its end."""
+        fmt, failure = self.format, self.reply.stream_failure
+        truncated = fmt.truncated_tokens(self) if fmt.truncated_tokens and self.reply.input_tokens is None else 0
+        error_type = None
+        finish_reasons = () if failure else (fmt.finish(self),)
+        if failure == "error" and fmt.broken is not None:
+            # No error body: the broken stream says why it ended with its last event's finish reason.
+            error_type, finish_reasons = fmt.broken, (fmt.broken,)
+        elif failure == "error":
+            error_type = fmt.error(self, fmt.failure_status, None)[1]
+        return ServedResponse(
+            request=request, status=200, request_id=self.request_id, id=self.id, model=self.model,
+            stream=self.stream, finish_reasons=finish_reasons, usage=None if failure else fmt.usage(self),
+            input_tokens=None if failure else self.input_tokens,
+            output_tokens=None if failure else self.output_tokens,
+            cached_tokens=self.cached_tokens, reasoning_tokens=self.reasoning_tokens,
+            tool_call_ids=tuple(c.id for c in self.calls) if fmt.call_id else (),
+            error_type=error_type, failure=failure,
+            truncated_tokens=truncated,
+        )
