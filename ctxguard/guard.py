@@ -168,7 +168,7 @@ class Guard:
         payload = inspector.measure(provider, api, kwargs, scope)
         if payload is None:
             return None
-        if instance is not None and provider.identity is not None:
+        if instance is not None:
             _identify(payload, provider, instance)
         verdict = Verdict(payload, scope)
         try:
@@ -194,10 +194,10 @@ _LABELS = frozenset(LABELS)
 
 
 def _identify(payload: Payload, provider: Provider, instance: Any) -> None:
-    """The provider and server the call reaches (``Provider.identity``); a label outside the
+    """The provider and server the call reaches (``Adapter.identity``); a label outside the
     fixed set is never used (the metric series exist for those alone)."""
     try:
-        found = provider.identity(instance) if provider.identity is not None else None
+        found = provider.adapter.identity(instance)
     except Exception as exc:
         report_internal_error("normalise", exc)
         return

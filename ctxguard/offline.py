@@ -59,10 +59,10 @@ __all__ = [
 ]
 
 #: Providers whose captured bodies are judged offline, by the SDK that wrote them (a line's ``sdk``).
-READERS: dict[str, Provider] = {sdk: p for sdk, p in BY_DISTRIBUTION.items() if p.offline is not None}
+READERS: dict[str, Provider] = {sdk: p for sdk, p in BY_DISTRIBUTION.items() if p.adapter.reads_captures}
 
 #: The same, by their own label: how a line without ``sdk`` is read (older and hand-written captures).
-PROVIDERS: dict[str, Provider] = {label: p for label, p in BY_LABEL.items() if p.offline is not None}
+PROVIDERS: dict[str, Provider] = {label: p for label, p in BY_LABEL.items() if p.adapter.reads_captures}
 
 #: Every provider label a capture may carry; lines of others are refused as unknown.
 CAPTURED_PROVIDERS = frozenset(LABELS)
@@ -120,11 +120,11 @@ def offline_reader(sdk: str | None, label: str) -> Provider | None:
 
 def as_call(provider: Provider, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
     """``(api, kwargs)``: a captured body as ``provider``'s call site would have seen it (its
-    record's ``offline``; ``offline_reader`` finds only providers that have one)."""
-    read = provider.offline
-    if read is None:
+    adapter's ``from_capture``; ``offline_reader`` finds only providers that have one)."""
+    found = provider.adapter.from_capture(body, model)
+    if found is None:
         raise ValueError(f"{provider.distribution} does not read captured bodies")
-    return read(body, model)
+    return found
 
 
 def not_read_because(sdk: str | None, label: str) -> str:

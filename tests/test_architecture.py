@@ -48,7 +48,8 @@ def test_every_provider_label_has_its_metric_series_and_every_distribution_its_d
     supported = (DOCS / "supported.md").read_text()
     for provider in PROVIDERS:
         assert f"| `{provider.distribution}` |" in supported, provider.distribution
-        assert all(site.kind in ("sync", "async", "manager") for site in provider.sites)
+        assert all(site.kind in ("sync", "async", "manager") for site in provider.family.sites)
+        assert all((site.kind == "manager") == (site.final is not None) for site in provider.family.sites)
 
 
 def test_every_check_is_declared_once_with_a_phase_and_documented():

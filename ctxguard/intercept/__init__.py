@@ -39,7 +39,7 @@ from opentelemetry import trace
 from .. import forksafe
 from .._isolation import guarded, report_internal_error
 from ..providers import BY_DISTRIBUTION, PROVIDERS
-from ..providers.base import CallSite, Provider
+from ..providers.base import CallSite, Delegating, Methods, Provider, SharedDispatch
 from . import wire
 from .answers import HttpResults, returned
 from .frames import transparent, warn_through
@@ -52,7 +52,8 @@ __all__ = ["Installation", "active", "install", "uninstall"]
 logger = logging.getLogger("ctxguard")
 
 #: Model endpoints of the SDKs whose requests say who sent them: (path suffix, provider, api).
-_WIRE_APIS = tuple((suffix, p, api) for p in PROVIDERS for suffix, api in p.wire_apis)
+_WIRE_APIS = tuple((suffix, p, api) for p in PROVIDERS if isinstance(p.family, Methods)
+                   for suffix, api in p.family.wire_apis)
 
 
 class Installation:
@@ -99,7 +100,7 @@ def _guard_for() -> CallStarter | None:
     """The active guard, unless this call runs inside a delegating call already in flight
     (LiteLLM running the openai SDK): then it is part of that call, not a second one."""
     outer = IN_FLIGHT.get()
-    if outer is not None and outer.provider.delegates:
+    if outer is not None and isinstance(outer.provider.family, Delegating):
         return None
     installation = _active
     return installation.guard if installation is not None else None
@@ -109,13 +110,13 @@ def _request(provider: Provider, args: Any, kwargs: Any) -> Mapping[str, Any]:
     """The call's arguments by name (SDK methods are keyword-only; some functions are not)."""
     if not args:
         return kwargs  # type: ignore[no-any-return]
-    return {**dict(zip(provider.positional, args, strict=False)), **kwargs}
+    return {**dict(zip(provider.family.positional, args, strict=False)), **kwargs}
 
 
-def _dispatched(provider: Provider, instance: Any, args: Any, kwargs: Any) -> tuple[str, Mapping[str, Any]] | None:
-    """A shared call site's api and arguments (``Provider.dispatch``); None: not a model call."""
+def _dispatched(family: SharedDispatch, instance: Any, args: Any, kwargs: Any) -> tuple[str, Mapping[str, Any]] | None:
+    """A shared call site's api and arguments (``SharedDispatch.dispatch``); None: not a model call."""
     try:
-        return provider.dispatch(instance, args, kwargs)  # type: ignore[misc]
+        return family.dispatch(instance, args, kwargs)
     except Exception as exc:
         report_internal_error("normalise", exc)
         return None
@@ -128,15 +129,15 @@ def _http_results() -> HttpResults:
 
 def _sync_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
     api = site.api
-    shared = provider.dispatch is not None
+    shared = provider.family if isinstance(provider.family, SharedDispatch) else None
 
     @transparent
     def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         guard = _guard_for()
         if guard is None:
             return wrapped(*args, **kwargs)
-        if shared:
-            found = _dispatched(provider, instance, args, kwargs)
+        if shared is not None:
+            found = _dispatched(shared, instance, args, kwargs)
             if found is None:
                 # Not a model call (another service; credentials fetched during one): whatever it
                 # sends is not the body of a call in flight around it.
@@ -212,7 +213,8 @@ def _patch(installation: Installation, distribution: str) -> int:
             high,
         )
         return 0
-    for module_name, class_name, attribute in provider.http_results:
+    family = provider.family
+    for module_name, class_name, attribute in family.http_results if isinstance(family, Methods) else ():
         module = _loaded(module_name, distribution)
         if module is None:
             continue
@@ -221,7 +223,7 @@ def _patch(installation: Installation, distribution: str) -> int:
         except AttributeError:
             logger.debug("ctxguard: %s.%s not found; its results are read as answers", module_name, class_name)
     wrapped = 0
-    for site in provider.sites:
+    for site in family.sites:
         class_name, _, method = site.attribute.rpartition(".")
         module = _loaded(site.module, distribution)
         if module is None:
@@ -236,7 +238,7 @@ def _patch(installation: Installation, distribution: str) -> int:
         if made is not None:
             installation.sites.append(made)
             wrapped += 1
-    for module_name, attribute, body in provider.transport:
+    for module_name, attribute, body in family.transport if isinstance(family, SharedDispatch) else ():
         class_name, method = attribute.split(".")
         module = _loaded(module_name, distribution)
         if module is None:
@@ -341,7 +343,7 @@ def _repair(installation: Installation, request: Any) -> None:
                        "had looked up before ctxguard.instrument() (a framework client set up earlier, a cached "
                        "with_raw_response); such requests are guarded from the wire where their SDK says who sent "
                        "them (%s), without enforce mode; call instrument() before creating clients",
-                       request.url.path, ", ".join(p.distribution for p in PROVIDERS if p.wire_apis))
+                       request.url.path, ", ".join(dict.fromkeys(p.distribution for _, p, _ in _WIRE_APIS)))
 
 
 def _on_import(distribution: str) -> Any:

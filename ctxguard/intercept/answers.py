@@ -9,7 +9,7 @@ from typing import Any
 
 from .._isolation import guarded, report_internal_error
 from ..payload import Answer
-from ..providers.base import CallSite
+from ..providers.base import CallSite, Delegating, SharedDispatch
 from .carriers import manager_proxy, observe_pending, stream_proxy, tap_response
 from .protocol import Observed
 
@@ -56,7 +56,7 @@ def returned(
     api: str | None = None,
 ) -> Any:
     """The SDK returned ``result`` at ``site`` (to an ``async`` call site if ``asynchronous``) for
-    ``api`` (the site's own unless it is shared: ``Provider.dispatch``); returns it: the same
+    ``api`` (the site's own unless it is shared: ``SharedDispatch``); returns it: the same
     object, or a transparent stand-in for it. ``http_results``: the result types whose HTTP response
     is read as it passes."""
     started = perf_counter()
@@ -67,11 +67,12 @@ def returned(
     provider = call.provider
     api = site.api if api is None else api
     adapter = provider.adapter
-    if provider.pending is not None and _observed_pending(call, api, result, started):
+    family = provider.family
+    if isinstance(family, SharedDispatch) and _observed_pending(call, family, api, result, started):
         return result
-    if site.kind == "manager" and provider.final_reply is not None:
+    if site.final is not None:  # a stream helper: the answer is its own, at its end
         with guarded("stream"):
-            proxy = manager_proxy(result, call, provider.final_reply)
+            proxy = manager_proxy(result, call, site.final)
             call.elapsed += perf_counter() - started
             return proxy
     try:
@@ -99,11 +100,11 @@ def returned(
     return result
 
 
-def _observed_pending(call: Observed, api: str, result: Any, started: float) -> bool:
-    """Whether ``result`` holds its answer still to be read (``Provider.pending``), now observed;
+def _observed_pending(call: Observed, family: SharedDispatch, api: str, result: Any, started: float) -> bool:
+    """Whether ``result`` holds its answer still to be read (``SharedDispatch.pending``), now observed;
     the call ends as the app reads it. A result that fails to be observed ends the call unanswered."""
     try:
-        pending = call.provider.pending(api, result)  # type: ignore[misc]
+        pending = family.pending(api, result)
         if pending is None:
             return False
         observe_pending(pending, call, call.provider.adapter.stream_reader(api))
@@ -158,10 +159,10 @@ class _Heard:
 def overheard(call: Observed, response: Any) -> None:
     """The transport got ``response`` for ``call``. A delegating call (LiteLLM) reads the
     provider's own answer off it, for the span; the call still ends with the answer returned."""
-    readers = call.provider.wire_readers
-    if readers is None or call.done or not 200 <= response.status_code < 300:
+    family = call.provider.family
+    if not isinstance(family, Delegating) or call.done or not 200 <= response.status_code < 300:
         return
-    found = readers(call.label)
+    found = family.wire_readers(call.label)
     if found is not None:
         read, reader = found
         tap_response(response, _Heard(call), reader, read)

@@ -24,29 +24,13 @@ from ._read import as_str as _str
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
-from .base import CallSite, Provider
+from .base import CallSite, Identity, Methods, Provider, Translation
+from .identity import resource_identity
 
 __all__ = ["ADAPTER", "PROVIDER", "image_tokens", "tool_prompt_tokens"]
 
 _MESSAGES = "anthropic.resources.messages.messages"
 _BETA = "anthropic.resources.beta.messages.messages"
-
-# ``parse`` (structured outputs) posts itself, not through ``create``; ``stream`` returns a
-# stream manager at once, on the async client too.
-SITES = (
-    CallSite(_MESSAGES, "Messages.create", "messages"),
-    CallSite(_MESSAGES, "AsyncMessages.create", "messages", "async"),
-    CallSite(_MESSAGES, "Messages.stream", "messages.stream", "manager"),
-    CallSite(_MESSAGES, "AsyncMessages.stream", "messages.stream", "manager"),
-    CallSite(_MESSAGES, "Messages.parse", "messages"),
-    CallSite(_MESSAGES, "AsyncMessages.parse", "messages", "async"),
-    CallSite(_BETA, "Messages.create", "messages"),
-    CallSite(_BETA, "AsyncMessages.create", "messages", "async"),
-    CallSite(_BETA, "Messages.parse", "messages"),
-    CallSite(_BETA, "AsyncMessages.parse", "messages", "async"),
-    CallSite(_BETA, "Messages.stream", "messages.stream", "manager"),
-    CallSite(_BETA, "AsyncMessages.stream", "messages.stream", "manager"),
-)
 
 #: SDK results that hold the HTTP response instead of a parsed answer (streams,
 #: ``with_raw_response`` / ``with_streaming_response``): (module, class, attribute holding it).
@@ -183,7 +167,7 @@ def _message_item(message: Any, model: str | None) -> Item:
     return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message", cost)
 
 
-class AnthropicAdapter:
+class AnthropicAdapter(Translation):
     provider = "anthropic"
 
     def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
@@ -253,6 +237,14 @@ class AnthropicAdapter:
             return None
         return self.read_response("messages", snapshot)
 
+    def identity(self, instance: Any) -> Identity | None:
+        return resource_identity(instance)
+
+    reads_captures = True
+
+    def from_capture(self, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
+        return as_call(body, model)
+
 
 def _input_tokens(usage: Any) -> int | None:
     """Everything the prompt cost: cached reads and writes are input tokens too."""
@@ -317,17 +309,29 @@ def as_call(body: Mapping[str, Any], model: str | None = None) -> tuple[str, Map
     return "messages", body
 
 
+# ``parse`` (structured outputs) posts itself, not through ``create``; ``stream`` returns a
+# stream manager at once, on the async client too, whose answer is its own snapshot at the end.
+SITES = (
+    CallSite(_MESSAGES, "Messages.create", "messages"),
+    CallSite(_MESSAGES, "AsyncMessages.create", "messages", "async"),
+    CallSite(_MESSAGES, "Messages.stream", "messages.stream", "manager", ADAPTER.final_reply),
+    CallSite(_MESSAGES, "AsyncMessages.stream", "messages.stream", "manager", ADAPTER.final_reply),
+    CallSite(_MESSAGES, "Messages.parse", "messages"),
+    CallSite(_MESSAGES, "AsyncMessages.parse", "messages", "async"),
+    CallSite(_BETA, "Messages.create", "messages"),
+    CallSite(_BETA, "AsyncMessages.create", "messages", "async"),
+    CallSite(_BETA, "Messages.parse", "messages"),
+    CallSite(_BETA, "AsyncMessages.parse", "messages", "async"),
+    CallSite(_BETA, "Messages.stream", "messages.stream", "manager", ADAPTER.final_reply),
+    CallSite(_BETA, "AsyncMessages.stream", "messages.stream", "manager", ADAPTER.final_reply),
+)
+
 PROVIDER = Provider(
     distribution="anthropic",
     module="anthropic",
     supported=(0, 2),
     label="anthropic",
     adapter=ADAPTER,
-    sites=SITES,
+    family=Methods(SITES, http_results=HTTP_RESULTS, wire_apis=(("/v1/messages", "messages"),)),
     routes=identity.ROUTES,
-    identity=identity.resource_identity,
-    http_results=HTTP_RESULTS,
-    wire_apis=(("/v1/messages", "messages"),),
-    final_reply=ADAPTER.final_reply,
-    offline=as_call,
 )

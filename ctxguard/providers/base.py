@@ -16,7 +16,22 @@ from typing import Any, Literal, Protocol
 from ..memo import Memo
 from ..payload import Answer, RequestView
 
-__all__ = ["Adapter", "CallSite", "Dispatch", "Identity", "Kind", "Pending", "Provider", "StreamReader"]
+__all__ = [
+    "Adapter",
+    "CallSite",
+    "Delegating",
+    "Dispatch",
+    "Family",
+    "Identity",
+    "Kind",
+    "Methods",
+    "Pending",
+    "Provider",
+    "SharedDispatch",
+    "StreamReader",
+    "Translation",
+    "WireReaders",
+]
 
 #: How a call site answers, declared (never guessed from a class name):
 #: ``sync``: returns the answer, a stream or an HTTP-holding result; a generator function is one,
@@ -24,7 +39,7 @@ __all__ = ["Adapter", "CallSite", "Dispatch", "Identity", "Kind", "Pending", "Pr
 #: generator at once, and sends nothing until the first item is asked for; cohere's ``chat_stream``);
 #: ``async``: returns a coroutine of one of those;
 #: ``manager``: returns at once a stream helper (a context manager, sync or async), whose
-#: final answer the provider's ``final_reply`` reads.
+#: final answer the site's ``final`` reads.
 Kind = Literal["sync", "async", "manager"]
 
 
@@ -37,7 +52,9 @@ class StreamReader(Protocol):
 
 
 class Adapter(Protocol):
-    """Request and answer translation for one SDK."""
+    """A provider's translation of its SDK: requests to the neutral ``RequestView``, answers to
+    ``Answer``, and what else it knows of its API (who a call reaches, a captured body read back).
+    Provider modules subclass ``Translation``, which says "nothing" for the last two."""
 
     def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
         """``memo``: the conversation's previous call, to skip what is unchanged (see ``ctxguard.memo``)."""
@@ -46,6 +63,33 @@ class Adapter(Protocol):
     def read_response(self, api: str, result: Any) -> Answer | None: ...
 
     def stream_reader(self, api: str) -> StreamReader: ...
+
+    def identity(self, instance: Any) -> Identity | None:
+        """Who a call reaches, read off its call site's ``instance`` (the SDK's resource or client):
+        the provider its client reaches (one of the record's ``routes``) and the server's address
+        and port; None when the SDK's client does not say."""
+        ...
+
+    def from_capture(self, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]] | None:
+        """A captured request body (with the capture line's model) as its call site would have seen
+        it, ``(api, kwargs)``; None: this SDK's captures are not read offline (``reads_captures``)."""
+        ...
+
+    #: Whether ``from_capture`` reads this SDK's captures.
+    reads_captures: bool
+
+
+class Translation:
+    """What every adapter says unless its SDK says more: no identity read off its clients, its
+    captures not read offline."""
+
+    reads_captures = False
+
+    def identity(self, instance: Any) -> Identity | None:
+        return None
+
+    def from_capture(self, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]] | None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +101,8 @@ class CallSite:
     attribute: str
     api: str
     kind: Kind = "sync"
+    #: A ``manager`` site: the final answer of its stream helper, once the helper has finished.
+    final: Callable[[Any], Answer | None] | None = None
 
 
 #: Who a call reaches, read off its call site's ``instance``: ``(label, server address, server
@@ -93,12 +139,60 @@ WireReaders = Callable[[str], "tuple[Callable[[Any], Answer | None], StreamReade
 
 
 @dataclass(frozen=True, slots=True)
+class Methods:
+    """A family: the SDK is hooked at its clients' methods (``sites``), each returning an answer, a
+    stream, an object holding the HTTP response, or a stream helper (a ``manager`` site).
+
+    ``positional``: argument names a site may be called with positionally, in order.
+    ``http_results``: SDK results that hold the HTTP response instead of a parsed answer (streams,
+    raw responses), ``(module, class, attribute holding it)``: their bodies are read as they pass.
+    ``wire_apis``: model endpoints ``(path suffix, api)`` guarded from the wire when a request
+    bypassed its site; only for SDKs whose requests say who sent them (``x-stainless-lang``)."""
+
+    sites: tuple[CallSite, ...]
+    positional: tuple[str, ...] = ()
+    http_results: tuple[tuple[str, str, str], ...] = ()
+    wire_apis: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SharedDispatch:
+    """A family: one call site beneath every operation of every client (botocore's
+    ``BaseClient._make_api_call``). ``dispatch`` says which calls are model calls, and what api and
+    arguments; a result may hold its answer still to be read (``pending``); the SDK's own transport
+    (``transport``: ``(module, "Class.method", attribute)``, after signing) holds the body as sent."""
+
+    sites: tuple[CallSite, ...]
+    dispatch: Dispatch
+    pending: Callable[[str, Any], Pending | None]
+    transport: tuple[tuple[str, str, str], ...]
+    positional: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Delegating:
+    """A family: the SDK runs other SDKs beneath its call sites (LiteLLM): their call sites, reached
+    during one of its calls, are part of it. ``wire_readers``: how the routed provider's own answer
+    is read off the wire; ``sends_as``: from a call's arguments, the SDK whose request format the
+    body it sends is in (another SDK it runs, or whose format it writes), None for its own."""
+
+    sites: tuple[CallSite, ...]
+    wire_readers: WireReaders
+    sends_as: Callable[[Mapping[str, Any]], str | None]
+    positional: tuple[str, ...] = ()
+
+
+#: How an SDK is hooked: one of the families ``ctxguard.intercept`` knows how to observe.
+Family = Methods | SharedDispatch | Delegating
+
+
+@dataclass(frozen=True, slots=True)
 class Provider:
-    """One supported SDK, declared.
+    """One supported SDK, declared: who it is, how it is translated, how it is hooked.
 
     >>> from ctxguard.providers.mistral import ADAPTER, SITES
     >>> PROVIDER = Provider(distribution="mistralai", module="mistralai.client", supported=(3, 3),
-    ...                     label="mistral_ai", adapter=ADAPTER, sites=SITES)
+    ...                     label="mistral_ai", adapter=ADAPTER, family=Methods(SITES))
     >>> PROVIDER.labels
     ('mistral_ai',)
     >>> PROVIDER.adapter.normalise("chat.complete", {"model": "mistral-small-latest",
@@ -114,42 +208,12 @@ class Provider:
     supported: tuple[int, int]
     #: ``gen_ai.provider.name`` and the Prometheus ``provider`` label of its calls.
     label: str
+    #: Its translation: requests, answers, identity, captures.
     adapter: Adapter
-    sites: tuple[CallSite, ...]
-    #: Every other label its calls may carry (a router's routes), each a fixed value.
+    #: How it is hooked.
+    family: Family
+    #: Every other label its calls may carry (the providers its clients reach), each a fixed value.
     routes: tuple[str, ...] = ()
-    #: SDK results that hold the HTTP response instead of a parsed answer (streams, raw
-    #: responses): ``(module, class, attribute holding it)``; their bodies are read as they pass.
-    http_results: tuple[tuple[str, str, str], ...] = ()
-    #: Model endpoints ``(path suffix, api)`` of its requests, to guard one from the wire when it
-    #: bypassed its call site; only for SDKs whose requests say who sent them (``x-stainless-lang``).
-    wire_apis: tuple[tuple[str, str], ...] = ()
-    #: Argument names of a call site that may be called positionally, in order.
-    positional: tuple[str, ...] = ()
-    #: Runs other SDKs underneath: their call sites, reached during one of its calls, are part of it.
-    delegates: bool = False
-    #: ``manager`` sites: the final answer of a finished stream helper.
-    final_reply: Callable[[Any], Answer | None] | None = None
-    #: A delegating provider: how the routed provider's own answer is read off the wire.
-    wire_readers: WireReaders | None = None
-    #: A call site shared by many operations: which api a call is (``Dispatch``).
-    dispatch: Dispatch | None = None
-    #: ``(api, result)`` -> where the result holds an answer still to be read (``Pending``), or None
-    #: for a result that is the answer itself.
-    pending: Callable[[str, Any], Pending | None] | None = None
-    #: The SDK's own transport (not httpx): ``(module, "Class.method", attribute)``, whose request
-    #: argument's ``attribute`` is the body as sent, handed to the call in flight (``wire_intact``).
-    transport: tuple[tuple[str, str, str], ...] = ()
-    #: A captured request body (with the capture line's model) as its call site would have seen
-    #: it: ``(api, kwargs)``; None: its captures are not judged offline.
-    offline: Callable[[Mapping[str, Any], str | None], tuple[str, Mapping[str, Any]]] | None = None
-    #: The identity of a call, read off its call site's ``instance`` (the SDK's resource or client):
-    #: the provider its client reaches (one of ``routes``) and the server's address and port.
-    identity: Callable[[Any], Identity | None] | None = None
-    #: A delegating provider: from a call's arguments, the SDK whose request format the body it
-    #: sends is in (another SDK it runs, or whose format it writes), or None when the body is in a
-    #: format of its own (``wire_sdk``).
-    sends_as: Callable[[Mapping[str, Any]], str | None] | None = None
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -164,6 +228,6 @@ class Provider:
         >>> BY_DISTRIBUTION["openai"].wire_sdk({"model": "gpt-4o"})
         'openai'
         """
-        if self.sends_as is not None:
-            return self.sends_as(request) or self.distribution
+        if isinstance(self.family, Delegating):
+            return self.family.sends_as(request) or self.distribution
         return self.distribution

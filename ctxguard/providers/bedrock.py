@@ -42,7 +42,7 @@ from ._read import role as _role
 from ._read import text_of as _text
 from .anthropic import ADAPTER as ANTHROPIC
 from .anthropic import image_tokens, tool_prompt_tokens
-from .base import CallSite, Pending, Provider
+from .base import CallSite, Pending, Provider, SharedDispatch, Translation
 
 __all__ = ["ADAPTER", "PROVIDER"]
 
@@ -296,7 +296,7 @@ def _invoke_answer(headers: Mapping[str, Any], document: Any) -> Answer:
     return _counted(answer or Answer(), headers)
 
 
-class BedrockAdapter:
+class BedrockAdapter(Translation):
     provider = LABEL
 
     def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
@@ -313,6 +313,11 @@ class BedrockAdapter:
 
     def stream_reader(self, api: str) -> _ConverseStream | _ChunkStream:
         return _ConverseStream() if api == "converse_stream" else _ChunkStream()
+
+    reads_captures = True
+
+    def from_capture(self, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
+        return as_call(body, model)
 
 
 def pending(api: str, result: Any) -> Pending | None:
@@ -412,9 +417,5 @@ PROVIDER = Provider(
     supported=(1, 1),
     label=LABEL,
     adapter=ADAPTER,
-    sites=SITES,
-    dispatch=dispatch,
-    pending=pending,
-    transport=TRANSPORT,
-    offline=as_call,
+    family=SharedDispatch(SITES, dispatch=dispatch, pending=pending, transport=TRANSPORT),
 )

@@ -34,7 +34,7 @@ from ._read import as_str as _str
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
-from .base import CallSite, Provider
+from .base import CallSite, Methods, Provider, Translation
 
 __all__ = ["ADAPTER", "PROVIDER", "image_tokens"]
 
@@ -202,7 +202,7 @@ def _reply_text(content: Any) -> str:
 _FAILED = frozenset({"ERROR", "TIMEOUT"})
 
 
-class CohereAdapter:
+class CohereAdapter(Translation):
     provider = "cohere"
 
     def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
@@ -240,6 +240,11 @@ class CohereAdapter:
 
     def stream_reader(self, api: str) -> _EventStream:
         return _EventStream()
+
+    reads_captures = True
+
+    def from_capture(self, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
+        return as_call(body, model)
 
 
 class _EventStream:
@@ -287,6 +292,5 @@ PROVIDER = Provider(
     supported=(5, 7),
     label="cohere",
     adapter=ADAPTER,
-    sites=SITES,
-    offline=as_call,
+    family=Methods(SITES),
 )

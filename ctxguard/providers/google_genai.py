@@ -22,7 +22,7 @@ from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import get as _get
 from ._read import role as _role
-from .base import CallSite, Provider
+from .base import CallSite, Methods, Provider, Translation
 
 __all__ = ["ADAPTER", "PROVIDER"]
 
@@ -156,7 +156,7 @@ def _response_schema(config: Any, view: RequestView) -> None:
         return
 
 
-class GoogleGenAIAdapter:
+class GoogleGenAIAdapter(Translation):
     provider = "gcp.gen_ai"
 
     def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
@@ -206,6 +206,11 @@ class GoogleGenAIAdapter:
 
     def stream_reader(self, api: str) -> _Responses:
         return _Responses()
+
+    reads_captures = True
+
+    def from_capture(self, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
+        return as_call(body, model)
 
 
 class _Responses:
@@ -265,6 +270,5 @@ PROVIDER = Provider(
     supported=(1, 3),
     label="gcp.gen_ai",
     adapter=ADAPTER,
-    sites=SITES,
-    offline=as_call,
+    family=Methods(SITES),
 )

@@ -19,7 +19,7 @@ from . import anthropic as anthropic_provider
 from . import openai as openai_provider
 from ._read import as_str as _str
 from ._read import get as _get
-from .base import CallSite, Provider, StreamReader
+from .base import CallSite, Delegating, Provider, StreamReader, Translation
 
 __all__ = ["ADAPTER", "PROVIDER"]
 
@@ -77,7 +77,7 @@ def _sends_as(kwargs: Mapping[str, Any]) -> str | None:
     return _SENT_AS.get(_route(kwargs) or "")
 
 
-class LiteLLMAdapter:
+class LiteLLMAdapter(Translation):
     provider = "litellm"
 
     def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
@@ -119,9 +119,6 @@ PROVIDER = Provider(
     label="litellm",
     routes=tuple(dict.fromkeys(_LABELS.values())),
     adapter=ADAPTER,
-    sites=SITES,
-    positional=("model", "messages"),  # ``completion(model, messages, ...)``
-    delegates=True,
-    wire_readers=ADAPTER.wire_readers,
-    sends_as=_sends_as,
+    # ``completion(model, messages, ...)``
+    family=Delegating(SITES, wire_readers=ADAPTER.wire_readers, sends_as=_sends_as, positional=("model", "messages")),
 )

@@ -30,7 +30,7 @@ from ._read import canonical, elements, items, schemas, structured_parts
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
-from .base import CallSite, Provider
+from .base import CallSite, Methods, Provider, Translation
 
 __all__ = ["ADAPTER", "PROVIDER"]
 
@@ -181,7 +181,7 @@ def _reply_text(content: Any) -> str:
 _BROKEN = "error"
 
 
-class MistralAdapter:
+class MistralAdapter(Translation):
     provider = "mistral_ai"
 
     def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
@@ -219,6 +219,11 @@ class MistralAdapter:
 
     def stream_reader(self, api: str) -> _ChunkStream:
         return _ChunkStream()
+
+    reads_captures = True
+
+    def from_capture(self, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
+        return as_call(body, model)
 
 
 class _ChunkStream:
@@ -275,7 +280,5 @@ PROVIDER = Provider(
     supported=(3, 3),
     label="mistral_ai",
     adapter=ADAPTER,
-    sites=SITES,
-    http_results=HTTP_RESULTS,
-    offline=as_call,
+    family=Methods(SITES, http_results=HTTP_RESULTS),
 )

@@ -31,7 +31,7 @@ from ._read import canonical, elements, family, items
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
-from .base import CallSite, Provider
+from .base import CallSite, Methods, Provider, Translation
 
 __all__ = ["ADAPTER", "PROVIDER", "image_tokens"]
 
@@ -136,7 +136,7 @@ def _options(options: Any, view: RequestView) -> None:
     view.window = window if window is not None and window > 0 else None
 
 
-class OllamaAdapter:
+class OllamaAdapter(Translation):
     provider = "ollama"
 
     def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
@@ -176,6 +176,11 @@ class OllamaAdapter:
 
     def stream_reader(self, api: str) -> _ChunkStream:
         return _ChunkStream()
+
+    reads_captures = True
+
+    def from_capture(self, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
+        return as_call(body, model)
 
 
 class _ChunkStream:
@@ -222,7 +227,5 @@ PROVIDER = Provider(
     # for a local server); the name the SDK, its server and OpenTelemetry's contrib use.
     label="ollama",
     adapter=ADAPTER,
-    sites=SITES,
-    positional=("model", "messages"),
-    offline=as_call,
+    family=Methods(SITES, positional=("model", "messages")),
 )

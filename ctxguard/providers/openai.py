@@ -35,7 +35,8 @@ from ._read import canonical, elements, exact_key, items, jsonable, structured_p
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
-from .base import CallSite, Provider
+from .base import CallSite, Identity, Methods, Provider, Translation
+from .identity import resource_identity
 
 __all__ = ["ADAPTER", "PROVIDER"]
 
@@ -348,7 +349,7 @@ def _response_format(value: Any, api: str, view: RequestView) -> None:
         view.tools.append(text)
 
 
-class OpenAIAdapter:
+class OpenAIAdapter(Translation):
     provider = "openai"
 
     def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
@@ -417,6 +418,14 @@ class OpenAIAdapter:
 
     def stream_reader(self, api: str) -> _ResponsesStream | _ChatStream:
         return _ResponsesStream() if api == "responses" else _ChatStream()
+
+    def identity(self, instance: Any) -> Identity | None:
+        return resource_identity(instance)
+
+    reads_captures = True
+
+    def from_capture(self, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
+        return as_call(body, model)
 
 
 def _response_reply(result: Any) -> Answer | None:
@@ -515,10 +524,7 @@ PROVIDER = Provider(
     supported=(1, 3),
     label="openai",
     adapter=ADAPTER,
-    sites=SITES,
+    family=Methods(SITES, http_results=HTTP_RESULTS,
+                   wire_apis=(("/chat/completions", "chat.completions"), ("/responses", "responses"))),
     routes=identity.ROUTES,
-    identity=identity.resource_identity,
-    http_results=HTTP_RESULTS,
-    wire_apis=(("/chat/completions", "chat.completions"), ("/responses", "responses")),
-    offline=as_call,
 )

@@ -6,6 +6,7 @@ Run it (the settings are in ``gunicorn.conf.py`` beside this file; docs/operatio
     export PROMETHEUS_MULTIPROC_DIR=$(mktemp -d)    # before gunicorn starts: all workers write there
     export CTXGUARD_DIGEST_KEY=change-me            # one secret for every worker
     export REDIS_URL=redis://127.0.0.1:6379/0       # facts and chat history, shared by the workers
+    export FLEET_LEDGER_READ_TIMEOUT=0.003          # how long a call waits for its facts (s)
     export OPENAI_BASE_URL=... OPENAI_API_KEY=...
     gunicorn -c examples/fleet_app/gunicorn.conf.py
 
@@ -33,7 +34,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, gen
 
 import ctxguard
 
-ctxguard.instrument(ledger=ctxguard.RedisLedger(os.environ["REDIS_URL"]))
+# A guarded call waits at most read_timeout for its conversation's facts (3 ms by default, for a
+# Redis on the same host or zone); FLEET_LEDGER_READ_TIMEOUT raises it for one farther away.
+ctxguard.instrument(ledger=ctxguard.RedisLedger(
+    os.environ["REDIS_URL"], read_timeout=float(os.environ.get("FLEET_LEDGER_READ_TIMEOUT", "0.003"))))
 
 SYSTEM = "You are the support assistant of Acme Shop. Be brief and exact."
 HISTORY = 6  # messages of a conversation kept

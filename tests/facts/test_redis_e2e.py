@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 import ctxguard
+from tests.facts.test_redis_ledger import PATIENT  # fact semantics, not timing
 
 
 def record_in_another_process(redis_url: str, prefix: str, *events: str) -> None:
@@ -30,7 +31,7 @@ def test_fact_recorded_by_another_worker_is_enforced_here(redis_url, harness, ll
         events.append('ctxguard.record_fact("shipping_city", "Pune")')
     prefix = uuid.uuid4().hex
     record_in_another_process(redis_url, prefix, *events)
-    harness.start(mode="enforce", ledger=ctxguard.RedisLedger(redis_url, prefix=prefix))
+    harness.start(mode="enforce", ledger=ctxguard.RedisLedger(redis_url, prefix=prefix, read_timeout=PATIENT))
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "deliver to Mumbai"}]
     with ctxguard.conversation("order-41", tenant="acme"):
         if corrected:
@@ -47,7 +48,7 @@ def test_forget_in_another_worker(redis_url, harness, llm, client):
     prefix = uuid.uuid4().hex
     record_in_another_process(redis_url, prefix, 'ctxguard.record_fact("phone", "+91 98200 12345")',
                               'ctxguard.forget_fact("phone")')
-    harness.start(mode="observe", ledger=ctxguard.RedisLedger(redis_url, prefix=prefix))
+    harness.start(mode="observe", ledger=ctxguard.RedisLedger(redis_url, prefix=prefix, read_timeout=PATIENT))
     with ctxguard.conversation("order-41", tenant="acme"):
         client.chat.completions.create(model="gpt-4o", messages=[
             {"role": "system", "content": "s"}, {"role": "user", "content": "call +91 98200 12345"}])

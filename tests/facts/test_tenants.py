@@ -22,6 +22,7 @@ import pytest
 
 import ctxguard
 from ctxguard.testing import record
+from tests.facts.test_redis_ledger import PATIENT  # fact semantics, not timing
 
 SYSTEM = {"role": "system", "content": "You are the order assistant."}
 ACCOUNT = "4417-2231-9902"
@@ -146,7 +147,7 @@ def test_a_checkpoint_made_from_outside_with_its_tenant_is_the_scopes(harness, l
 def test_redis_own_fact_recorded_from_outside_the_scope_is_not_foreign(
     redis_url, harness, llm, client, tenant, expected
 ):
-    harness.start(mode="observe", ledger=ctxguard.RedisLedger(redis_url, prefix=uuid.uuid4().hex))
+    harness.start(mode="observe", ledger=ctxguard.RedisLedger(redis_url, prefix=uuid.uuid4().hex, read_timeout=PATIENT))
     ctxguard.record_fact("account", ACCOUNT, conversation="order-41", tenant=tenant)
     with ctxguard.conversation("order-41", tenant="acme"):
         ask(client, f"my account is {ACCOUNT}")
@@ -159,7 +160,7 @@ def test_redis_deletion_recorded_by_another_worker_outside_any_scope_is_enforced
 ):
     """The back-office worker deletes the phone number by (conversation, tenant), in no scope."""
     prefix = uuid.uuid4().hex
-    harness.start(mode="observe", ledger=ctxguard.RedisLedger(redis_url, prefix=prefix))
+    harness.start(mode="observe", ledger=ctxguard.RedisLedger(redis_url, prefix=prefix, read_timeout=PATIENT))
     with ctxguard.conversation("order-41", tenant="acme"):
         ctxguard.record_fact("phone", PHONE)
     script = textwrap.dedent(f"""

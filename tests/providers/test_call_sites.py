@@ -207,10 +207,12 @@ def test_every_call_site_is_guarded_or_left_out_with_a_reason(harness, sdk):
 def test_a_call_site_ctxguard_wraps_is_documented_as_guarded(harness):
     from ctxguard import intercept
     from ctxguard.providers import PROVIDERS
+    from ctxguard.providers.base import SharedDispatch
 
     harness.start(mode="observe")
     rows = _documented()
-    transports = {f"{module}.{attribute}" for p in PROVIDERS for module, attribute, _ in p.transport}
+    transports = {f"{module}.{attribute}" for p in PROVIDERS if isinstance(p.family, SharedDispatch)
+                  for module, attribute, _ in p.family.transport}
     installation = intercept.active()
     assert installation is not None
     for site in installation.sites:
