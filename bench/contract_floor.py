@@ -63,7 +63,7 @@ from opentelemetry.trace import SpanKind
 
 import ctxguard
 from ctxguard.guard import Guard
-from ctxguard.intercept.answers import HttpResults, returned
+from ctxguard.intercept.answers import HttpResults, observe_answer
 from ctxguard.providers import openai as openai_provider
 from ctxguard.record import _reply_attributes
 from ctxguard.telemetry.metrics import Hist
@@ -102,7 +102,7 @@ class Outputs:
             (m.pinned_h, ctx.pinned_tokens),
         ]
         # counts answer_consistent: its cell joins the late ones
-        returned(call, openai_provider.SITES[0], response, NO_HTTP)
+        observe_answer(call, openai_provider.SITES[0], response, NO_HTTP)
         self.late_attrs = dict(call.trace.attrs)
         self.late_cells = [m.checks_at[(check, "pass")] for check in ("wire_intact",)]
         self.late_cells.append(m.checks_at[("answer_consistent", "skip")])

@@ -53,7 +53,7 @@ import ctxguard
 import ctxguard.telemetry.spans as attr
 import ctxguard.tokens
 from ctxguard.conversation import _current
-from ctxguard.intercept.answers import HttpResults, returned
+from ctxguard.intercept.answers import HttpResults, observe_answer
 from ctxguard.providers import openai as openai_provider
 from ctxguard.wiredigest import common_prefix
 
@@ -251,7 +251,7 @@ def main() -> None:
             call = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs)
             assert call is not None
             call.wire(body)
-            returned(call, openai_provider.SITES[0], response, NO_HTTP)
+            observe_answer(call, openai_provider.SITES[0], response, NO_HTTP)
 
         def fused_inspection() -> None:
             fused.call(kwargs, body, instruction)

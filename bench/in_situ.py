@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 import ctxguard
-from ctxguard.intercept.answers import HttpResults, returned
+from ctxguard.intercept.answers import HttpResults, observe_answer
 from ctxguard.providers import openai as openai_provider
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -91,7 +91,7 @@ def main() -> None:
         call = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs)
         assert call is not None
         call.wire(body)
-        returned(call, openai_provider.SITES[0], response, NO_HTTP)
+        observe_answer(call, openai_provider.SITES[0], response, NO_HTTP)
 
     before: dict[str, Callable[[], None]] = {
         "nothing (tight loop)": lambda: None,

@@ -64,7 +64,7 @@ anthropic SDK's ``messages.create``), ``facts`` (``chat`` with 10 facts recorded
 in the history). Shapes other than ``chat`` need ``--own``: the whole-call sides and the
 peer stay ``chat`` only. More than one shape, or one but ``chat``, prints one row per shape
 and size. The script uses only hooks that older commits have as well (``Guard.before``,
-``Call.wire``, ``intercept.answers.returned``, the providers' ``PROVIDER`` and ``SITES``), so
+``Call.wire``, ``intercept.answers.observe_answer``, the providers' ``PROVIDER`` and ``SITES``), so
 it runs against an older checkout too (``PYTHONPATH=<checkout>``; the children inherit it).
 
 After its counted calls each ``--own`` child checks, uncounted, that the run was what it
@@ -290,7 +290,7 @@ def own(side: str, guard: Any, tracer: Any, shape: Any, calls: int, grow: bool,
     from opentelemetry import trace
 
     import ctxguard
-    from ctxguard.intercept.answers import HttpResults, returned
+    from ctxguard.intercept.answers import HttpResults, observe_answer
     NO_HTTP = HttpResults()
     from ctxguard.providers import openai as openai_provider
 
@@ -301,12 +301,12 @@ def own(side: str, guard: Any, tracer: Any, shape: Any, calls: int, grow: bool,
         # ``chat``'s hooks as they always were: the same bytecode, so the same counts as before shapes.
         call = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs, instance=resource)
         call.wire(body)
-        returned(call, openai_provider.SITES[0], response, NO_HTTP)
+        observe_answer(call, openai_provider.SITES[0], response, NO_HTTP)
 
     def shaped(kwargs: dict[str, Any], body: bytes, response: Any) -> None:
         call = guard.before(provider, api, kwargs, instance=resource)
         call.wire(body)
-        returned(call, site, response, NO_HTTP)
+        observe_answer(call, site, response, NO_HTTP)
 
     def spanned(kwargs: dict[str, Any], body: bytes, response: Any) -> None:
         span = tracer.start_span(f"chat {ov.MODEL}", kind=trace.SpanKind.CLIENT)
@@ -400,7 +400,7 @@ def verify(side: str, guard: Any, shape: Any, registry: Any, provider: Any, run:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
     import ctxguard
-    from ctxguard.intercept.answers import HttpResults, returned
+    from ctxguard.intercept.answers import HttpResults, observe_answer
     NO_HTTP = HttpResults()
 
     exporter = shapes.SpanCounter()
@@ -418,7 +418,7 @@ def verify(side: str, guard: Any, shape: Any, registry: Any, provider: Any, run:
                 assert call is not None, f"{shape.name}: ctxguard did not inspect the call"
                 labels.add(call.verdict.payload.provider)
                 call.wire(body)
-                returned(call, shape.site, response, NO_HTTP)
+                observe_answer(call, shape.site, response, NO_HTTP)
             else:
                 run(kwargs, body, response)
             assert exporter.spans == before + 1, f"{shape.name} {side}: {exporter.spans - before} spans for one call"

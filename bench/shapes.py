@@ -80,7 +80,7 @@ class Shape:
     name: str
     provider: Any  #: ctxguard's ``Provider``
     api: str  #: the operation its adapter reads the keyword arguments as
-    site: Any  #: the ``CallSite`` whose result ``returned`` reads
+    site: Any  #: the ``CallSite`` whose result ``observe_answer`` reads
     resource: Any  #: the call site's object (``instance=``)
     history: list[Any]  #: the messages (or input items) sent, ``size`` of them with the system prompt
     kwargs: Callable[[list[Any]], dict[str, Any]]  #: the ``create`` keyword arguments for a history

@@ -30,10 +30,10 @@ from opentelemetry.trace import SpanKind
 import ctxguard
 from ctxguard.checks.wire import wire_intact
 from ctxguard.inspection import Verdict
-from ctxguard.intercept.answers import HttpResults, returned
+from ctxguard.intercept.answers import HttpResults, observe_answer
 from ctxguard.memo import Memo
 from ctxguard.providers import openai as openai_provider
-from ctxguard.record import Trace
+from ctxguard.record import CallTelemetry
 
 sys.path.insert(0, str(Path(__file__).parent))
 import overhead as ov
@@ -80,7 +80,7 @@ def main() -> None:
             call = guard.before(openai_provider.PROVIDER, "chat.completions", kwargs)
             assert call is not None
             call.wire(body)
-            returned(call, openai_provider.SITES[0], response, NO_HTTP)
+            observe_answer(call, openai_provider.SITES[0], response, NO_HTTP)
 
         payload = guard.measurer.measure(view)
 
@@ -91,7 +91,7 @@ def main() -> None:
         recorder = guard._recorder
 
         def record() -> None:
-            t = Trace()
+            t = CallTelemetry()
             recorder.start(t, judged, None)
             recorder.end(t, judged, 0.0, None, None)
 

@@ -23,19 +23,19 @@ from .inspection import Inspector, Verdict
 from .intercept.observation import How
 from .payload import Answer
 from .providers.base import Provider
-from .record import Recorder, Trace
+from .record import CallTelemetry, Recorder
 from .telemetry import spans as attr
 from .telemetry.neighbours import inference_span
 from .violations import ContextViolation
 from .wiredigest import WireDigests
 
-__all__ = ["Call", "Stages"]
+__all__ = ["Call", "CallServices"]
 
 _perf = time.perf_counter
 
 
 @dataclass(frozen=True, slots=True)
-class Stages:
+class CallServices:
     """What a call hands its events to: one set per guard."""
 
     inspector: Inspector
@@ -47,10 +47,11 @@ class Call:
     """One guarded LLM call, from inspection to the end of its answer."""
 
     __slots__ = (
-        "_heard", "_stages", "done", "elapsed", "label", "provider", "streamed", "trace", "verdict", "wire_hash",
+        "_provider_said", "_stages", "done", "elapsed", "label", "provider", "streamed", "trace", "verdict",
+        "wire_hash",
     )
 
-    def __init__(self, stages: Stages, provider: Provider, verdict: Verdict, t: Trace) -> None:
+    def __init__(self, stages: CallServices, provider: Provider, verdict: Verdict, t: CallTelemetry) -> None:
         self._stages = stages
         self.provider = provider
         self.verdict = verdict
@@ -58,7 +59,7 @@ class Call:
         self.elapsed = 0.0
         self.done = False
         self.wire_hash: str | None = None
-        self._heard: Answer | None = None  # the provider's own answer, read off the transport
+        self._provider_said: Answer | None = None  # the provider's own answer, read off the transport
         self.label = verdict.payload.provider
         self.streamed = verdict.payload.stream
 
@@ -67,7 +68,7 @@ class Call:
         self.trace.unsent = True
         with guarded("telemetry"):
             self._stages.recorder.blocked(self.verdict)
-        self._conclude(None, _perf(), error_type=ContextViolation.__name__, unanswered="not sent (enforce mode)")
+        self._record_end(None, _perf(), error_type=ContextViolation.__name__, unanswered="not sent (enforce mode)")
         raise ContextViolation(self.verdict.violations)
 
     def sent(self) -> None:
@@ -104,8 +105,8 @@ class Call:
         self.trace.usage_elsewhere = inference_span(beneath, self.verdict.payload.model)
         self.wire(body)
 
-    def heard(self, reply: Answer) -> None:
-        self._heard = reply
+    def provider_said(self, reply: Answer) -> None:
+        self._provider_said = reply
 
     def end(
         self, how: How, reply: Answer | None = None, *, error: BaseException | None = None, status: int | None = None,
@@ -119,23 +120,23 @@ class Call:
         ``started``: when ctxguard's own work on the end began, if before now."""
         began = _perf() if started is None else started
         if how == "complete":
-            self._conclude(reply, began)
+            self._record_end(reply, began)
         elif how == "failed":
             error_type = type(error).__qualname__ if error is not None else "error"
-            self._conclude(reply, began, error_type=error_type, unanswered="the call failed")
+            self._record_end(reply, began, error_type=error_type, unanswered="the call failed")
         elif how == "refused":
-            self._conclude(None, began, error_type=str(status), unanswered="the call failed")
+            self._record_end(None, began, error_type=str(status), unanswered="the call failed")
         elif reply is not None and reply.error is not None:
             # Abandoned after the answer reported an error: it ended there (the SDK raised it to
             # the app, which then closed the stream).
-            self._conclude(reply, began, unanswered="the call failed")
+            self._record_end(reply, began, unanswered="the call failed")
         else:
             if self.streamed:
                 self.trace.attrs[attr.STREAM_ABANDONED] = True
             why = "the stream was abandoned" if self.streamed else "the answer was not read"
-            self._conclude(reply, began, unanswered=why)
+            self._record_end(reply, began, unanswered=why)
 
-    def _conclude(
+    def _record_end(
         self, reply: Answer | None, started: float, *, error_type: str | None = None, unanswered: str = "no answer"
     ) -> None:
         """End the call, once: every check not judged yet gets its outcome (``unanswered`` says
@@ -145,8 +146,8 @@ class Call:
         self.done = True
         stages, verdict, t = self._stages, self.verdict, self.trace
         payload = verdict.payload
-        if self._heard is not None:
-            reply = self._heard  # what the provider said, not its translation
+        if self._provider_said is not None:
+            reply = self._provider_said  # what the provider said, not its translation
         if error_type is None and reply is not None and reply.error is not None:
             error_type = reply.error
         if reply is not None and reply.input_tokens:
@@ -160,7 +161,7 @@ class Call:
                 # The transport was not observed (not sent, a helper that sends later, another
                 # HTTP stack): counted as skips, so every call still yields one outcome per check.
                 why = unanswered if error_type is not None else "the body sent was not observed"
-                judged += stages.inspector.unseen(verdict, why)
+                judged += stages.inspector.wire_not_observed(verdict, why)
             for outcome in judged:
                 stages.recorder.late(t, verdict, outcome, at_end=True)
         except Exception as exc:

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 
 from . import facts as facts_mod
 from ._isolation import guarded, report_internal_error
-from .call import Call, Stages
+from .call import Call, CallServices
 from .capture import CaptureWriter
 from .checks import CHECK_NAMES
 from .config import Config
@@ -38,7 +38,7 @@ from .payload import Payload
 from .policy import Policy
 from .providers import LABELS
 from .providers.base import Provider
-from .record import Recorder, Trace
+from .record import CallTelemetry, Recorder
 from .telemetry.ids import ExportedIds
 from .telemetry.log import WarningLimiter
 from .telemetry.meter import meters_for
@@ -94,7 +94,7 @@ class Guard:
             config, self.metrics, provider.get_tracer("ctxguard"), self.ids, WarningLimiter(), digester
         )
         self.calibration = self._inspector.measurer.calibration
-        self._stages = Stages(
+        self._stages = CallServices(
             self._inspector, self._recorder, WireDigests(digester, max_bytes=config.cache_bytes // 8)
         )
         self._conversation_id = conversation_id
@@ -176,7 +176,7 @@ class Guard:
         except Exception as exc:
             report_internal_error("checks", exc)
         recorder = self._recorder
-        t = Trace(started)
+        t = CallTelemetry(started)
         try:
             recorder.start(t, verdict, over)
         except Exception as exc:

@@ -66,7 +66,7 @@ class Verdict:
         facts = self.ctx.facts if self.ctx is not None else None
         return facts if isinstance(facts, FactView) else None
 
-    def judged(self, check: str, result: list[Violation] | Skip | None) -> Outcome:
+    def add_late(self, check: str, result: list[Violation] | Skip | None) -> Outcome:
         """Add the outcome of a check judged after sending (``None``: skipped, its reason given elsewhere)."""
         judged = outcome(check, result)
         self.late.append(judged)
@@ -301,15 +301,15 @@ class Inspector:
             return []
         judged = []
         for name, judge in WIRE_CHECKS.items():  # loops, not comprehensions: one frame less a call
-            judged.append(verdict.judged(name, judge(verdict.payload, ctx, body)))
+            judged.append(verdict.add_late(name, judge(verdict.payload, ctx, body)))
         return judged
 
     @staticmethod
-    def unseen(verdict: Verdict, why: str) -> list[Outcome]:
+    def wire_not_observed(verdict: Verdict, why: str) -> list[Outcome]:
         """The wire checks skipped: the body sent was not seen (``why``)."""
         if verdict.ctx is None:
             return []
-        return [verdict.judged(name, Skip(why)) for name in WIRE_CHECKS]
+        return [verdict.add_late(name, Skip(why)) for name in WIRE_CHECKS]
 
     @staticmethod
     def answer(verdict: Verdict, reply: Answer | None, unanswered: str) -> list[Outcome]:
@@ -319,7 +319,7 @@ class Inspector:
             return []
         judged = []
         for name, judge in ANSWER_CHECKS.items():
-            judged.append(verdict.judged(name, judge(verdict.payload, ctx, reply, unanswered)))
+            judged.append(verdict.add_late(name, judge(verdict.payload, ctx, reply, unanswered)))
         return judged
 
 

@@ -78,7 +78,7 @@ class Memo:
         return 1 + copies + readings, MEMO_BYTES + KEPT_BYTES * (copies + readings) + 2 * held
 
 
-class _Kept:
+class _Settled:
     """A memo as ``Memos`` counted it when it was last settled (under its lock)."""
 
     __slots__ = ("held", "memo", "size")
@@ -95,7 +95,7 @@ class Memos:
     def __init__(self, max_messages: int = 100_000, max_bytes: int = 12 * 1024 * 1024) -> None:
         self.max_messages = max_messages
         # Bounded by their bytes, and by their messages below (each memo counting one).
-        self._memos: BoundedLRU[Hashable, _Kept] = BoundedLRU(sys.maxsize, max_bytes, attrgetter("held"))
+        self._memos: BoundedLRU[Hashable, _Settled] = BoundedLRU(sys.maxsize, max_bytes, attrgetter("held"))
         self._kept = 0
         self._lock = forksafe.lock()
 
@@ -115,7 +115,7 @@ class Memos:
             if found is not None:
                 return found.memo
             memo = Memo()
-            self._memos.put(key, _Kept(memo))
+            self._memos.put(key, _Settled(memo))
             return memo
         finally:
             lock.release()

@@ -33,14 +33,14 @@ from .telemetry.metrics import Hist, Metrics
 from .telemetry.neighbours import claimed_beneath, inference_span, ours_to_add, records_usage, their_call_span
 from .violations import Violation
 
-__all__ = ["Recorder", "Trace"]
+__all__ = ["Recorder", "CallTelemetry"]
 
 
-class Trace:
+class CallTelemetry:
     """The telemetry of one call in flight: its span (ctxguard's, or another instrumentation's
     it adopted), what goes on the span when it ends, and what is counted then."""
 
-    __slots__ = ("adopted", "attrs", "began", "cells", "request", "span", "token", "unsent", "usage_elsewhere")
+    __slots__ = ("adopted", "attrs", "began", "counts_at_end", "request", "span", "token", "unsent", "usage_elsewhere")
 
     def __init__(self, began: float = 0.0) -> None:
         self.began = began  # perf_counter() when ctxguard first saw the call
@@ -53,7 +53,7 @@ class Trace:
         #: Another span of this call records gen_ai.usage: ctxguard's own leaves it out.
         self.usage_elsewhere = False
         self.attrs: dict[str, Any] = {}  # set on the span when it ends (one call, not one per check)
-        self.cells: list[int] = []  # counted with the call's duration, when it ends
+        self.counts_at_end: list[int] = []  # metric cells counted with the call's duration, when it ends
         #: The request's arguments, to capture if the wire body is not seen (capture on only).
         self.request: Mapping[str, Any] | None = None
 
@@ -97,7 +97,7 @@ class Recorder:
 
     # -- before sending -------------------------------------------------
 
-    def start(self, t: Trace, verdict: Verdict, over: Any) -> None:
+    def start(self, t: CallTelemetry, verdict: Verdict, over: Any) -> None:
         """Count the before-send outcomes, log the violations and start the span into ``t`` (or
         adopt the span of ``over``, another library's wrapper of this call site, if it is this
         call's). ``t`` is the caller's: a failure part way leaves in it what was started (the span,
@@ -215,7 +215,7 @@ class Recorder:
 
     # -- after sending --------------------------------------------------
 
-    def late(self, t: Trace, verdict: Verdict, outcome: Outcome, *, at_end: bool = False) -> None:
+    def late(self, t: CallTelemetry, verdict: Verdict, outcome: Outcome, *, at_end: bool = False) -> None:
         """Record a check judged after the request left. It never blocks: the request is already
         sent; it is counted, logged and put on the span like the others. Its attributes go on the
         span when the span ends; ``at_end``: the call is ending now, so it is counted together
@@ -238,7 +238,7 @@ class Recorder:
             if span is not None and span.is_recording():
                 attr.violation_events(span, exported)
         if at_end:
-            t.cells.extend(cells)
+            t.counts_at_end.extend(cells)
         else:
             m.add(cells)
 
@@ -248,7 +248,9 @@ class Recorder:
         if writer is not None:
             writer.request(scope, provider, body, model, sdk)
 
-    def end(self, t: Trace, verdict: Verdict, elapsed: float, reply: Answer | None, error_type: str | None) -> None:
+    def end(
+        self, t: CallTelemetry, verdict: Verdict, elapsed: float, reply: Answer | None, error_type: str | None
+    ) -> None:
         """The call ended: the answer on the span, the span ended (unless adopted), the
         duration and the checks judged at the end counted."""
         t.detach()
@@ -276,7 +278,7 @@ class Recorder:
                     span.set_status(Status(StatusCode.ERROR))
                 span.end()
         m = self.metrics
-        cells, t.cells = t.cells, []
+        cells, t.counts_at_end = t.counts_at_end, []
         m.add(cells, ((m.duration_h, elapsed),))
         meters = self.meters
         if meters is not None and not (t.adopted or t.usage_elsewhere or t.unsent):

@@ -45,7 +45,7 @@ _BAR = 24  # px per turn in the chart
 
 
 @dataclass
-class _Conversation:
+class _Reported:
     name: str
     requests: int = 0
     unread: int = 0  # requests not read offline
@@ -62,7 +62,7 @@ class Report:
         self.max_conversations = max_conversations
         self.max_turns = max_turns
         self.requests = 0
-        self.conversations: dict[str | None, _Conversation] = {}
+        self.conversations: dict[str | None, _Reported] = {}
 
     def add(self, line: RequestLine, result: TurnResult | None) -> None:
         self.requests += 1
@@ -70,7 +70,7 @@ class Report:
         if seen is None:
             cid = line.conversation_id
             name = printable(cid) if cid is not None else NO_CONVERSATION
-            seen = _Conversation(name, drawn=len(self.conversations) < self.max_conversations)
+            seen = _Reported(name, drawn=len(self.conversations) < self.max_conversations)
             self.conversations[line.conversation_id] = seen
         seen.requests += 1
         if result is None:
@@ -99,7 +99,7 @@ class Report:
             f"{self._summary(source, drawn)}\n{_LEGEND}\n{sections}\n</body></html>\n"
         )
 
-    def _summary(self, source: str, drawn: list[_Conversation]) -> str:
+    def _summary(self, source: str, drawn: list[_Reported]) -> str:
         left_out = len(self.conversations) - len(drawn)
         lines = [
             f"<li data-conversation='{escape(c.name)}' class='{_verdict(c)}'>"
@@ -127,12 +127,12 @@ def _turns(n: int) -> str:
     return f"{n} turn{'' if n == 1 else 's'}"
 
 
-def _verdict(conv: _Conversation) -> str:
+def _verdict(conv: _Reported) -> str:
     """``violation``, ``not-judged`` (a request of it not read offline, nothing failed) or ``ok``."""
     return "violation" if conv.first else "not-judged" if conv.unread else "ok"
 
 
-def _section(index: int, conv: _Conversation) -> str:
+def _section(index: int, conv: _Reported) -> str:
     hidden = conv.requests - len(conv.columns)
     more = ""
     if hidden:
@@ -151,7 +151,7 @@ def _flip(flipped: bool) -> str:
     return " data-flip='true'" if flipped else ""
 
 
-def _grid(conv: _Conversation) -> str:
+def _grid(conv: _Reported) -> str:
     first_turn = conv.first.turn if conv.first else None
     unread = " class='unread' title='not judged offline (its body format is not read offline)'"
     header = "".join(
@@ -164,7 +164,7 @@ def _grid(conv: _Conversation) -> str:
     return f"<table class='grid'>{''.join(rows)}</table>"
 
 
-def _head_row(conv: _Conversation) -> str:
+def _head_row(conv: _Reported) -> str:
     cells, before = [], None
     for turn, r in conv.columns:
         head = printable(r.head_role) if r is not None and r.head_role is not None else None
@@ -176,7 +176,7 @@ def _head_row(conv: _Conversation) -> str:
     return f"<tr class='heads'><th class='label'>head role</th>{''.join(cells)}</tr>"
 
 
-def _checks_row(conv: _Conversation) -> str:
+def _checks_row(conv: _Reported) -> str:
     cells = []
     for turn, r in conv.columns:
         failed = r.failed if r is not None else []
@@ -187,7 +187,7 @@ def _checks_row(conv: _Conversation) -> str:
     return f"<tr class='failed-checks'><th class='label'>failed checks</th>{''.join(cells)}</tr>"
 
 
-def _fact_row(conv: _Conversation, fact_id: str) -> str:
+def _fact_row(conv: _Reported, fact_id: str) -> str:
     fid = escape(printable(fact_id))
     cells, before = [], None
     for turn, r in conv.columns:
@@ -200,7 +200,7 @@ def _fact_row(conv: _Conversation, fact_id: str) -> str:
     return f"<tr class='fact-row' data-fact='{fid}'><th class='label'>{fid}</th>{''.join(cells)}</tr>"
 
 
-def _chart(conv: _Conversation) -> str:
+def _chart(conv: _Reported) -> str:
     """Tokens per turn as bars, the budget line as steps; bars over the line are red."""
     measured = [(i, turn, r) for i, (turn, r) in enumerate(conv.columns) if r is not None]
     limits = [r.input_limit for _, _, r in measured if r.input_limit is not None]

@@ -42,7 +42,7 @@ def common_prefix(a: bytes, b: bytes, start: int) -> int:
     return lo
 
 
-class _Kept:
+class _LastBody:
     """A conversation's last body, the offset its hasher state is at, that state, and the body's
     length as counted. Replaced field by field under the lock, read under it."""
 
@@ -58,7 +58,7 @@ class WireDigests:
     def __init__(self, digester: Digester, max_bytes: int = 16 * 1024 * 1024) -> None:
         self.digester = digester
         # Bounded by the bodies' lengths alone: each body kept is at least MIN_BYTES.
-        self._kept: BoundedLRU[Hashable, _Kept] = BoundedLRU(sys.maxsize, max_bytes, attrgetter("size"))
+        self._kept: BoundedLRU[Hashable, _LastBody] = BoundedLRU(sys.maxsize, max_bytes, attrgetter("size"))
         self._lock = forksafe.lock()
 
     @property
@@ -101,7 +101,7 @@ class WireDigests:
                 if grown:
                     self._kept.resized(scope, grown)
             else:
-                self._kept.put(scope, _Kept(body, shared, resume))
+                self._kept.put(scope, _LastBody(body, shared, resume))
         finally:
             lock.release()
         return hasher.hexdigest()

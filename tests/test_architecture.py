@@ -167,3 +167,17 @@ def test_module_level_state_mutated_at_run_time_is_only_the_processes(harness, l
     unexplained = changed - set(PROCESS_STATE) - set(MEMOS)
     assert not unexplained, f"module-level state an installation left behind: {sorted(unexplained)}"
     assert len(PROCESS_STATE) <= 8
+
+
+def test_no_class_name_is_defined_twice():
+    """One name per concept: a class name says which one it is, anywhere in the package."""
+    seen: dict[str, str] = {}
+    twice = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where = path.relative_to(PACKAGE).as_posix()
+                if node.name in seen and seen[node.name] != where:
+                    twice.append(f"{node.name}: {seen[node.name]}, {where}")
+                seen.setdefault(node.name, where)
+    assert not twice, twice

@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @dataclass
-class _Conversation:
+class _Checked:
     turns: int = 0
     unread: int = 0  # requests not read offline
     first: TurnResult | None = None
@@ -118,11 +118,11 @@ def judge_capture(args: argparse.Namespace, consume: Callable[[RequestLine, Turn
 
 
 def run_check(args: argparse.Namespace) -> int:
-    conversations: dict[str | None, _Conversation] = {}
+    conversations: dict[str | None, _Checked] = {}
     unjudged: dict[tuple[str, str | None], int] = {}  # (provider, sdk) -> requests not judged offline
 
     def consume(line: RequestLine, result: TurnResult | None) -> None:
-        seen = conversations.setdefault(line.conversation_id, _Conversation())
+        seen = conversations.setdefault(line.conversation_id, _Checked())
         seen.turns += 1
         if result is None:
             seen.unread += 1
@@ -159,7 +159,7 @@ def run_check(args: argparse.Namespace) -> int:
     return 1 if violating else NOT_JUDGED if unjudged else 0
 
 
-def _document(path: str, requests: int, conversations: dict[str | None, _Conversation], violating: int) -> Any:
+def _document(path: str, requests: int, conversations: dict[str | None, _Checked], violating: int) -> Any:
     out = []
     for cid, seen in conversations.items():
         entry: dict[str, Any] = {"conversation_id": cid, "turns": seen.turns, "not_read": seen.unread,

@@ -23,7 +23,7 @@ from ..digest import Digester
 from .index import ValueIndex
 from .ledger import FactEvent, FactState, Ledger, MemoryLedger, Version, reduce
 from .matching import normalise, strings_in, value_text
-from .redis import RedisLedger, StreamReader
+from .redis import RedisLedger, SharedValuesReader
 from .stages import STAGES, StageBook
 
 logger = logging.getLogger("ctxguard")
@@ -76,7 +76,7 @@ class Sinks:
         self.lost: BoundedLRU[Scope, None] = BoundedLRU(10_000)
         self.capture: FactCapture | None = None  # set while a capture file records fact events
         #: With a shared RedisLedger: the other processes' values, as digests (``share``).
-        self.shared: StreamReader | None = None
+        self.shared: SharedValuesReader | None = None
         self._unshared = False  # a RedisLedger that cannot share: no digest key common to the processes
         self._lock = forksafe.lock()
 

@@ -34,7 +34,7 @@ expires), so abandoned conversations do not accumulate.
     id, two numbers; never a value), one per distinctive value recorded while the ledger
     is shared (``instrument()`` shares it when a digest key is configured), written by the
     same script as the event, capped at about ``max_shared`` entries (``MAXLEN ~``). Each
-    process's ``StreamReader`` thread follows it into its own ``DigestIndex``, which the
+    process's ``SharedValuesReader`` thread follows it into its own ``DigestIndex``, which the
     call path asks without any I/O (docs/facts.md, "Across processes").
 
 Not for Redis Cluster: the append script touches the shared counter, the scope's list
@@ -60,7 +60,7 @@ from .ledger import FactEvent, FactState, reduce
 from .matching import normalise
 from .shared import DigestIndex, SharedValue, ValueDigests
 
-__all__ = ["LedgerSlow", "RedisLedger", "StreamReader"]
+__all__ = ["LedgerSlow", "RedisLedger", "SharedValuesReader"]
 
 logger = logging.getLogger("ctxguard")
 
@@ -209,7 +209,7 @@ class RedisLedger:
         #: The stream of shared values (keyed digests only).
         self.stream_key = f"{prefix}:values"
         self._append = client.register_script(_APPEND_LUA)
-        self._reader: StreamReader | None = None
+        self._reader: SharedValuesReader | None = None
         self._reads = self._client_timing_out_at(read_timeout)
 
     def __repr__(self) -> str:  # no url: it may carry a password
@@ -243,11 +243,11 @@ class RedisLedger:
             return FactState()
         return reduce([FactEvent.from_json(json.loads(item)) for item in items], now)
 
-    def share(self, digester: Digester) -> StreamReader:
+    def share(self, digester: Digester) -> SharedValuesReader:
         """Share recorded values with the other processes, as keyed digests, and follow theirs
         (``instrument()`` calls it when a digest key is configured). Returns the started reader."""
         self.stop_sharing()
-        reader = self._reader = StreamReader(self, ValueDigests(digester))
+        reader = self._reader = SharedValuesReader(self, ValueDigests(digester))
         reader.start()
         return reader
 
@@ -284,7 +284,7 @@ class RedisLedger:
             self._client.close()
 
 
-class StreamReader:
+class SharedValuesReader:
     """A daemon thread that follows a ``RedisLedger``'s shared values stream into a local
     ``DigestIndex`` (the call path reads the index, never Redis).
 

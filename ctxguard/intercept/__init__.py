@@ -41,7 +41,7 @@ from .._isolation import guarded, report_internal_error
 from ..providers import BY_DISTRIBUTION, PROVIDERS
 from ..providers.base import CallSite, Delegating, Methods, Provider, SharedDispatch
 from . import wire
-from .answers import HttpResults, returned
+from .answers import HttpResults, observe_answer
 from .frames import transparent, warn_through
 from .inflight import IN_FLIGHT
 from .patching import Site, unwrap, wrap
@@ -160,7 +160,7 @@ def _sync_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
             raise
         finally:
             IN_FLIGHT.reset(token)
-        return returned(call, site, result, _http_results(), api=this)
+        return observe_answer(call, site, result, _http_results(), api=this)
 
     return wrapper
 
@@ -184,7 +184,7 @@ def _async_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
             raise
         finally:
             IN_FLIGHT.reset(token)
-        return returned(call, site, result, _http_results(), asynchronous=True)
+        return observe_answer(call, site, result, _http_results(), asynchronous=True)
 
     return wrapper
 

@@ -13,7 +13,7 @@ from ..providers.base import CallSite, Delegating, SharedDispatch
 from .carriers import manager_proxy, observe_pending, stream_proxy, tap_response
 from .protocol import Observed
 
-__all__ = ["HttpResults", "answered", "overheard", "returned"]
+__all__ = ["HttpResults", "observe_answer", "observe_provider_answer", "observe_wire_answer"]
 
 class HttpResults:
     """The SDK result types that hold their HTTP response instead of a parsed answer (streams, raw
@@ -51,7 +51,7 @@ class HttpResults:
         return getattr(result, name, None) if name is not None else None
 
 
-def returned(
+def observe_answer(
     call: Observed, site: CallSite, result: Any, http_results: HttpResults, *, asynchronous: bool = False,
     api: str | None = None,
 ) -> Any:
@@ -121,7 +121,7 @@ def _is_stream(result: Any) -> bool:
     return hasattr(cls, "__next__") or hasattr(cls, "__anext__")
 
 
-def answered(call: Observed, api: str, response: Any) -> None:
+def observe_wire_answer(call: Observed, api: str, response: Any) -> None:
     """A call guarded from the wire: the server's ``response`` is its answer (an HTTP error, or a
     body read as it passes, as a Stainless result's is)."""
     call.sent()
@@ -133,7 +133,7 @@ def answered(call: Observed, api: str, response: Any) -> None:
 
 
 class _Heard:
-    """Where the provider's own answer under a delegating call goes (``overheard``): to the call,
+    """Where the provider's own answer under a delegating call goes (``observe_provider_answer``): to the call,
     for its span; its end is not the call's, which ends with the answer the delegating SDK returns."""
 
     __slots__ = ("_call",)
@@ -153,10 +153,10 @@ class _Heard:
         self, how: str, reply: Answer | None = None, *, error: BaseException | None = None, status: int | None = None
     ) -> None:
         if reply is not None:
-            self._call.heard(reply)
+            self._call.provider_said(reply)
 
 
-def overheard(call: Observed, response: Any) -> None:
+def observe_provider_answer(call: Observed, response: Any) -> None:
     """The transport got ``response`` for ``call``. A delegating call (LiteLLM) reads the
     provider's own answer off it, for the span; the call still ends with the answer returned."""
     family = call.provider.family

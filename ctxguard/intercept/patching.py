@@ -15,7 +15,7 @@ import wrapt
 __all__ = ["Site", "unwrap", "wrap"]
 
 
-class _Guarded(wrapt.FunctionWrapper):  # type: ignore[misc,type-arg]
+class _Wrapper(wrapt.FunctionWrapper):  # type: ignore[misc,type-arg]
     """ctxguard's wrapper of one call site: its own type, so it is found in anyone's chain."""
 
 
@@ -42,7 +42,7 @@ def _ours(value: Any) -> bool:
     """Whether ctxguard's wrapper is in ``value``'s chain of wrappers (as it is, or bound, which is
     what another library's ``unwrap()`` may leave behind)."""
     for _ in range(32):
-        if isinstance(value, _Guarded) or isinstance(getattr(value, "_self_parent", None), _Guarded):
+        if isinstance(value, _Wrapper) or isinstance(getattr(value, "_self_parent", None), _Wrapper):
             return True
         value = getattr(value, "__wrapped__", None)
         if value is None:
@@ -63,7 +63,7 @@ def wrap(owner: Any, name: str, make: Any) -> Site | None:
             break
         holder, inner = inner, inner.__wrapped__
     site.holder, site.original = holder, inner
-    site.guarded = _Guarded(inner, make(inner, site))
+    site.guarded = _Wrapper(inner, make(inner, site))
     if holder is None:
         setattr(owner, name, site.guarded)
     else:

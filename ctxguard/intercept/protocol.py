@@ -53,7 +53,7 @@ class Observed(Protocol):
     def from_wire(self, body: bytes, beneath: Any) -> None:
         """This call is guarded from the wire: ``body`` is its request; ``beneath`` the span current then."""
 
-    def heard(self, reply: Answer) -> None:
+    def provider_said(self, reply: Answer) -> None:
         """The provider's own answer, read off the transport under a delegating call."""
 
     def end(

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._isolation import report_internal_error
-from .answers import answered, overheard
+from .answers import observe_provider_answer, observe_wire_answer
 from .frames import transparent
 from .inflight import IN_FLIGHT
 from .protocol import Observed
@@ -74,14 +74,14 @@ def _observe(unguarded: Unguarded, args: Any, kwargs: Any) -> tuple[Observed, st
 
 def _answered(response: Any, ours: tuple[Observed, str] | None) -> None:
     """The transport answered: the call guarded from the wire reads its answer from it; a call in
-    flight may read the provider's own answer off it (``answers.overheard``)."""
+    flight may read the provider's own answer off it (``answers.observe_provider_answer``)."""
     try:
         if ours is not None:
-            answered(*ours, response)
+            observe_wire_answer(*ours, response)
             return
         call = IN_FLIGHT.get()
         if call is not None:
-            overheard(call, response)
+            observe_provider_answer(call, response)
     except Exception as exc:
         report_internal_error("response", exc)
 

@@ -225,8 +225,8 @@ class AnthropicAdapter(Translation):
             text="".join(_str(_get(b, "text")) or "" for b in content if _get(b, "type") == "text"),
         )
 
-    def stream_reader(self, api: str) -> _EventStream:
-        return _EventStream()
+    def stream_reader(self, api: str) -> _AnthropicEvents:
+        return _AnthropicEvents()
 
     def final_reply(self, stream: Any) -> Answer | None:
         """The answer of a ``messages.stream()`` helper, from its accumulated snapshot; None for a
@@ -258,7 +258,7 @@ def _input_tokens(usage: Any) -> int | None:
     )
 
 
-class _EventStream:
+class _AnthropicEvents:
     """``stream=True``: message_start, content_block_delta, message_delta events."""
 
     def __init__(self) -> None:

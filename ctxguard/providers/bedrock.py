@@ -311,8 +311,8 @@ class BedrockAdapter(Translation):
             return _converse_answer(result)
         return _counted(Answer(), _headers(result))
 
-    def stream_reader(self, api: str) -> _ConverseStream | _ChunkStream:
-        return _ConverseStream() if api == "converse_stream" else _ChunkStream()
+    def stream_reader(self, api: str) -> _ConverseStream | _InvokeChunks:
+        return _ConverseStream() if api == "converse_stream" else _InvokeChunks()
 
     reads_captures = True
 
@@ -364,7 +364,7 @@ class _ConverseStream:
         return self._text.fill(self._reply)
 
 
-class _ChunkStream:
+class _InvokeChunks:
     """InvokeModelWithResponseStream events: ``chunk``s whose ``bytes`` are the model's own stream
     events (Anthropic's, read by the Anthropic module); the last one carries Bedrock's counts."""
 

@@ -238,8 +238,8 @@ class CohereAdapter(Translation):
             error=reason if reason in _FAILED else None,
         )
 
-    def stream_reader(self, api: str) -> _EventStream:
-        return _EventStream()
+    def stream_reader(self, api: str) -> _CohereEvents:
+        return _CohereEvents()
 
     reads_captures = True
 
@@ -247,7 +247,7 @@ class CohereAdapter(Translation):
         return as_call(body, model)
 
 
-class _EventStream:
+class _CohereEvents:
     """The v2 stream's events, as the SDK's objects (or their JSON): the id on ``message-start``,
     text on ``content-delta``, the finish reason and usage on ``message-end``."""
 

@@ -217,8 +217,8 @@ class MistralAdapter(Translation):
             error=_BROKEN if _BROKEN in reasons else None,
         )
 
-    def stream_reader(self, api: str) -> _ChunkStream:
-        return _ChunkStream()
+    def stream_reader(self, api: str) -> _MistralChunks:
+        return _MistralChunks()
 
     reads_captures = True
 
@@ -226,7 +226,7 @@ class MistralAdapter(Translation):
         return as_call(body, model)
 
 
-class _ChunkStream:
+class _MistralChunks:
     """``chat.completion.chunk`` events: the wire's JSON, or the SDK's ``CompletionEvent`` (whose
     ``data`` is the chunk) if the stream is ever read as objects."""
 

@@ -174,8 +174,8 @@ class OllamaAdapter(Translation):
             text=_str(_get(message, "content")) or "",
         )
 
-    def stream_reader(self, api: str) -> _ChunkStream:
-        return _ChunkStream()
+    def stream_reader(self, api: str) -> _OllamaChunks:
+        return _OllamaChunks()
 
     reads_captures = True
 
@@ -183,7 +183,7 @@ class OllamaAdapter(Translation):
         return as_call(body, model)
 
 
-class _ChunkStream:
+class _OllamaChunks:
     """``ChatResponse`` chunks: each one's ``message.content`` a piece of the answer; the last
     (``done``) carries the reason it ended and the counts."""
 

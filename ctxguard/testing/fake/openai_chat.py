@@ -19,11 +19,11 @@ from .tokens import FRAME_TOKENS, messages_tokens, schemas_tokens
 from .wire import (
     ALNUM,
     HEX,
-    Call,
     Drop,
     Event,
     Events,
     Exchange,
+    ScriptedCall,
     WireFormat,
     asks_to_stream,
     ident,
@@ -161,7 +161,7 @@ def stream(ex: Exchange) -> list[Event | Drop]:
             obj["obfuscation"] = padding(ex, len(out.items), size)
         return obj
 
-    def call_start(i: int, call: Call) -> dict[str, Any]:
+    def call_start(i: int, call: ScriptedCall) -> dict[str, Any]:
         return {"index": i, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
 
     reply = ex.reply

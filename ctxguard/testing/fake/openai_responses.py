@@ -18,7 +18,7 @@ from . import media
 from .framing import INDENTED, sse
 from .openai_chat import FAILURE_STATUS, call_id, error, padding, request_id
 from .tokens import FRAME_TOKENS, messages_tokens, schemas_tokens
-from .wire import HEX, Call, Drop, Event, Events, Exchange, WireFormat, asks_to_stream, request_id_header, split
+from .wire import HEX, Drop, Event, Events, Exchange, ScriptedCall, WireFormat, asks_to_stream, request_id_header, split
 
 _INCOMPLETE_REASONS: dict[str, str] = {"length": "max_output_tokens", "content_filter": "content_filter"}
 _FAILURE = ("An error occurred while processing your request. You can retry your request, or contact "
@@ -60,7 +60,7 @@ def _message_item(ex: Exchange, status: str, *, done: bool) -> dict[str, Any]:
     return {"id": _item_id(ex, "msg_"), "type": "message", "status": status, "content": content, "role": "assistant"}
 
 
-def _function_item(ex: Exchange, i: int, call: Call, status: str, *, done: bool) -> dict[str, Any]:
+def _function_item(ex: Exchange, i: int, call: ScriptedCall, status: str, *, done: bool) -> dict[str, Any]:
     return {
         "id": _item_id(ex, "fc_", i),
         "type": "function_call",

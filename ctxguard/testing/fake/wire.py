@@ -130,7 +130,7 @@ def split(text: str, parts: int = 3) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Call:
+class ScriptedCall:
     """A scripted tool call, its id in the style of the API answering."""
 
     id: str
@@ -211,7 +211,7 @@ class Exchange:
         return self.reply.finish_reason or ("tool_calls" if self.reply.tool_calls else "stop")
 
     @cached_property
-    def calls(self) -> list[Call]:
+    def calls(self) -> list[ScriptedCall]:
         """The scripted tool calls, ids filled in the style of the API answering."""
         out = []
         for i, call in enumerate(self.reply.tool_calls or []):
@@ -220,7 +220,8 @@ class Exchange:
             name = str(fn.get("name", ""))
             default = self.format.call_id(self, i, name) if self.format.call_id else ""
             # Accept a dict for convenience; the wire format always carries a string.
-            out.append(Call(str(call.get("id") or default), name, args if isinstance(args, str) else json.dumps(args)))
+            arguments = args if isinstance(args, str) else json.dumps(args)
+            out.append(ScriptedCall(str(call.get("id") or default), name, arguments))
         return out
 
     @cached_property
