@@ -13,6 +13,7 @@ from .base import Provider
 from .bedrock import PROVIDER as BEDROCK
 from .cohere import PROVIDER as COHERE
 from .google_genai import PROVIDER as GOOGLE_GENAI
+from .huggingface import PROVIDER as HUGGINGFACE
 from .litellm import PROVIDER as LITELLM
 from .mistral import PROVIDER as MISTRAL
 from .ollama import PROVIDER as OLLAMA
@@ -29,6 +30,7 @@ PROVIDERS: tuple[Provider, ...] = (
     OLLAMA,
     COHERE,
     BEDROCK,
+    HUGGINGFACE,
 )
 
 BY_DISTRIBUTION: dict[str, Provider] = {p.distribution: p for p in PROVIDERS}

@@ -490,10 +490,12 @@ UNGUIDED = {
     "cohere": ("command-r", {"model": "command-r", "messages": [{"role": "user", "content": "hi"}]}),
     "botocore": ("amazon.nova-pro-v1:0", {"messages": [{"role": "user", "content": [{"text": "hi"}]}]}),
     "litellm": ("gpt-4o", {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}),
+    "huggingface_hub": ("meta-llama/Llama-3.1-8B-Instruct", {"model": "meta-llama/Llama-3.1-8B-Instruct",
+                                                             "messages": [{"role": "user", "content": "hi"}]}),
 }
 #: The SDKs' own labels, by which a line without ``sdk`` is read.
 OWN_LABELS = {"openai": "openai", "anthropic": "anthropic", "gcp.gen_ai": "google-genai", "mistral_ai": "mistralai",
-              "ollama": "ollama", "cohere": "cohere", "aws.bedrock": "botocore"}
+              "ollama": "ollama", "cohere": "cohere", "aws.bedrock": "botocore", "huggingface": "huggingface_hub"}
 
 
 def test_every_label_capture_writes_is_judged_or_said_not_judged_never_refused(tmp_path: Path):

@@ -155,6 +155,16 @@ def _ollama(llm: FakeLLM) -> Iterator[str]:
                 yield chunk.message.content
 
 
+def _huggingface(llm: FakeLLM) -> Iterator[str]:
+    hub = pytest.importorskip("huggingface_hub", reason="huggingface_hub is not installed")
+    with hub.InferenceClient(base_url=llm.base_url, api_key="t") as client:
+        for chunk in client.chat_completion([{"role": "system", "content": SYSTEM}, {"role": "user", "content": ASKED}],
+                                            model="meta-llama/Llama-3.1-8B-Instruct", stream=True,
+                                            stream_options={"include_usage": True}):
+            if chunk.choices and chunk.choices[0].delta.content:
+                yield chunk.choices[0].delta.content
+
+
 BEDROCK_MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 
 
@@ -212,6 +222,7 @@ STREAMS: dict[str, Stream] = {
     "mistral": _mistral,
     "cohere": _cohere,
     "ollama": _ollama,
+    "huggingface_hub": _huggingface,
     "bedrock converse_stream": _bedrock_converse,
     "bedrock invoke_model_with_response_stream": _bedrock_invoke,
     "litellm openai": _litellm("openai"),
@@ -335,6 +346,7 @@ FINISHING = {
     "anthropic": ("messages", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
     "google-genai": ("generate_content_stream", {"candidates": [{"finish_reason": "STOP"}]}),
     "botocore": ("converse_stream", {"messageStop": {"stopReason": "end_turn"}}),
+    "huggingface_hub": ("chat_completion", {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
 }
 
 
