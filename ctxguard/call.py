@@ -150,7 +150,7 @@ class Call:
             reply = self._provider_said  # what the provider said, not its translation
         if error_type is None and reply is not None and reply.error is not None:
             error_type = reply.error
-        if reply is not None and reply.input_tokens:
+        if reply is not None and reply.input_tokens and payload.unreadable is None:
             try:
                 stages.inspector.measurer.observe(payload, reply.input_tokens)
             except Exception as exc:

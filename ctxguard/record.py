@@ -116,7 +116,8 @@ class Recorder:
                 m.dropped_role(role, count)
         if verdict.fact_evictions:
             m.add_amount(m.evictions_at["fact"], verdict.fact_evictions)
-        observed: list[tuple[Hist, float]] = [(m.tokens_h[provider], payload.tokens)]
+        # A body ctxguard could not read has no token count: not a number of 3 (its reply priming).
+        observed: list[tuple[Hist, float]] = [] if payload.unreadable else [(m.tokens_h[provider], payload.tokens)]
         if ctx is not None:
             if not isinstance(ctx.budget, str):
                 observed.append((m.utilization_h[provider], ctx.budget.utilization))
@@ -170,12 +171,13 @@ class Recorder:
             attr.MODE: self.config.mode,
             attr.PAYLOAD_HASH: payload.digest,
             attr.PAYLOAD_MESSAGES: len(messages),
-            attr.PAYLOAD_TOKENS: payload.tokens,
-            attr.TOKENS_SOURCE: payload.tokens_source,
             attr.MESSAGE_ROLES: tuple([msg.role for msg in shown]),
             attr.MESSAGE_HASHES: tuple(payload.digests[: attr.MESSAGE_ATTR_CAP]),
             attr.VIOLATIONS: tuple([o.check for o in verdict.outcomes if o.outcome == "fail"]),
         }
+        if payload.unreadable is None:  # else no count: the skipped checks say why
+            a[attr.PAYLOAD_TOKENS] = payload.tokens
+            a[attr.TOKENS_SOURCE] = payload.tokens_source
         if len(messages) > attr.MESSAGE_ATTR_CAP:
             a[attr.MESSAGE_TRUNCATED] = True
         if payload.view is not None:  # a bound payload (``Payload.basis``)

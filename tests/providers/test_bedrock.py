@@ -244,6 +244,13 @@ def test_an_invoke_body_of_another_shape_skips_every_check_saying_why(harness, l
     assert {s.split(":")[0] for s in skipped} >= {"system_at_head", "tool_pairs_intact", "payload_under_budget"}
     assert list(a["ctxguard.violations"]) == []
     assert a["ctxguard.payload.messages"] == 0
+    # An unread body has no token count (before: 3, its reply priming), nor a sample in the
+    # histogram, nor a lesson for the calibration.
+    assert "ctxguard.payload.tokens" not in a and "ctxguard.payload.tokens_source" not in a
+    assert harness.metric("ctxguard_payload_tokens_count", provider="aws.bedrock") == 0
+    for _ in range(5):  # what a model's calibration learns from (it needs 5 reports)
+        bedrock.invoke_model(modelId="meta.llama3-3-70b-instruct-v1:0", body=json.dumps(body))["body"].read()
+    assert harness.guard.calibration.factor("meta.llama3-3-70b-instruct-v1:0") is None
     # Bedrock's own counts (its response headers) serve for any model.
     assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (
         llm.responses[0].input_tokens, llm.responses[0].output_tokens)
