@@ -79,3 +79,20 @@ def test_every_record_says_where_it_came_from_and_keeps_no_whole_image():
         assert record["reported_input_tokens"] > 0
         # Base64 images are cut to their header: nothing in a body is an image's worth of data.
         assert max(map(len, re.findall(r"[A-Za-z0-9+/=]{200,}", json.dumps(record["body"]))), default=0) < 1024
+
+
+def test_the_report_covers_every_provider_and_its_model_families():
+    """The per-provider report runs over the whole corpus: every provider ctxguard reads has
+    records, each with a median, and Bedrock's are reported per family and request format.
+    Only OpenAI's and Anthropic's numbers are held to the target (the tests above)."""
+    rows = accuracy.measure()
+    groups = accuracy.groups(rows)
+    for provider in accuracy.PROVIDERS:
+        assert groups.get((provider, "")), provider
+    bedrock = {family for provider, family in groups if provider == "bedrock" and family}
+    assert any(family.endswith(" converse") for family in bedrock), bedrock
+    assert any(family.endswith(" invoke_model") for family in bedrock), bedrock
+    printed = accuracy.report(rows, markdown=False)
+    print(printed)  # today's numbers, with -s: not held to a target yet
+    assert all(provider in printed for provider in accuracy.PROVIDERS)
+    assert len(printed.splitlines()) == len(groups) + 1
