@@ -1,31 +1,41 @@
 """How close ctxguard's pre-flight token count is to what the provider then reported.
 
-    python bench/token_accuracy.py [--corpus DIR] [--estimate] [--markdown]
+    python bench/token_accuracy.py [--corpus DIR] [--estimate] [--markdown] [--provider P] [--summary]
 
-For each request of the recorded corpus (tests/data/recorded/: real request bodies sent
-to the OpenAI and Anthropic APIs by other projects' test suites, with the input tokens
-the API reported; provenance per record, see its README), runs ctxguard's own counting
-as it runs before a call is sent: the provider adapter's ``normalise(api, body)``, then
+For each request of the recorded corpus (tests/data/recorded/: real request bodies sent to
+OpenAI, Anthropic, Gemini, Mistral, Cohere, Ollama and Bedrock by other projects' test
+suites, with the input tokens the provider reported; provenance per record, see its README),
+runs ctxguard's own counting as it runs before a call is sent: the body as its SDK call
+site's arguments (``call``), the provider adapter's ``normalise(api, kwargs)``, then
 ``Measurer.measure`` with a fresh ``Calibration`` (no correction learnt from earlier
-answers), and prints one row per request (counted, reported, error), then the median
-error, the worst under-count and the worst over-count, overall and per provider.
+answers), and prints one row per request (counted, reported, error), then per provider and
+per model family: how many requests, the median error, the worst under-count and the worst
+over-count. A request the adapter gives up on (``unreadable``: Bedrock ``invoke_model``
+bodies other than Anthropic's) is counted as ctxguard counts it, next to nothing, and marked.
 
 ``--estimate`` counts with the 4-characters-a-token estimator instead of tiktoken (what an
-install without ``ctxguard[tiktoken]`` gets). Anthropic's usage counts cache reads and
-writes as input too, so ``reported`` is their sum (what ``Answer.input_tokens`` reads).
+install without ``ctxguard[tiktoken]`` gets). ``reported`` is what ``Answer.input_tokens``
+reads for each provider (the corpus README says which field).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import statistics
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "data" / "recorded"
+
+
+#: Every provider the corpus holds requests for, by ctxguard's provider module name.
+PROVIDERS = ("openai", "anthropic", "google_genai", "mistral", "cohere", "ollama", "bedrock")
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,11 @@ class Row:
     kind: str
     counted: int
     reported: int
+    api: str = ""
+    #: The model family (``model_family`` of the record), else the provider's name.
+    family: str = ""
+    #: The adapter gave up on the request (``RequestView.unreadable``): nothing of it was counted.
+    unread: bool = False
 
     @property
     def error(self) -> float:
@@ -47,30 +62,99 @@ def records(corpus: Path = CORPUS) -> list[dict]:
     return [json.loads(line) for path in sorted(corpus.glob("*.jsonl")) for line in path.open(encoding="utf-8")]
 
 
-def measure(corpus: Path = CORPUS, *, estimate: bool = False) -> list[Row]:
-    """ctxguard's pre-flight count of every recorded request."""
+def call(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The recorded body as its SDK call site's keyword arguments (what ``normalise`` reads).
+    Most wires name things as the SDK does; Gemini and Bedrock carry the model in the URL
+    (the record's ``model``), Gemini's settings go in ``config``, an ``invoke_model`` body is
+    the JSON text botocore sends."""
+    body, model = record["body"], record.get("model")
+    if record["provider"] == "google_genai":
+        from ctxguard.providers.google_genai import as_call
+
+        return as_call(body, model)[1]
+    if record["provider"] == "bedrock":
+        if record["api"].startswith("converse"):
+            return {**body, "modelId": model}
+        return {"modelId": model, "body": json.dumps(body)}
+    return body
+
+
+def measure(corpus: Path = CORPUS, *, estimate: bool = False, providers: tuple[str, ...] = PROVIDERS) -> list[Row]:
+    """ctxguard's pre-flight count of every recorded request of ``providers``."""
     from ctxguard.digest import Digester
     from ctxguard.measure import Measurer
-    from ctxguard.providers import anthropic, openai
     from ctxguard.tokens import Calibration, EstimateCounter, default_counter
 
-    adapters = {"openai": openai.ADAPTER, "anthropic": anthropic.ADAPTER}
     counter = EstimateCounter() if estimate else default_counter()
     measurer = Measurer(Digester(b"token-accuracy"), counter, Calibration())
     rows = []
     for record in records(corpus):
-        body = record["body"]
-        view = adapters[record["provider"]].normalise(record["api"], body)
+        provider = record["provider"]
+        if provider not in providers:
+            continue
+        adapter = importlib.import_module(f"ctxguard.providers.{provider}").ADAPTER
+        view = adapter.normalise(record["api"], call(record))
         payload = measurer.measure(view)
-        rows.append(Row(record["id"], record["provider"], str(body.get("model")), record["kind"], payload.raw_tokens,
-                        record["reported_input_tokens"]))
+        rows.append(Row(record["id"], provider, str(record.get("model") or record["body"].get("model")), record["kind"],
+                        payload.raw_tokens, record["reported_input_tokens"], record["api"],
+                        record.get("model_family", provider), view.unreadable is not None))
     return rows
 
 
 def summary(rows: list[Row]) -> dict[str, float]:
     errors = [row.error for row in rows]
     return {"requests": len(rows), "median": statistics.median(errors), "worst_under": min(errors),
-            "worst_over": max(errors), "within_10": sum(abs(e) <= 10 for e in errors) / len(errors)}
+            "worst_over": max(errors), "within_10": sum(abs(e) <= 10 for e in errors) / len(errors),
+            "unread": sum(row.unread for row in rows)}
+
+
+#: A streaming api and the api whose request body it shares.
+_STREAMED = {"chat_stream": "chat", "chat.stream": "chat.complete", "generate_content_stream": "generate_content",
+             "converse_stream": "converse", "invoke_model_with_response_stream": "invoke_model"}
+
+
+def groups(rows: list[Row]) -> dict[tuple[str, str], list[Row]]:
+    """The rows per provider (family ``""``) and per provider and model family, in corpus order
+    (records without a ``model_family`` are only in their provider's group). A provider with more
+    than one request format (Bedrock: Converse, and each model's own body for ``invoke_model``)
+    has a group per family and format."""
+    found: dict[tuple[str, str], list[Row]] = {}
+    for provider in PROVIDERS:
+        mine = [row for row in rows if row.provider == provider]
+        if not mine:
+            continue
+        found[provider, ""] = mine
+        several = len({_STREAMED.get(row.api, row.api) for row in mine}) > 1
+        named = [(_family(row, several), row) for row in mine if row.family != provider]
+        for name in sorted({name for name, _ in named}):
+            found[provider, name] = [row for family, row in named if family == name]
+    return found
+
+
+def _family(row: Row, with_format: bool) -> str:
+    return f"{row.family} {_STREAMED.get(row.api, row.api)}" if with_format else row.family
+
+
+def report(rows: list[Row], markdown: bool) -> str:
+    """Per provider, then per model family under it: n, median error, worst under, worst over."""
+    header = ("provider", "model family", "n", "median", "worst under", "worst over", "within ±10%", "not read")
+    lines = []
+    if markdown:
+        lines += ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * 6]
+    else:
+        lines.append(f"{header[0]:<13} {header[1]:<30} {header[2]:>4} {header[3]:>8} {header[4]:>12} {header[5]:>11} "
+                     f"{header[6]:>12} {header[7]:>9}")
+    for (provider, family), subset in groups(rows).items():
+        s = summary(subset)
+        name = family or "(all)"
+        cells = (provider if not family else "", name, f"{s['requests']}", f"{s['median']:+.1f}%",
+                 f"{s['worst_under']:+.1f}%", f"{s['worst_over']:+.1f}%", f"{s['within_10']:.0%}", f"{s['unread']}")
+        if markdown:
+            lines.append("| " + " | ".join(cells) + " |")
+        else:
+            lines.append(f"{cells[0]:<13} {cells[1]:<30} {cells[2]:>4} {cells[3]:>8} {cells[4]:>12} {cells[5]:>11} "
+                         f"{cells[6]:>12} {cells[7]:>9}")
+    return "\n".join(lines)
 
 
 def table(rows: list[Row], markdown: bool) -> str:
@@ -78,13 +162,13 @@ def table(rows: list[Row], markdown: bool) -> str:
     lines = []
     if markdown:
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * 3 + "---|---:|---:|---:|"]
-        lines += [f"| {r.id} | {r.provider} | {r.model} | {r.kind} | {r.counted:,} | {r.reported:,} | {r.error:+.1f}% |"
-                  for r in rows]
+        lines += [f"| {r.id} | {r.provider} | {r.model} | {r.kind} | {r.counted:,} | {r.reported:,} | {r.error:+.1f}%"
+                  f"{' (not read)' if r.unread else ''} |" for r in rows]
     else:
-        lines.append(f"{header[0]:<44} {header[1]:<9} {header[2]:<28} {header[3]:<32} {header[4]:>8} {header[5]:>8} "
+        lines.append(f"{header[0]:<52} {header[1]:<12} {header[2]:<28} {header[3]:<32} {header[4]:>8} {header[5]:>8} "
                      f"{header[6]:>8}")
-        lines += [f"{r.id:<44} {r.provider:<9} {r.model[:28]:<28} {r.kind[:32]:<32} {r.counted:>8,} {r.reported:>8,} "
-                  f"{r.error:>+7.1f}%" for r in rows]
+        lines += [f"{r.id[:52]:<52} {r.provider:<12} {r.model[:28]:<28} {r.kind[:32]:<32} {r.counted:>8,} "
+                  f"{r.reported:>8,} {r.error:>+7.1f}%{' not read' if r.unread else ''}" for r in rows]
     return "\n".join(lines)
 
 
@@ -92,20 +176,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, default=CORPUS, help="recorded *.jsonl directory (default: the tests')")
     parser.add_argument("--estimate", action="store_true", help="count with the estimator, not tiktoken")
-    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    parser.add_argument("--provider", action="append", choices=PROVIDERS, help="only this provider (repeatable)")
+    parser.add_argument("--summary", action="store_true", help="print only the per-provider table, not each request")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from ctxguard.tokens import default_counter
 
-    rows = sorted(measure(args.corpus, estimate=args.estimate), key=lambda r: (r.provider, r.kind, r.id))
+    rows = measure(args.corpus, estimate=args.estimate, providers=tuple(args.provider or PROVIDERS))
     print(f"counter: {'estimate' if args.estimate else default_counter().name}")
-    print(table(rows, args.markdown))
-    print()
-    for name, subset in [("all", rows), *((p, [r for r in rows if r.provider == p]) for p in ("openai", "anthropic"))]:
-        s = summary(subset)
-        print(f"{name:<10} {s['requests']:>3} requests  median {s['median']:+.1f}%  "
-              f"worst under-count {s['worst_under']:+.1f}%  worst over-count {s['worst_over']:+.1f}%  "
-              f"within ±10%: {s['within_10']:.0%}")
+    if not args.summary:
+        print(table(sorted(rows, key=lambda r: (PROVIDERS.index(r.provider), r.family, r.kind, r.id)), args.markdown))
+        print()
+    print(report(rows, args.markdown))
     return 0
 
 

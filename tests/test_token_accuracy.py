@@ -1,10 +1,12 @@
 """ctxguard's pre-flight count against what the providers reported for real recorded requests.
 
 The corpus (tests/data/recorded/, provenance per record) is counted exactly as before a call
-is sent (``bench/token_accuracy.py``): the target is the median within ±10% of the reported
-input tokens, and no request under-counted by more than 25% (a budget check that under-counts
-lets an oversized request through). Over-counting is allowed where the size is not knowable:
-a remote image is charged the most its model charges (docs/budget.md).
+is sent (``bench/token_accuracy.py``): for OpenAI and Anthropic the target is the median within
+±10% of the reported input tokens, and no request under-counted by more than 25% (a budget
+check that under-counts lets an oversized request through). Over-counting is allowed where the
+size is not knowable: a remote image is charged the most its model charges (docs/budget.md).
+The other providers' records measure the accounting still to be written for them (issue 39):
+their report runs, and is not held to the target yet.
 """
 
 from __future__ import annotations
@@ -29,8 +31,12 @@ _spec.loader.exec_module(accuracy)
 pytestmark = pytest.mark.skipif(default_counter().name != "tiktoken", reason="the target is for tiktoken counts")
 
 
+#: The providers whose accounting the target holds today.
+HELD = ("openai", "anthropic")
+
+
 def test_median_within_ten_percent_and_no_request_under_by_more_than_a_quarter():
-    rows = accuracy.measure()
+    rows = accuracy.measure(providers=HELD)
     summary = accuracy.summary(rows)
     assert summary["requests"] >= 30
     assert -10 <= summary["median"] <= 10, accuracy.table(rows, markdown=False)
@@ -38,20 +44,27 @@ def test_median_within_ten_percent_and_no_request_under_by_more_than_a_quarter()
     assert not under, under
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("provider", HELD)
 def test_each_provider_meets_the_median_on_its_own(provider):
-    rows = [row for row in accuracy.measure() if row.provider == provider]
+    rows = accuracy.measure(providers=(provider,))
     assert len(rows) >= 12
     assert -10 <= accuracy.summary(rows)["median"] <= 10
 
 
-def test_every_recorded_request_is_read_whole():
-    """No adapter gives up on a record (an unreadable request would count as almost nothing)."""
-    from ctxguard.providers import anthropic, openai
+def _not_read_yet(record: dict) -> bool:
+    """A Bedrock ``invoke_model`` body other than an Anthropic Messages one: ctxguard reads none yet."""
+    return record["api"].startswith("invoke_model") and not str(record["body"].get("anthropic_version", "")).startswith(
+        "bedrock-")
 
-    adapters = {"openai": openai.ADAPTER, "anthropic": anthropic.ADAPTER}
+
+def test_every_recorded_request_is_read_whole():
+    """No adapter gives up on a record (an unreadable request would count as almost nothing), but
+    the model bodies of Bedrock's ``invoke_model`` that ctxguard does not read yet."""
     for record in accuracy.records():
-        view = adapters[record["provider"]].normalise(record["api"], record["body"])
+        if _not_read_yet(record):
+            continue
+        adapter = importlib.import_module(f"ctxguard.providers.{record['provider']}").ADAPTER
+        view = adapter.normalise(record["api"], accuracy.call(record))
         assert view.unreadable is None, record["id"]
         assert view.items, record["id"]
 
@@ -66,3 +79,20 @@ def test_every_record_says_where_it_came_from_and_keeps_no_whole_image():
         assert record["reported_input_tokens"] > 0
         # Base64 images are cut to their header: nothing in a body is an image's worth of data.
         assert max(map(len, re.findall(r"[A-Za-z0-9+/=]{200,}", json.dumps(record["body"]))), default=0) < 1024
+
+
+def test_the_report_covers_every_provider_and_its_model_families():
+    """The per-provider report runs over the whole corpus: every provider ctxguard reads has
+    records, each with a median, and Bedrock's are reported per family and request format.
+    Only OpenAI's and Anthropic's numbers are held to the target (the tests above)."""
+    rows = accuracy.measure()
+    groups = accuracy.groups(rows)
+    for provider in accuracy.PROVIDERS:
+        assert groups.get((provider, "")), provider
+    bedrock = {family for provider, family in groups if provider == "bedrock" and family}
+    assert any(family.endswith(" converse") for family in bedrock), bedrock
+    assert any(family.endswith(" invoke_model") for family in bedrock), bedrock
+    printed = accuracy.report(rows, markdown=False)
+    print(printed)  # today's numbers, with -s: not held to a target yet
+    assert all(provider in printed for provider in accuracy.PROVIDERS)
+    assert len(printed.splitlines()) == len(groups) + 1
