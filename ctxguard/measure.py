@@ -24,7 +24,6 @@ from .tokens import (
     BOUND,
     BOUND_SCALE,
     MESSAGE_OVERHEAD,
-    REPLY_PRIMING,
     Calibration,
     TokenCounter,
     loaded_counter,
@@ -324,8 +323,10 @@ class Measurer:
                              bound, fixed)
         tools = view.tools
         tools_tokens = (sum([self.tokens(schema, basis) for schema in tools]) if tools else 0) + view.prompt_overhead
-        raw = total + REPLY_PRIMING + tools_tokens
-        fixed += REPLY_PRIMING + view.prompt_overhead
+        # The provider's own framing (``RequestView``): each message was counted with OpenAI Chat's.
+        framing = view.reply_priming + (view.message_framing - MESSAGE_OVERHEAD) * len(items)
+        raw = total + framing + tools_tokens
+        fixed += framing + view.prompt_overhead
         tokens, source, bound, most, scale = self._shown(basis, view, raw, bound, fixed)
         return Payload(
             provider=view.provider, operation=view.operation, model=view.model,
@@ -362,7 +363,8 @@ class Measurer:
             tokens = round(text * bounds) + fixed
             return tokens, "calibrated", raw, raw if bounds <= 1 else tokens, bounds
         tools = view.tools
-        bound = messages + REPLY_PRIMING + (utf8_bytes("".join(tools)) if tools else 0) + view.prompt_overhead
+        framing = view.reply_priming + (view.message_framing - MESSAGE_OVERHEAD) * len(view.items)
+        bound = messages + framing + (utf8_bytes("".join(tools)) if tools else 0) + view.prompt_overhead
         most = bound if bounds is None or bounds <= 1 else round((bound - fixed) * bounds) + fixed  # ``ceiling``
         factor = self.calibration.factor(view.model)
         if factor is None:

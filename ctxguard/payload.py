@@ -106,6 +106,11 @@ class RequestView:
     #: Tokens the provider adds to the prompt for features this request uses (Anthropic's tool-use
     #: system prompt, say); published numbers, counted with the tools.
     prompt_overhead: int = 0
+    #: How the provider's prompt format frames each message (role and turn markers), in tokens:
+    #: its own where its module knows it, else OpenAI Chat's (``tokens.MESSAGE_OVERHEAD``).
+    message_framing: int = 3
+    #: The tokens its prompt format adds to prime the reply (``tokens.REPLY_PRIMING`` by default).
+    reply_priming: int = 3
     stream: bool = False
     #: Why the history is not in the request (provider-managed state), if so.
     history_elsewhere: str | None = None

@@ -139,3 +139,24 @@ def test_the_inlined_shown_counts_follow_shown_and_ceiling():
         factor = measurer.calibration.factor("m") if payload.basis != "bound" else bounds
         expected = min(shown(payload.raw_tokens, payload.fixed, factor), payload.ceiling)
         assert payload.tokens == expected and payload.tokens_source == "calibrated"
+
+
+def test_a_providers_own_framing_replaces_openais():
+    """``RequestView.message_framing`` / ``reply_priming``: a provider whose prompt format frames a
+    message with other than OpenAI Chat's 3 tokens, or primes the reply with other than 3, is
+    counted with its own, on both counters (exact and byte bounds), as fixed tokens."""
+    from ctxguard.digest import Digester
+    from ctxguard.measure import Measurer
+    from ctxguard.payload import RequestView
+    from ctxguard.tokens import BOUND, MESSAGE_OVERHEAD, REPLY_PRIMING, Calibration, EstimateCounter
+
+    assert (RequestView("p", "chat", "m", []).message_framing, RequestView("p", "chat", "m", []).reply_priming) == (
+        MESSAGE_OVERHEAD, REPLY_PRIMING)
+    items = [("system", "Be brief.", (), "message", 0), ("user", "Hi", (), "message", 0)]
+    for counter in (EstimateCounter(), BOUND):
+        measurer = Measurer(Digester(b"k"), counter, Calibration())
+        plain = measurer.measure(RequestView("p", "chat", "m", list(items)))
+        framed = measurer.measure(RequestView("p", "chat", "m", list(items), message_framing=7, reply_priming=1))
+        assert framed.raw_tokens - plain.raw_tokens == (7 - 3) * 2 + (1 - 3)
+        assert framed.fixed - plain.fixed == (7 - 3) * 2 + (1 - 3)
+        assert framed.bound - plain.bound == (7 - 3) * 2 + (1 - 3)
