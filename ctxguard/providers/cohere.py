@@ -175,15 +175,19 @@ def _count(value: Any) -> int | None:
 
 def _usage(usage: Any) -> tuple[int | None, int | None]:
     """(input, output) tokens. ``tokens`` is what the model read and wrote, Cohere's prompt template
-    (its preamble, the rendered documents and tools) included: what fills the window, so what the
-    budget is calibrated against. ``billed_units`` leaves the template out (21 billed for 186 read
-    in a short exchange); read only when ``tokens`` is absent."""
+    (its preamble, the rendered documents and tools) included, and its images apart, in
+    ``image_tokens`` (an answer about a favicon: 502 input and 259 image tokens): both fill the window,
+    so both are what the budget is calibrated against. ``billed_units`` leaves the template out (21
+    billed for 186 read in a short exchange); read only when ``tokens`` is absent."""
     if usage is None:
         return None, None
     for field in ("tokens", "billed_units"):
         counts = _get(usage, field)
         if counts is not None:
             read, wrote = _count(_get(counts, "input_tokens")), _count(_get(counts, "output_tokens"))
+            images = _count(_get(counts, "image_tokens"))
+            if read is not None and images:
+                read += images
             if read is not None or wrote is not None:
                 return read, wrote
     return None, None

@@ -430,6 +430,24 @@ def test_an_image_costs_what_cohere_charges():
     assert cost("https://example.com/parcel.png") == 13 * 256
 
 
+def test_an_answers_image_tokens_are_input_tokens():
+    """Cohere counts the images of a request apart (``usage.tokens.image_tokens``, not in its
+    ``input_tokens``); both fill the window, so the input the budget learns from holds both. The
+    usage is a real answer's (langchain-cohere's test_stream_with_vision cassette: a favicon)."""
+    from ctxguard.providers.cohere import ADAPTER
+
+    usage = {"billed_units": {"input_tokens": 263, "output_tokens": 156},
+             "tokens": {"input_tokens": 500, "output_tokens": 156, "image_tokens": 259}}
+    body = {"id": "c14c80c3-18eb-4519-9460-6c92edd8cfb4", "finish_reason": "COMPLETE", "usage": usage,
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "A favicon."}]}}
+    assert ADAPTER.read_response("chat", body).input_tokens == 500 + 259
+    assert ADAPTER.read_response("chat", cohere.V2ChatResponse.model_validate(body)).input_tokens == 500 + 259
+    events = ADAPTER.stream_reader("chat_stream")
+    events.feed({"type": "message-end", "delta": {"finish_reason": "COMPLETE", "usage": usage}})
+    assert (events.reply().input_tokens, events.reply().output_tokens) == (500 + 259, 156)
+    text_only = {**body, "usage": {"tokens": {"input_tokens": 500, "output_tokens": 156}}}
+    assert ADAPTER.read_response("chat", text_only).input_tokens == 500
+
 def test_tools_and_a_response_format_are_counted(harness, llm):
     schema = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}
     harness.start(mode="observe")
