@@ -504,10 +504,19 @@ _TEMPLATES: dict[str, _Template] = {
 }
 
 
+#: Each model id's template, as found (a request is read by it, and each message with a tool call or result).
+_TEMPLATE_OF: dict[str | None, _Template] = {}
+
+
 def _template_of(model: str | None) -> _Template:
-    name = model.lower() if isinstance(model, str) else ""
-    key = family(name[name.find("command"):], _TEMPLATES) if "command" in name else None
-    return _TEMPLATES[key] if key is not None else _COMMAND_A
+    template = _TEMPLATE_OF.get(model)
+    if template is None:
+        name = model.lower() if isinstance(model, str) else ""
+        key = family(name[name.find("command"):], _TEMPLATES) if "command" in name else None
+        template = _TEMPLATES[key] if key is not None else _COMMAND_A
+        if len(_TEMPLATE_OF) < 1024:
+            _TEMPLATE_OF[model] = template
+    return template
 
 
 def _document_text(document: Any, refs: list[str]) -> str:
