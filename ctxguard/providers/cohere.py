@@ -452,8 +452,12 @@ def _r_tool(tool: Any) -> str:
     """A tool as Command R reads it: a Python function and its docstring."""
     function = _get(tool, "function") or tool
     parameters = _get(function, "parameters")
-    properties = _get(parameters, "properties") or {}
-    required = _get(parameters, "required") or ()
+    properties = _get(parameters, "properties")
+    required = _get(parameters, "required")
+    if not isinstance(properties, Mapping):  # a schema the API will refuse: counted as its name and description
+        properties = {}
+    if not isinstance(required, (list, tuple)):
+        required = ()
     args, docs = [], []
     for name, spec in properties.items():
         kind = _python_type(spec) if name in required else f"Optional[{_python_type(spec)}]"
