@@ -529,3 +529,22 @@ def test_tools_over_num_ctx_by_the_templates_count_fail_the_budget_on_the_first_
         client.chat(model="qwen3.6:latest", messages=messages, tools=[LOOKUP_TOOL], options={"num_ctx": num_ctx})
     client.chat(model="qwen3.6:latest", messages=messages, tools=[LOOKUP_TOOL], options={"num_ctx": rendered})
     assert len(llm.requests) == 2
+
+
+def test_the_models_default_system_prompt_is_counted_when_the_request_has_none(harness, llm, client, monkeypatch):
+    """The server puts the Modelfile's ``SYSTEM`` first when the request's first message is not a
+    system one (Mistral Small 3.2's: 482 tokens, and its two control tokens): counted then, not when
+    the request brings its own; a model whose template ctxguard does not know gets OpenAI's framing."""
+    from ctxguard.providers.ollama import template
+
+    monkeypatch.setenv("CTXGUARD_TOKENIZER", "eager")
+    harness.start(mode="observe")
+    for model in ("mistral-small3.2:24b", "my-finetune:latest"):
+        client.chat(model=model, messages=HISTORY[1:])
+        client.chat(model=model, messages=[{"role": "system", "content": ""}, *HISTORY[1:]])
+    mistral_none, mistral_own, other_none, other_own = (
+        s.attributes["ctxguard.payload.tokens"] for s in guard_spans(harness))
+    small = template("mistral-small3.2:24b")
+    assert small is not None and small.system == 2 + 482
+    assert mistral_none - mistral_own == small.system - small.framing  # the empty system message's markers
+    assert other_own - other_none == 3  # OpenAI's framing of the empty system message, nothing more
