@@ -5,8 +5,10 @@ is sent (``bench/token_accuracy.py``): for OpenAI and Anthropic the target is th
 ±10% of the reported input tokens, and no request under-counted by more than 25% (a budget
 check that under-counts lets an oversized request through). Over-counting is allowed where the
 size is not knowable: a remote image is charged the most its model charges (docs/budget.md).
-The other providers' records measure the accounting still to be written for them (issue 39):
-their report runs, and is not held to the target yet.
+Ollama's, Mistral's and Anthropic's requests are each held to the target of issue 39 (within -20%
+and +25% of what was reported, the median within ±10%), but for the few whose reason for being
+outside it is known and written down. The other providers' records measure the accounting still
+to be written for them: their report runs, and is not held to the target yet.
 """
 
 from __future__ import annotations
@@ -51,6 +53,52 @@ def test_each_provider_meets_the_median_on_its_own(provider):
     assert -10 <= accuracy.summary(rows)["median"] <= 10
 
 
+#: The target for each request (issue 39), in percent of what the provider reported: none
+#: under-counted by more than 20%, none over-counted by more than 25%.
+BAND = (-20.0, 25.0)
+#: The requests a provider's accounting is held to per record, and those outside the target, each
+#: with the band it is held to instead and why it is outside (docs/budget.md, "Accuracy on recorded
+#: traffic, per provider"); every other request of the provider is held to ``BAND``.
+OUTSIDE: dict[str, dict[str, tuple[tuple[float, float], str]]] = {
+    "ollama": {},
+    "mistral": {
+        "pydai-mistral-model-sees-multiple-images-mistral-1": (
+            (300.0, 400.0), "an image by URL, never fetched: charged the most its model's encoder makes of one"),
+        "pydai-mistral-text-document-url-input": (
+            (-30.0, -20.0), "a table of codes and capitals: Mistral's tokenizer makes a third more tokens of it than "
+                            "cl100k, which no framing can say"),
+        "openinference-mistral-asynchronous-streaming-chat-completions-emits-expected-span": (
+            (25.0, 40.0), "recorded when mistral-small-latest was Mistral Small 3, without tokenizer v15's "
+                          "model settings (11 tokens) the alias writes now"),
+        "openinference-mistral-synchronous-streaming-chat-completions-emits-expected-span-f": (
+            (25.0, 40.0), "the same"),
+    },
+    "anthropic": {
+        "pydai-anthropic-image-url": (
+            (400.0, 450.0), "an image by URL, never fetched: charged the most its model charges for one"),
+        "pydai-anthropic-thinking-2": (
+            (25.0, 40.0), "an earlier turn's thinking blocks, which Anthropic drops from the context, are counted"),
+    },
+}
+
+
+@pytest.mark.parametrize("provider", list(OUTSIDE))
+def test_each_recorded_request_is_within_its_band(provider):
+    """Every recorded request of the provider is counted within the target of what was reported, or
+    within the band of the known reason it is not; a median within ±10% too."""
+    rows = accuracy.measure(providers=(provider,))
+    outside = OUTSIDE[provider]
+    assert set(outside) <= {row.id for row in rows}
+    wrong = []
+    for row in rows:
+        low, high = outside[row.id][0] if row.id in outside else BAND
+        if not low <= row.error <= high:
+            wrong.append(f"{row.id} ({row.model}): {row.counted} counted, {row.reported} reported, {row.error:+.1f}% "
+                         f"not within [{low:+.0f}%, {high:+.0f}%]")
+    assert not wrong, "\n".join(wrong)
+    assert -10 <= accuracy.summary(rows)["median"] <= 10
+
+
 def _not_read_yet(record: dict) -> bool:
     """A Bedrock ``invoke_model`` body other than an Anthropic Messages one: ctxguard reads none yet."""
     return record["api"].startswith("invoke_model") and not str(record["body"].get("anthropic_version", "")).startswith(
@@ -84,7 +132,7 @@ def test_every_record_says_where_it_came_from_and_keeps_no_whole_image():
 def test_the_report_covers_every_provider_and_its_model_families():
     """The per-provider report runs over the whole corpus: every provider ctxguard reads has
     records, each with a median, and Bedrock's are reported per family and request format.
-    Only OpenAI's and Anthropic's numbers are held to the target (the tests above)."""
+    OpenAI's, Anthropic's, Ollama's and Mistral's numbers are held to the target (the tests above)."""
     rows = accuracy.measure()
     groups = accuracy.groups(rows)
     for provider in accuracy.PROVIDERS:

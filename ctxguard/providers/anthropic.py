@@ -148,14 +148,41 @@ def _blocks(content: Any, texts: list[str], refs: list[str], model: str | None) 
     return cost
 
 
+def _structured_output(kwargs: Mapping[str, Any]) -> Any:
+    """The structured-output format a call sends: ``output_format`` (the beta parameter: a dict on
+    older SDKs' ``beta.messages.create``, a type on ``parse`` and ``stream``), else
+    ``output_config.format``. ``extra_body`` is merged into the body by the SDK, over the named
+    parameters: it is the only way the newer SDKs' ``create`` sends the beta ``output_format``."""
+    extra = _get(kwargs, "extra_body")
+    extra = extra if isinstance(extra, Mapping) else {}
+    return (extra.get("output_format") or _get(kwargs, "output_format")
+            or _get(extra.get("output_config") or _get(kwargs, "output_config"), "format"))
+
+
+def _schema(output: Any) -> Any:
+    """The JSON schema of a structured-output format: a dict's ``schema``; a type (``parse`` and
+    ``stream`` take a pydantic model, a dataclass, a TypedDict) as the SDK converts it before
+    sending (the SDK is installed: the app is calling it). Never ``getattr(type, "schema")``:
+    on a pydantic model that is its deprecated classmethod."""
+    if not isinstance(output, type):
+        return _get(output, "schema")
+    from pydantic import TypeAdapter
+
+    try:
+        from anthropic.lib._parse._transform import transformed_json_schema
+    except ImportError:  # an SDK without the helper sends pydantic's own schema
+        return TypeAdapter(output).json_schema()
+    return transformed_json_schema(TypeAdapter(output))
+
+
 def _output_format(output: Any, view: RequestView) -> None:
     """A structured-output schema (``output_format``, ``output_config.format``): counted like a tool."""
-    schema = _get(output, "schema")
-    if schema is None:
-        return
     try:
+        schema = _schema(output)
+        if schema is None:
+            return
         view.tools.append(canonical(schema))
-    except Exception:  # a schema that will not serialise: the SDK's own error reaches the app
+    except Exception:  # a schema that will not convert or serialise: the SDK's own error reaches the app
         return
     view.prompt_overhead += STRUCTURED_OUTPUT_PROMPT
 
@@ -191,7 +218,7 @@ class AnthropicAdapter(Translation):
         if isinstance(tools, (list, tuple)) and tools:
             auto, forced = _model(view.model)[0]
             view.prompt_overhead += forced if _get(_get(kwargs, "tool_choice"), "type") in ("any", "tool") else auto
-        output = _get(kwargs, "output_format") or _get(_get(kwargs, "output_config"), "format")
+        output = _structured_output(kwargs)
         if output is not None:
             _output_format(output, view)
         system = _get(kwargs, "system")

@@ -16,6 +16,7 @@ as it passes, and the app keeps the SDK's own object.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -26,7 +27,7 @@ from ..tokens import NON_TEXT_PART
 from ._image import Size, size_of_url
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, elements, items, schemas, structured_parts
+from ._read import canonical, elements, family, items, jsonable, structured_parts, tool_texts
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
@@ -56,32 +57,57 @@ HTTP_RESULTS = (
 _DEPTH = 4
 
 
+#: How Mistral's tokenizers frame a prompt (mistral-common's instruct tokenizers, v7 and later:
+#: docs/budget.md, "Mistral"), in control tokens: a user turn is ``[INST]`` ... ``[/INST]``, a system
+#: prompt ``[SYSTEM_PROMPT]`` ... ``[/SYSTEM_PROMPT]``, a tool result ``[TOOL_RESULTS]`` ...
+#: ``[/TOOL_RESULTS]``, an assistant turn its text and ``</s>``: two a message at most.
+MESSAGE_FRAMING = 2
+#: The prompt's ``<s>``: the reply follows the last ``[/INST]``, nothing primes it.
+REPLY_PRIMING = 1
+#: ``[AVAILABLE_TOOLS]`` and ``[/AVAILABLE_TOOLS]`` around the tools' JSON.
+TOOLS_FRAMING = 2
+#: ``[TOOL_CALLS]`` name ``[ARGS]`` arguments (v11 and later): two control tokens a call beyond its
+#: name and arguments (v11 adds ``[CALL_ID]`` and the id; v3 and v7 wrote a JSON list with it).
+TOOL_CALL_FRAMING = 2
+#: Tokenizer v15's model settings, ``[MODEL_SETTINGS]{"reasoning_effort": "none"}[/MODEL_SETTINGS]``
+#: (``InstructTokenizerV15._encode_settings``): two control tokens and 9 of JSON, whatever the effort.
+MODEL_SETTINGS = 11
+#: Models that write them when the request sets no ``reasoning_effort``: the aliases of Mistral Small
+#: 4, the first v15 model (tests/data/recorded/pydantic-ai.jsonl: 28 tokens reported for a 13-token
+#: prompt on ``mistral-small-latest`` and ``magistral-small-latest``, 12 more than its framing).
+_SETTINGS_BY_DEFAULT = frozenset({"mistral-small-latest", "magistral-small-latest"})
+
+
 #: Pixtral's image encoding (mistral-common): the image scaled down to fit a square of
-#: ``_IMAGE_SIDE`` pixels, one token per ``_PATCH``-pixel square, and one more per row (its
-#: break, the last one the image's end). Pixtral 12B's numbers: the newer vision models use
-#: larger patches (28 px over 1540), so these never count an image low.
-_PATCH = 16
-_IMAGE_SIDE = 1024
-#: An image whose size is not known here (a remote URL, never fetched): the most one can cost.
-_IMAGE_BOUND = (_IMAGE_SIDE // _PATCH) ** 2 + _IMAGE_SIDE // _PATCH
+#: ``side`` pixels, one token per ``patch``-pixel square, and one more per row (its break, the
+#: last one the image's end). Pixtral 12B's numbers by default: 16-pixel patches over 1024.
+_PIXTRAL = (16, 1024)
+#: Model families whose encoder makes 28-pixel patches (14 merged 2 x 2) over at most 1540 pixels:
+#: Mistral Medium, whose reported counts are this formula's (tests/data/recorded/pydantic-ai.jsonl:
+#: 598, 781 and 254 tokens for requests with a 597 x 566 and a 400 x 301 picture; Pixtral's
+#: charged them three times that). The other families keep Pixtral 12B's, which charges more.
+_ENCODERS = {"mistral-medium": (28, 1540)}
 
 
-def image_tokens(size: Size | None) -> int:
-    """What Mistral's vision models charge for an image of ``size`` (None: the bound)."""
-    if size is None:
-        return _IMAGE_BOUND
-    width, height = size
-    if width <= 0 or height <= 0:
-        return _IMAGE_BOUND
-    scale = min(1.0, _IMAGE_SIDE / max(width, height))
-    columns = math.ceil(width * scale / _PATCH)
-    rows = math.ceil(height * scale / _PATCH)
+def image_tokens(size: Size | None, model: str | None = None) -> int:
+    """What ``model``'s vision encoder makes of an image of ``size`` (None: the most an image can
+    cost; no model: Pixtral 12B's).
+
+    >>> image_tokens((597, 566)), image_tokens((597, 566), "mistral-medium-latest")
+    (1404, 483)
+    """
+    found = family(model, _ENCODERS)
+    patch, side = _ENCODERS[found] if found is not None else _PIXTRAL
+    width, height = size if size is not None and min(size) > 0 else (side, side)
+    scale = min(1.0, side / max(width, height))
+    columns = math.ceil(width * scale / patch)
+    rows = math.ceil(height * scale / patch)
     return rows * columns + rows
 
 
-def _chunks(content: Any, texts: list[str], refs: list[str], depth: int = 0) -> int:
+def _chunks(content: Any, texts: list[str], refs: list[str], model: str | None, depth: int = 0) -> int:
     """Text of every chunk into ``texts``; non-text chunks into ``refs`` (never their bytes).
-    Returns the tokens the non-text chunks cost."""
+    Returns the tokens the non-text chunks cost ``model``."""
     cost = 0
     for part in structured_parts(content, texts):
         kind = _get(part, "type")
@@ -90,12 +116,12 @@ def _chunks(content: Any, texts: list[str], refs: list[str], depth: int = 0) -> 
         elif kind == "thinking":
             refs.append("id:thinking")
             if depth < _DEPTH:
-                cost += _chunks(elements(_get(part, "thinking"), "thinking"), texts, refs, depth + 1)
+                cost += _chunks(elements(_get(part, "thinking"), "thinking"), texts, refs, model, depth + 1)
         elif kind == "image_url":
             image = _get(part, "image_url")
             url = image if isinstance(image, str) else _str(_get(image, "url")) if image is not None else None
             refs.append(url or "image")
-            cost += image_tokens(size_of_url(url) if url else None)
+            cost += image_tokens(size_of_url(url) if url else None, model)
         elif kind == "document_url":
             refs.append(_str(_get(part, "document_url")) or "document")
             cost += NON_TEXT_PART
@@ -113,7 +139,7 @@ def _chunks(content: Any, texts: list[str], refs: list[str], depth: int = 0) -> 
             refs.append(_str(_get(part, "uri")) or kind)
             inner = _get(part, "content")
             if inner is not None and depth < _DEPTH:
-                cost += _chunks([inner], texts, refs, depth + 1)
+                cost += _chunks([inner], texts, refs, model, depth + 1)
         elif kind is not None:
             refs.append(f"id:chunk={_text(kind)}")
     return cost
@@ -122,8 +148,9 @@ def _chunks(content: Any, texts: list[str], refs: list[str], depth: int = 0) -> 
 def _message_item(message: Any, model: str | None) -> Item:
     texts: list[str] = []
     refs: list[str] = []
-    cost = _chunks(_get(message, "content"), texts, refs)
+    cost = _chunks(_get(message, "content"), texts, refs, model)
     for call in elements(_get(message, "tool_calls"), "tool_calls"):
+        cost += TOOL_CALL_FRAMING
         function = _get(call, "function")
         if function is not None:
             # Name and arguments on lines of their own: ``wire_intact`` finds a fact the arguments
@@ -142,6 +169,34 @@ def _message_item(message: Any, model: str | None) -> Item:
     if name:
         refs.append(f"id:name={name}")
     return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message", cost)
+
+
+def _tool_texts(tools: list[Any] | tuple[Any, ...]) -> list[str]:
+    """Each tool as mistral-common writes it between ``[AVAILABLE_TOOLS]`` tokens: its ``Tool`` model
+    dumped, ``{"type": "function", "function": {"name", "description", "parameters"}}`` in that order
+    (the type and an empty description written even when the request leaves them out), as
+    ``json.dumps`` spaces it."""
+    texts = []
+    for tool in tools:
+        function = _get(tool, "function")
+        if function is None:  # not a function tool: its JSON as sent
+            texts.append(canonical(tool))
+            continue
+        texts.append(json.dumps({"type": "function", "function": {
+            "name": _get(function, "name") or "", "description": _get(function, "description") or "",
+            "parameters": _get(function, "parameters") or {}}}, ensure_ascii=False, default=jsonable))
+    return texts
+
+
+def _tools(tools: Any, view: RequestView) -> None:
+    if not isinstance(tools, (list, tuple)) or not tools:
+        return
+    try:
+        view.tools = tool_texts(tools, _tool_texts)
+    except Exception as exc:  # a tool schema that will not serialise is the app's business
+        view.unreadable = f"tools could not be read ({type(exc).__name__})"
+        return
+    view.prompt_overhead += TOOLS_FRAMING
 
 
 def _json_schema(spec: Any) -> Any:
@@ -193,9 +248,11 @@ class MistralAdapter(Translation):
             max_output_tokens=_int(_get(kwargs, "max_tokens")),
             stream=api == "chat.stream" or _get(kwargs, "stream") is True,
         )
-        # mistral-common renders the tools as their JSON (between [AVAILABLE_TOOLS] tokens).
-        schemas(_get(kwargs, "tools"), view)
+        view.message_framing, view.reply_priming = MESSAGE_FRAMING, REPLY_PRIMING
+        _tools(_get(kwargs, "tools"), view)
         _response_format(_get(kwargs, "response_format"), view)
+        if _get(kwargs, "reasoning_effort") is not None or view.model in _SETTINGS_BY_DEFAULT:
+            view.prompt_overhead += MODEL_SETTINGS
         items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True,
               memo=memo)
         return view

@@ -9,6 +9,12 @@ window: the server holds the prompt to it and silently drops what does not fit, 
 window is what the budget must be judged against (``RequestView.window``; a request without one gets
 the server's default, configured as ``Config.ollama_num_ctx``).
 
+The server renders the messages and tools into one prompt with the model's chat template (the
+Modelfile's ``TEMPLATE``, or a renderer of its own for the newest families), and that prompt is what
+``num_ctx`` holds: its turn markers, the instructions it writes around the tools, the model's default
+``SYSTEM``. ``Template`` says, per model family of Ollama's library, what those cost; a model whose
+family is not in the table is counted as OpenAI's chat format frames a prompt, its tools as their JSON.
+
 ``ollama.chat`` is a method bound, at import, to the module's default ``Client``: the function it
 calls is the class's, as it was before any patching, so a call through it reaches ctxguard once, at
 the module's wrapper. ``stream=True`` returns a generator (an async one from ``AsyncClient``) that
@@ -19,21 +25,23 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..memo import Memo
 from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, elements, family, items
+from ._read import canonical, elements, family, items, tool_texts
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
 from .base import CallSite, Methods, Provider, Translation
 
-__all__ = ["ADAPTER", "PROVIDER", "image_tokens"]
+__all__ = ["ADAPTER", "PROVIDER", "Template", "image_tokens", "template"]
 
 _CLIENT = "ollama._client"
 
@@ -62,6 +70,187 @@ def image_tokens(model: str | None) -> int:
     return _IMAGE_TOKENS[found] if found is not None else _IMAGE_DEFAULT
 
 
+#: Go's JSON encoder, which Ollama writes tools and arguments with, escapes these in strings.
+_GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+#: A tool property's fields as Ollama's ``api.ToolProperty`` keeps them, in its order (the others,
+#: ``title``, ``default``, ``format`` ..., are dropped when the server reads the request).
+_PROPERTY_FIELDS = ("anyOf", "type", "items", "description", "enum", "properties", "required")
+
+
+def _go_property(prop: Any) -> Any:
+    if not isinstance(prop, Mapping):
+        return prop
+    out = {key: prop[key] for key in _PROPERTY_FIELDS if prop.get(key)}
+    if "anyOf" in out and isinstance(out["anyOf"], list):
+        out["anyOf"] = [_go_property(p) for p in out["anyOf"]]
+    if "properties" in out and isinstance(out["properties"], Mapping):
+        out["properties"] = {name: _go_property(p) for name, p in out["properties"].items()}
+    return out
+
+
+def _go_function(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool's function as Ollama's ``api.ToolFunction`` marshals it: name, description (if any),
+    parameters (type, ``$defs``, items, required, properties), unknown fields dropped."""
+    function = tool.get("function")
+    function = function if isinstance(function, Mapping) else {}
+    params = function.get("parameters")
+    params = params if isinstance(params, Mapping) else {}
+    go_params: dict[str, Any] = {"type": params.get("type") or ""}
+    go_params.update({key: params[key] for key in ("$defs", "items", "required") if params.get(key)})
+    properties = params.get("properties")
+    go_params["properties"] = ({name: _go_property(p) for name, p in properties.items()}
+                               if isinstance(properties, Mapping) else None)
+    out: dict[str, Any] = {"name": function.get("name") or ""}
+    if function.get("description"):
+        out["description"] = function["description"]
+    out["parameters"] = go_params
+    return out
+
+
+def _go_json(obj: Any, separators: tuple[str, str] = (",", ":")) -> str:
+    return json.dumps(obj, separators=separators, ensure_ascii=False, default=str).translate(_GO_ESCAPES)
+
+
+def _compact(tool: Mapping[str, Any]) -> str:
+    """``{{ . }}`` of a tool (``api.Tool.String``): its compact JSON, on a line of its own."""
+    return _go_json({"type": tool.get("type") or "function", "function": _go_function(tool)}) + "\n"
+
+
+def _hermes(tool: Mapping[str, Any]) -> str:
+    """Qwen's Hermes-style line: ``{"type": "function", "function": {{ .Function }}}``."""
+    return '\n{"type": "function", "function": ' + _go_json(_go_function(tool)) + "}"
+
+
+def _spaced(tool: Mapping[str, Any]) -> str:
+    """Ollama's Qwen 3.5 renderer: the tool's JSON with a space after each ``:`` and ``,``
+    (``marshalWithSpaces``), on a line of its own."""
+    return "\n" + _go_json({"type": tool.get("type") or "function", "function": _go_function(tool)}, (", ", ": "))
+
+
+@dataclass(frozen=True)
+class Template:
+    """How a model family's chat template frames the prompt Ollama builds from a chat request, in
+    tokens of the model's own tokenizer (docs/budget.md, "Ollama"): what ``RequestView`` counts for it.
+
+    >>> template("qwen3.6:latest").framing, template("llama3.1:8b").priming, template("my-model") is None
+    (5, 5, True)
+    """
+
+    #: Around each message: its turn's markers (``<|im_start|>user\n`` ... ``<|im_end|>\n``).
+    framing: int
+    #: Once a prompt: the tokenizer's BOS, the reply's turn, and what the template always writes.
+    priming: int
+    #: When the request's first message is not a system one: the system turn the template writes
+    #: anyway, the model's default ``SYSTEM`` (Ollama puts it first) with its markers.
+    system: int = 0
+    #: The instructions the template writes with the tools (plain text; its special tokens are in
+    #: ``tools_fixed``), and each tool as it writes it; no ``tool``: a template without tools (the
+    #: server refuses tools for it), whose tools are counted as their JSON.
+    tools: str = ""
+    tools_fixed: int = 0
+    tool: Callable[[Mapping[str, Any]], str] | None = None
+    #: A tool call's markers beyond its name and one argument.
+    call: int = 0
+
+
+#: Ollama's Qwen 3.5 renderer (model/renderers/qwen35.go): ChatML turns, ``<think>\n`` after the
+#: reply's, the tools as spaced JSON in a system turn with instructions for an XML call format.
+#: ``<tool_call>`` and ``</tool_call>`` (4 of them) are single special tokens: left out of the text.
+_QWEN35 = Template(framing=5, priming=5, tools=(
+    "# Tools\n\nYou have access to the following functions:\n\n<tools>\n</tools>\n\nIf you choose to call a "
+    "function ONLY reply in the following format with NO suffix:\n\n\n<function=example_function_name>\n"
+    "<parameter=example_parameter_1>\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nThis is the value "
+    "for the second parameter\nthat can span\nmultiple lines\n</parameter>\n</function>\n\n\n<IMPORTANT>\n"
+    "Reminder:\n- Function calls MUST follow the specified format: an inner <function=...></function> block "
+    "must be nested within  XML tags\n- Required parameters MUST be specified\n- You may provide optional "
+    "reasoning for your function call in natural language BEFORE the function call, but NOT after\n- If there "
+    "is no function call available, answer the question like normal with your current knowledge and do not "
+    "tell the user about function calls\n</IMPORTANT>"), tools_fixed=5 + 4, tool=_spaced, call=12)
+#: Qwen 2, 2.5 and 3 in Ollama's library (template eb4402837c78): ChatML turns, the tools Hermes-style
+#: in the system turn.
+_HERMES = Template(framing=5, priming=3, tools=(
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
+    "function signatures within <tools></tools> XML tags:\n<tools>\n</tools>\n\nFor each function call, return a "
+    "json object with function name and arguments within  XML tags:\n\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n'), tools_fixed=4 + 4, tool=_hermes, call=9)
+#: Llama 3 (template 19753c18c01183), Llama 3.2 Vision: header turns, no tools.
+_LLAMA3 = Template(framing=5, priming=5)
+#: The instructions Llama 3.1 and 3.2 put before the last user message (their templates).
+_LLAMA_TOOLS = (
+    "\n\nGiven the following functions, please respond with a JSON for a function call with its proper arguments "
+    "that best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": "
+    "dictionary of argument name and its value}. Do not use variables.\n\n")
+_LLAMA_SYSTEM_TOOLS = ("When you receive a tool call response, use the output to format an answer to the orginal "
+                       "user question.\n\nYou are a helpful assistant with tool calling capabilities.")
+#: Llama 3.1 and 3.3: a system turn for the tools with the knowledge date, the tools before the last
+#: user message as compact JSON, ``Question:`` before it.
+_LLAMA31 = Template(framing=5, priming=5, tools="\n\nCutting Knowledge Date: December 2023\n\n" + _LLAMA_SYSTEM_TOOLS
+                    + _LLAMA_TOOLS + "\nQuestion: ", tools_fixed=5, tool=_compact, call=7)
+#: Llama 3.2 (template 966de95ca8a6): a system turn always, ``Cutting Knowledge Date: December
+#: 2023\n\n`` in it (10 tokens).
+_LLAMA32 = Template(framing=5, priming=5 + 10, system=5, tools=_LLAMA_SYSTEM_TOOLS + _LLAMA_TOOLS, tool=_compact,
+                    call=7)
+#: Gemma, Gemma 2, Gemma 3 (template e0a42594d802): ``<start_of_turn>user\n`` ... ``<end_of_turn>\n``
+#: (a system message is a user turn), ``<bos>`` and ``<start_of_turn>model\n``; no tools.
+_GEMMA = Template(framing=5, priming=4)
+#: Mistral v0.3 and Mistral Large (template 1ff5b64b61b9): ``[INST]`` ... ``[/INST]``, an answer and
+#: ``</s>``, ``<s>``; the tools as a JSON list between ``[AVAILABLE_TOOLS]`` tokens, a call as
+#: ``[TOOL_CALLS] [{"name": ..., "arguments": ...}]``.
+_MISTRAL = Template(framing=2, priming=1, tools_fixed=2, tool=_compact, call=8)
+#: Mistral NeMo and Small (3.0, 3.1), Devstral: the same without spaces, ``[SYSTEM_PROMPT]`` turns.
+_MISTRAL_NEMO = replace(_MISTRAL, call=9)
+#: Mistral Small 3.2 and Magistral: ``[TOOL_CALLS]`` name ``[CALL_ID]`` index ``[ARGS]`` arguments.
+_MISTRAL_ARGS = replace(_MISTRAL, call=2)
+
+#: By model family (the model's name without its tag; the longest key that names it): the templates
+#: of Ollama's library, and each model's default ``SYSTEM`` (tokens of cl100k, with its two control
+#: tokens). A family mapped to None has a template or renderer of its own not modelled here; it and a
+#: family not in the table are counted as OpenAI's chat format frames a prompt, their tools as JSON.
+_TEMPLATES: dict[str, Template | None] = {
+    "qwen3.5": _QWEN35,
+    "qwen3.6": _QWEN35,  # recorded counts match the 3.5 renderer to the token (tests/data/recorded)
+    "qwen3": _HERMES,
+    "qwen2.5": replace(_HERMES, system=5 + 16),  # SYSTEM "You are Qwen, created by Alibaba Cloud. ..."
+    "qwen2": replace(_HERMES, system=5 + 16),
+    "qwen3-coder": None,  # renderer qwen3-coder: XML tools, a default system line
+    "qwen3-vl": None,  # renderer qwen3-vl
+    "llama3": _LLAMA3,
+    "llama3.1": _LLAMA31,
+    "llama3.3": _LLAMA31,
+    "llama3.2": _LLAMA32,
+    "llama3.2-vision": _LLAMA3,  # template 715415638c89: header turns, no system, no tools
+    "gemma": _GEMMA,
+    "gemma2": _GEMMA,
+    "gemma3": _GEMMA,
+    "gemma3n": _GEMMA,
+    "mistral": _MISTRAL,
+    "mistral-large": _MISTRAL,
+    "mistral-nemo": _MISTRAL_NEMO,
+    "mistral-small": replace(_MISTRAL_NEMO, system=2 + 151),  # blob 6db27cd4e277's SYSTEM, "Mistral Small 3"
+    "mistral-small3.1": replace(_MISTRAL_NEMO, system=2 + 337),
+    "mistral-small3.2": replace(_MISTRAL_ARGS, system=2 + 482),  # blob 706c4d1164f7
+    "magistral": replace(_MISTRAL_ARGS, system=2 + 164),  # blob 35f7a1efc383
+    "devstral": replace(_MISTRAL_NEMO, system=2 + 1173),  # blob ea9ec42474e0
+    "mixtral": Template(framing=2, priming=1),  # template 53d74de0d84c: [INST] turns, no tools
+    "codestral": Template(framing=2, priming=1),
+    "phi3": Template(framing=4, priming=3),  # <|user|>\n ... <|end|>\n, <s> and <|assistant|>\n
+    "phi3.5": Template(framing=4, priming=3),
+    "phi4": Template(framing=6, priming=4),  # <|im_start|>user<|im_sep|>\n ... <|im_end|>\n
+    # <|user|> ... <|end|>; the tools between <|tool|> tokens in the system turn, with a default line.
+    "phi4-mini": Template(framing=2, priming=1, tools="You are a helpful assistant with some tools.",
+                          tools_fixed=4, tool=_compact, call=7),
+    # User and Assistant markers, end of sentence after an answer; begin of sentence (blob 369ca498f347).
+    "deepseek-r1": Template(framing=2, priming=2),
+}
+
+
+@functools.lru_cache(maxsize=256)
+def template(model: str | None) -> Template | None:
+    """The chat template ``model``'s family renders its prompt with, if ctxguard knows it."""
+    found = family(model, _TEMPLATES)
+    return _TEMPLATES[found] if found is not None else None
+
+
 def _image_ref(image: Any) -> str:
     """A digest of the image as given (base64 text, a path or bytes; an SDK ``Image`` by its value):
     the bytes themselves never leave this function."""
@@ -73,6 +262,8 @@ def _image_ref(image: Any) -> str:
 def _message_item(message: Any, model: str | None) -> Item:
     texts: list[str] = []
     refs: list[str] = []
+    found = template(model)
+    cost = 0
     content = _get(message, "content")
     if content:  # the SDK drops an empty one before sending
         texts.append(_text(content))
@@ -90,14 +281,15 @@ def _message_item(message: Any, model: str | None) -> Item:
         texts.append(name)
         texts.append(_text(_get(function, "arguments") or {}) if function is not None else "")
         refs.append(tool_ref(TOOL_CALL, None, name))
+        cost += found.call if found is not None else 0
     if _role(_get(message, "role"), "other") == "tool":
         # Without a ``tool_name`` the result answers no call by name (docs/supported.md says so).
         refs.append(tool_ref(TOOL_RESULT, None, _str(_get(message, "tool_name")) or ""))
     return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message",
-            image_tokens(model) * len(images))
+            cost + image_tokens(model) * len(images))
 
 
-def _function_schema(function: Callable[..., Any]) -> str | None:
+def _function_schema(function: Callable[..., Any]) -> Mapping[str, Any] | None:
     """The schema the SDK sends for a Python function (``ollama._utils.convert_function_to_tool``,
     already imported with the SDK); None if it cannot convert it (the SDK then raises its own error)."""
     try:
@@ -107,23 +299,52 @@ def _function_schema(function: Callable[..., Any]) -> str | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _converted(function: Callable[..., Any]) -> str:
+def _converted(function: Callable[..., Any]) -> Mapping[str, Any]:
     """Python functions given as tools, by identity: the SDK's schema of each, remembered (its
     pydantic conversion builds a model class per call, too slow to repeat per request); a failure
     is not remembered. Bounded: an app's tools are few."""
     convert = sys.modules["ollama._utils"].convert_function_to_tool
-    return canonical(convert(function).model_dump(exclude_none=True))
+    dumped: Mapping[str, Any] = json.loads(canonical(convert(function).model_dump(exclude_none=True)))
+    return dumped
 
 
-def _tools(tools: Any, view: RequestView) -> None:
-    """Tool schemas as they are sent: dicts and the SDK's ``Tool`` as their JSON, Python functions as
-    the schema the SDK makes of them. The chat template renders them into the prompt."""
-    if not isinstance(tools, (list, tuple)):  # never iterated: a generator is the SDK's to consume
-        return
+def _tool_dicts(tools: list[Any] | tuple[Any, ...]) -> list[Mapping[str, Any]]:
+    """Tools as they are sent: dicts as they are, the SDK's ``Tool`` as its JSON, Python functions as
+    the schema the SDK makes of them (one it cannot convert is the SDK's error to raise)."""
+    dicts = []
     for tool in tools:
-        schema = _function_schema(tool) if callable(tool) else canonical(tool)
-        if schema is not None:
-            view.tools.append(schema)
+        found = tool if isinstance(tool, Mapping) else _function_schema(tool) if callable(tool) else json.loads(
+            canonical(tool))
+        if found is not None:
+            dicts.append(found)
+    return dicts
+
+
+def _as_json(tools: list[Any] | tuple[Any, ...]) -> list[str]:
+    """A model whose template ctxguard does not know: its tools counted as their JSON."""
+    return [canonical(tool) for tool in _tool_dicts(tools)]
+
+
+def _render(found: Template, tools: list[Any] | tuple[Any, ...]) -> list[str]:
+    """The tools as ``found`` writes them, then its instructions for them."""
+    dicts = _tool_dicts(tools)
+    if found.tool is None or not dicts:
+        return [canonical(tool) for tool in dicts]
+    return [*map(found.tool, dicts), *((found.tools,) if found.tools else ())]
+
+
+#: One reader a template (``tool_texts`` caches the texts by reader and tools).
+_READERS = {found: functools.partial(_render, found) for found in _TEMPLATES.values() if found is not None}
+
+
+def _tools(tools: Any, view: RequestView, found: Template | None) -> None:
+    """The tools as the model's chat template writes them into the prompt, with its instructions for
+    them; as their JSON for a model whose template ctxguard does not know."""
+    if not isinstance(tools, (list, tuple)) or not tools:  # never iterated: a generator is the SDK's to consume
+        return
+    view.tools = tool_texts(tools, _as_json if found is None else _READERS[found])
+    if found is not None and found.tool is not None and view.tools:
+        view.prompt_overhead += found.tools_fixed
 
 
 def _options(options: Any, view: RequestView) -> None:
@@ -151,13 +372,19 @@ class OllamaAdapter(Translation):
         # ``format`` (a JSON schema, or "json") constrains the sampling and is not in the prompt: it
         # costs no input tokens (docs/budget.md). ``think`` draws on ``num_predict``, like OpenAI's
         # reasoning on ``max_completion_tokens``: nothing more to reserve.
+        found = template(view.model)
         try:
-            _tools(_get(kwargs, "tools"), view)
+            _tools(_get(kwargs, "tools"), view, found)
         except Exception as exc:  # a tool that will not serialise is the app's business
             view.unreadable = f"tools could not be read ({type(exc).__name__})"
         messages = _get(kwargs, "messages")
         if messages is not None:  # None is the SDK's default: a request with no messages
             items(messages, _message_item, view, name="messages", noun="message", plain_first=True, memo=memo)
+        if found is not None:
+            view.message_framing = found.framing
+            # The server puts the model's default system prompt first when the request has none.
+            view.reply_priming = found.priming + (found.system if not view.items or view.items[0][0] != "system"
+                                                  else 0)
         return view
 
     def read_response(self, api: str, result: Any) -> Answer | None:

@@ -447,3 +447,31 @@ def test_a_tool_result_whose_call_was_trimmed_fails_tool_pairs_intact(harness, l
         {"role": "tool", "content": "shipped", "tool_call_id": "D681PevKs"}])
     a = only_guard_span(harness).attributes
     assert list(a["ctxguard.violations"]) == ["tool_pairs_intact"]
+
+
+def test_the_prompt_is_counted_as_mistral_frames_it(harness, llm, mistral, monkeypatch):
+    """``<s>[INST]hello[/INST]``: 4 tokens, what the API reported for that request (recorded in
+    tests/data/recorded/pydantic-ai.jsonl); before, OpenAI's framing made it 7. Tools are their
+    ``Tool`` JSON between ``[AVAILABLE_TOOLS]`` tokens, a tool call two control tokens beyond its name
+    and arguments, and a ``reasoning_effort`` the model settings of tokenizer v15."""
+    from ctxguard.providers import mistral as provider
+    from ctxguard.tokens import default_counter
+
+    monkeypatch.setenv("CTXGUARD_TOKENIZER", "eager")  # exact counts, not byte bounds
+    count = default_counter().count
+    tool = {"type": "function", "function": {"name": "lookup", "description": "Find an order by its id",
+                                             "parameters": {"type": "object",
+                                                            "properties": {"order": {"type": "string"}}}}}
+    call = [{"role": "assistant", "tool_calls": [{"id": "D681PevKs", "function": {
+        "name": "lookup", "arguments": '{"order": "A-1041"}'}}]}]
+    harness.start(mode="observe")
+    hello = [{"role": "user", "content": "hello"}]
+    mistral.chat.complete(model="mistral-large-latest", messages=hello)
+    mistral.chat.complete(model="mistral-large-latest", messages=hello, tools=[tool])
+    mistral.chat.complete(model="mistral-large-latest", messages=[*hello, *call])
+    mistral.chat.complete(model="mistral-large-latest", messages=hello, reasoning_effort="high")
+    plain, tools, called, effort = (s.attributes for s in guard_spans(harness))
+    assert plain["ctxguard.payload.tokens"] == 4
+    assert tools["ctxguard.budget.tools"] == count(json.dumps(tool)) + provider.TOOLS_FRAMING
+    assert called["ctxguard.payload.tokens"] == 4 + count('lookup\n{"order": "A-1041"}') + 2 + 2
+    assert effort["ctxguard.payload.tokens"] == 4 + provider.MODEL_SETTINGS

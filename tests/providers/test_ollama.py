@@ -6,6 +6,7 @@ import base64
 import gc
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -465,3 +466,85 @@ def test_captured_bodies_are_judged_offline_like_live(tmp_path: Path, harness, l
         results = [r for _, r in Checker().judge(read_capture(f, CAPTURED_PROVIDERS))]
     assert [sorted(c for c, outcome in r.outcomes.items() if outcome == "fail") for r in results] == [
         sorted(v) for v in live]
+
+
+#: What Ollama's Qwen 3.5 renderer (ollama/ollama model/renderers/qwen35.go, which renders
+#: ``qwen3.6``) writes after the tools: the format it asks the model to call them in.
+QWEN35_TOOL_POSTAMBLE = (
+    "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n"
+    "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n"
+    "<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n"
+    "</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n"
+    "- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested "
+    "within <tool_call></tool_call> XML tags\n"
+    "- Required parameters MUST be specified\n"
+    "- You may provide optional reasoning for your function call in natural language BEFORE the function call, but "
+    "NOT after\n"
+    "- If there is no function call available, answer the question like normal with your current knowledge and do "
+    "not tell the user about function calls\n</IMPORTANT>")
+#: Qwen's special tokens: one token each.
+QWEN_SPECIAL = re.compile(r"(<\|im_start\|>|<\|im_end\|>|<think>|</?tool_call>)")
+#: A tool as an app sends it, its fields in the order Ollama's Go types write them.
+LOOKUP_TOOL = {"type": "function", "function": {
+    "name": "lookup_order", "description": "Find an order by its id.",
+    "parameters": {"type": "object", "required": ["order"],
+                   "properties": {"order": {"type": "string", "description": "The order's id, e.g. A-1041"}}}}}
+
+
+def _qwen35_prompt(question: str, tool: dict) -> str:
+    """The prompt the renderer makes of one user message and one tool (no ``think`` given)."""
+    return ("<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>\n"
+            + json.dumps(tool, separators=(", ", ": ")) + QWEN35_TOOL_POSTAMBLE + "<|im_end|>\n"
+            + "<|im_start|>user\n" + question.strip() + "<|im_end|>\n<|im_start|>assistant\n<think>\n")
+
+
+def test_tools_over_num_ctx_by_the_templates_count_fail_the_budget_on_the_first_call(
+        harness, llm, client, monkeypatch):
+    """A request whose tools' JSON fits ``num_ctx`` but whose prompt, as the model's chat template
+    renders the tools (Qwen 3.5's instructions and all), is just over it: the server would cut it
+    silently; ctxguard says so before it leaves, on its first call (no report learnt from yet). The
+    count it gives is the rendered prompt's to a token."""
+    from ctxguard.tokens import default_counter
+
+    monkeypatch.setenv("CTXGUARD_TOKENIZER", "eager")
+    count = default_counter().count
+    question = "where is my order A-1041? " * 20
+    rendered = sum(1 if QWEN_SPECIAL.fullmatch(piece) else count(piece)
+                   for piece in QWEN_SPECIAL.split(_qwen35_prompt(question, LOOKUP_TOOL)) if piece)
+    messages = [{"role": "user", "content": question}]
+    as_json = count(question) + count(json.dumps(LOOKUP_TOOL, sort_keys=True)) + 3 + 3  # the count before
+    num_ctx = rendered - 5
+    assert as_json < num_ctx - 150
+    only_budget = ctxguard.Policy(system_at_head=False)  # the rendered prompt above has no system message
+    harness.start(mode="observe", policy=only_budget)
+    client.chat(model="qwen3.6:latest", messages=messages, tools=[LOOKUP_TOOL], options={"num_ctx": num_ctx})
+    a = only_guard_span(harness).attributes
+    assert list(a["ctxguard.violations"]) == ["payload_under_budget"]
+    assert a["ctxguard.budget.window"] == num_ctx == llm.bodies()[0]["options"]["num_ctx"]
+    assert abs(a["ctxguard.payload.tokens"] - rendered) <= 1
+    assert a["ctxguard.payload.tokens"] > num_ctx
+    # Enforced, it never reaches the server; in a window the rendered prompt fits, it goes.
+    harness.start(mode="enforce", policy=only_budget)
+    with pytest.raises(ctxguard.ContextViolation):
+        client.chat(model="qwen3.6:latest", messages=messages, tools=[LOOKUP_TOOL], options={"num_ctx": num_ctx})
+    client.chat(model="qwen3.6:latest", messages=messages, tools=[LOOKUP_TOOL], options={"num_ctx": rendered})
+    assert len(llm.requests) == 2
+
+
+def test_the_models_default_system_prompt_is_counted_when_the_request_has_none(harness, llm, client, monkeypatch):
+    """The server puts the Modelfile's ``SYSTEM`` first when the request's first message is not a
+    system one (Mistral Small 3.2's: 482 tokens, and its two control tokens): counted then, not when
+    the request brings its own; a model whose template ctxguard does not know gets OpenAI's framing."""
+    from ctxguard.providers.ollama import template
+
+    monkeypatch.setenv("CTXGUARD_TOKENIZER", "eager")
+    harness.start(mode="observe")
+    for model in ("mistral-small3.2:24b", "my-finetune:latest"):
+        client.chat(model=model, messages=HISTORY[1:])
+        client.chat(model=model, messages=[{"role": "system", "content": ""}, *HISTORY[1:]])
+    mistral_none, mistral_own, other_none, other_own = (
+        s.attributes["ctxguard.payload.tokens"] for s in guard_spans(harness))
+    small = template("mistral-small3.2:24b")
+    assert small is not None and small.system == 2 + 482
+    assert mistral_none - mistral_own == small.system - small.framing  # the empty system message's markers
+    assert other_own - other_none == 3  # OpenAI's framing of the empty system message, nothing more

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ctxguard import Budget, Policy
 from ctxguard.providers import anthropic as anthropic_provider
@@ -238,11 +238,59 @@ def test_anthropic_structured_output_schema_and_its_prompt(harness, llm, claude)
     """``output_config.format``: the schema, and the system prompt Anthropic adds to explain it."""
     harness.start(mode="observe")
     fmt = {"type": "json_schema", "schema": SCHEMA}
-    claude.messages.create(model="claude-sonnet-4-5", max_tokens=100, messages=USER, extra_body={"output_config": {
-        "format": fmt}})
-    assert tools_term(harness) == 0  # extra_body: the call site never saw it
     claude.messages.create(model="claude-sonnet-4-5", max_tokens=100, messages=USER, output_config={"format": fmt})
     assert tools_term(harness) == count(SCHEMA_JSON) + anthropic_provider.STRUCTURED_OUTPUT_PROMPT
+    # ``extra_body`` is merged into the body the SDK sends: the same schema, the same count.
+    claude.messages.create(model="claude-sonnet-4-5", max_tokens=100, messages=USER, extra_body={"output_config": {
+        "format": fmt}})
+    assert llm.bodies()[-1]["output_config"] == {"format": fmt}
+    assert tools_term(harness) == count(SCHEMA_JSON) + anthropic_provider.STRUCTURED_OUTPUT_PROMPT
+
+
+#: The beta ``output_format`` of a recorded request (tests/data/recorded/openllmetry.jsonl,
+#: ``openllmetry-anthropic-output-format``: a 251-character schema, 222 input tokens reported).
+JOKE_FORMAT = {"type": "json_schema", "schema": {
+    "type": "object",
+    "properties": {"joke": {"type": "string", "description": "A joke about OpenTelemetry"},
+                   "rating": {"type": "integer", "description": "Rating of the joke from 1 to 10"}},
+    "required": ["joke", "rating"], "additionalProperties": False}}
+JOKE_PROMPT = [{"role": "user", "content": "Tell me a joke about OpenTelemetry and rate it from 1 to 10"}]
+
+
+class Joke(BaseModel):
+    joke: str = Field(description="A joke about OpenTelemetry")
+    rating: int = Field(description="Rating of the joke from 1 to 10")
+
+
+def test_anthropic_beta_output_format_counts_its_schema_as_output_config_does(harness, llm, claude):
+    """The beta ``output_format`` as the recorded request sent it: the SDKs that dropped the parameter
+    from ``create`` send it through ``extra_body``; counted as the same schema in ``output_config``
+    (before: the messages only, 23 tokens for the recorded request)."""
+    harness.start(mode="observe")
+    kwargs = {"model": "claude-sonnet-4-5-20250929", "max_tokens": 1024, "messages": JOKE_PROMPT}
+    claude.messages.create(**kwargs, output_config={"format": JOKE_FORMAT})
+    claude.messages.create(**kwargs, extra_body={"output_format": JOKE_FORMAT})
+    claude.beta.messages.create(**kwargs, extra_body={"output_format": JOKE_FORMAT},
+                                betas=["structured-outputs-2025-11-13"])
+    assert [b.get("output_format") for b in llm.bodies()] == [None, JOKE_FORMAT, JOKE_FORMAT]
+    schema = count(json.dumps(JOKE_FORMAT["schema"], sort_keys=True)) + anthropic_provider.STRUCTURED_OUTPUT_PROMPT
+    assert [s.attributes["ctxguard.budget.tools"] for s in harness.spans()] == [schema] * 3
+    # The recorded body itself, as an older SDK's ``beta.messages.create(output_format=...)`` passes it.
+    view = anthropic_provider.ADAPTER.normalise("messages", {**kwargs, "output_format": JOKE_FORMAT})
+    assert view.tools == [json.dumps(JOKE_FORMAT["schema"], sort_keys=True)]
+
+
+@pytest.mark.parametrize("beta", [False, True], ids=["messages", "beta.messages"])
+def test_anthropic_parse_counts_the_schema_the_sdk_makes_of_its_output_format(harness, llm, claude, beta):
+    """``parse(output_format=Model)``: the schema the SDK converts the class to and sends in
+    ``output_config`` (before: the text of the class's deprecated ``schema`` method)."""
+    harness.start(mode="observe")
+    llm.script(json.dumps({"joke": "a span walks into a bar", "rating": 7}))
+    resource = claude.beta.messages if beta else claude.messages
+    resource.parse(model="claude-sonnet-4-5", max_tokens=1024, messages=JOKE_PROMPT, output_format=Joke)
+    sent = llm.bodies()[-1]["output_config"]["format"]["schema"]
+    assert sent["properties"]["rating"]["description"] == "Rating of the joke from 1 to 10"
+    assert tools_term(harness) == count(json.dumps(sent, sort_keys=True)) + anthropic_provider.STRUCTURED_OUTPUT_PROMPT
 
 
 def test_anthropic_deprecated_output_format_reads_the_same():
