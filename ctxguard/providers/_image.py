@@ -102,12 +102,15 @@ def size_of_bytes(data: bytes) -> Size | None:
 
 
 _SPACE = re.compile(r"\s")
+#: URL-safe base64 (RFC 4648 section 5, what the google-genai SDK sends) as the standard alphabet:
+#: ``binascii`` would drop ``-`` and ``_`` as noise, shifting every byte after them.
+_URL_SAFE = str.maketrans("-_", "+/")
 
 
 def size_of_base64(text: str, start: int = 0) -> Size | None:
-    """The size of a base64-encoded image (``text`` from ``start``), decoding only the bytes its
-    header fields sit in. Never copies the text (a data URL may be megabytes) unless its base64
-    is wrapped in lines."""
+    """The size of a base64-encoded image (``text`` from ``start``, standard or URL-safe), decoding
+    only the bytes its header fields sit in. Never copies the text (a data URL may be megabytes)
+    unless its base64 is wrapped in lines."""
     if _SPACE.search(text, start, start + 4096):  # wrapped (MIME-style lines): offsets need it unwrapped
         text, start = _SPACE.sub("", text[start:]), 0
 
@@ -115,7 +118,7 @@ def size_of_base64(text: str, start: int = 0) -> Size | None:
         first = offset // 3 * 4
         stop = -(-(offset + length) // 3) * 4
         try:
-            raw = binascii.a2b_base64(text[start + first : start + stop])
+            raw = binascii.a2b_base64(text[start + first : start + stop].translate(_URL_SAFE))
         except (binascii.Error, ValueError):
             return b""
         skip = offset - first // 4 * 3

@@ -89,6 +89,24 @@ def test_size_from_the_header_of_bytes_and_of_base64(data, size):
     assert size_of_base64(base64.b64encode(data).decode()) == size
 
 
+#: The first characters of an 8x8 PNG as the google-genai SDK sent it (URL-safe base64, a ``-``
+#: in the header's CRC): tests/data/recorded/openinference.jsonl, "describe-image-false".
+RECORDED_URLSAFE_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAgAAAAIAQMAAAD-wSzIAAAABlBMVEX___-_"
+
+
+def test_url_safe_base64_is_read_like_standard_base64():
+    """The google-genai SDK sends inline bytes in URL-safe base64 (``-`` and ``_`` for ``+`` and
+    ``/``). Read as standard base64, a ``-`` or ``_`` near the header lost the size and the image was
+    charged its bound: that PNG, 2,348 tokens counted against 277 reported."""
+    assert size_of_base64(RECORDED_URLSAFE_PNG) == (8, 8)
+    # 1023 x 767 puts ``_`` and ``-`` where every format keeps its size.
+    for data in (png(1023, 767), jpeg(1023, 767, before=exif_and_icc()), webp_extended(1023, 767),
+                 webp_lossless(1023, 767), gif(1023, 767)):
+        encoded = base64.urlsafe_b64encode(data).decode()
+        assert encoded != base64.b64encode(data).decode()
+        assert size_of_base64(encoded) == size_of_base64(base64.b64encode(data).decode()) == (1023, 767)
+
+
 def test_a_huffman_table_is_not_taken_for_a_frame_header():
     """DHT (C4) sits in the C0-CF range but is no frame: its bytes are not a size."""
     dht = segment(0xC4, b"\x00" + bytes([0x10] * 16) + bytes(16))
