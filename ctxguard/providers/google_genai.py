@@ -20,6 +20,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..memo import Memo
 from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
@@ -30,9 +31,9 @@ from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import get as _get
 from ._read import role as _role
-from .base import CallSite, Methods, Provider, Translation
+from .base import CallSite, Identity, Methods, Provider, Translation
 
-__all__ = ["ADAPTER", "CLASSIC", "CURRENT", "PROVIDER", "GeminiCounting", "counting"]
+__all__ = ["ADAPTER", "CLASSIC", "CURRENT", "GEMINI_API", "PROVIDER", "VERTEX_AI", "GeminiCounting", "counting"]
 
 _MODELS = "google.genai.models"
 
@@ -328,6 +329,31 @@ def _tools(tools: Any, view: RequestView, how: GeminiCounting) -> None:
     view.prompt_overhead += how.tools
 
 
+#: Who a google-genai client reaches (the GenAI conventions' ``gen_ai.provider.name``): its
+#: ``vertexai`` flag set, Vertex AI; else the Gemini Developer API (the SDK's default).
+GEMINI_API = "gcp.gemini"
+VERTEX_AI = "gcp.vertex_ai"
+_UNSET = object()
+#: Base URL -> (host, port): a client's URL is one string, read on every call.
+_SERVERS: dict[str, tuple[str | None, int | None]] = {}
+
+
+def _server(url: str) -> tuple[str | None, int | None]:
+    """``server.address`` and ``server.port`` of a base URL (443 or 80 by scheme when it names none)."""
+    found = _SERVERS.get(url)
+    if found is None:
+        try:
+            parts = urlsplit(url)
+            found = (parts.hostname, parts.port or (80 if parts.scheme == "http" else 443)) if parts.hostname else (
+                None, None)
+        except ValueError:  # a malformed URL (a bad port): the SDK's own request fails on it
+            found = (None, None)
+        if len(_SERVERS) >= 256:
+            _SERVERS.clear()
+        _SERVERS[url] = found
+    return found
+
+
 class GoogleGenAIAdapter(Translation):
     provider = "gcp.gen_ai"
 
@@ -385,6 +411,18 @@ class GoogleGenAIAdapter(Translation):
 
     def stream_reader(self, api: str) -> _Responses:
         return _Responses()
+
+    def identity(self, instance: Any) -> Identity | None:
+        """The Gemini Developer API or Vertex AI, by the client's own ``vertexai`` flag (what its
+        requests are made for, whatever host its base URL names), and the server of its base URL;
+        None for an instance with no google-genai client (``gcp.gen_ai`` stays)."""
+        client = getattr(instance, "_api_client", None)
+        vertexai = getattr(client, "vertexai", _UNSET)
+        if vertexai is _UNSET:
+            return None
+        url = getattr(getattr(client, "_http_options", None), "base_url", None)
+        host, port = _server(url) if isinstance(url, str) else (None, None)
+        return (VERTEX_AI if vertexai else GEMINI_API), host, port
 
     reads_captures = True
 
@@ -450,4 +488,5 @@ PROVIDER = Provider(
     label="gcp.gen_ai",
     adapter=ADAPTER,
     family=Methods(SITES),
+    routes=(GEMINI_API, VERTEX_AI),
 )
