@@ -5,8 +5,9 @@ is sent (``bench/token_accuracy.py``): for OpenAI and Anthropic the target is th
 ±10% of the reported input tokens, and no request under-counted by more than 25% (a budget
 check that under-counts lets an oversized request through). Over-counting is allowed where the
 size is not knowable: a remote image is charged the most its model charges (docs/budget.md).
-The other providers' records measure the accounting still to be written for them (issue 39):
-their report runs, and is not held to the target yet.
+Gemini's records are held to the target by tests/providers/test_google_genai_tokens.py; the other
+providers' records measure the accounting still to be written for them (issue 39): their report
+runs, and is not held to the target yet.
 """
 
 from __future__ import annotations
