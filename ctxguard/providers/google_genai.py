@@ -420,7 +420,7 @@ class GoogleGenAIAdapter(Translation):
         vertexai = getattr(client, "vertexai", _UNSET)
         if vertexai is _UNSET:
             return None
-        url = getattr(getattr(client, "_http_options", None), "base_url", None)
+        url = _get(getattr(client, "_http_options", None), "base_url")  # a dict in early 1.x releases
         host, port = _server(url) if isinstance(url, str) else (None, None)
         return (VERTEX_AI if vertexai else GEMINI_API), host, port
 

@@ -95,9 +95,11 @@ def test_the_provider_is_the_api_the_client_reaches_gemini_or_vertex_ai(harness,
         client.models.generate_content(model=MODEL, contents="hi", config={"system_instruction": SYSTEM})
     asyncio.run(express.aio.models.generate_content(model=MODEL, contents="hi",
                                                     config={"system_instruction": SYSTEM}))
-    assert [r.path.split("/models/")[0] for r in llm.requests] == [
-        "/v1", "/v1beta1/publishers/google", "/v1beta1/projects/p/locations/us-central1/publishers/google",
-        "/v1beta1/publishers/google"]
+    # The Gemini Developer API's path (``/v1/models/…``, ``/v1beta`` in google-genai 1.x), then Vertex AI's.
+    paths = [r.path.split("/models/")[0] for r in llm.requests]
+    assert paths[0] in ("/v1", "/v1beta")
+    assert paths[1:] == ["/v1beta1/publishers/google", "/v1beta1/projects/p/locations/us-central1/publishers/google",
+                         "/v1beta1/publishers/google"]
     fake = urlsplit(llm.gemini_base_url)
     spans = [s.attributes for s in guard_spans(harness)]
     assert [a["gen_ai.provider.name"] for a in spans] == ["gcp.gemini"] + ["gcp.vertex_ai"] * 3
