@@ -80,6 +80,7 @@ PROCESS_STATE = {
 #: Memos of pure functions, bounded in entries and bytes, on the per-call path.
 MEMOS = {
     "ctxguard.providers.identity._urls": "a client's base URL -> who it reaches",
+    "ctxguard.providers.google_genai._SERVERS": "a google-genai client's base URL -> its server",
     "ctxguard.providers._read._TOOL_TEXTS": "tool schemas -> their texts as each provider reads them",
     "ctxguard.providers.openai._RENDERED": "a schema -> OpenAI's rendering of it",
     "ctxguard.pinned._PARSED": "a pinned block's text -> its entries",

@@ -20,6 +20,7 @@ __all__ = [
     "ANTHROPIC_HIGH_RES",
     "ANTHROPIC_STANDARD",
     "anthropic_tokens",
+    "gemini_generation",
     "gemini_tokens",
     "openai_tokens",
     "size_of_base64",
@@ -102,12 +103,15 @@ def size_of_bytes(data: bytes) -> Size | None:
 
 
 _SPACE = re.compile(r"\s")
+#: URL-safe base64 (RFC 4648 section 5, what the google-genai SDK sends) as the standard alphabet:
+#: ``binascii`` would drop ``-`` and ``_`` as noise, shifting every byte after them.
+_URL_SAFE = str.maketrans("-_", "+/")
 
 
 def size_of_base64(text: str, start: int = 0) -> Size | None:
-    """The size of a base64-encoded image (``text`` from ``start``), decoding only the bytes its
-    header fields sit in. Never copies the text (a data URL may be megabytes) unless its base64
-    is wrapped in lines."""
+    """The size of a base64-encoded image (``text`` from ``start``, standard or URL-safe), decoding
+    only the bytes its header fields sit in. Never copies the text (a data URL may be megabytes)
+    unless its base64 is wrapped in lines."""
     if _SPACE.search(text, start, start + 4096):  # wrapped (MIME-style lines): offsets need it unwrapped
         text, start = _SPACE.sub("", text[start:]), 0
 
@@ -115,7 +119,7 @@ def size_of_base64(text: str, start: int = 0) -> Size | None:
         first = offset // 3 * 4
         stop = -(-(offset + length) // 3) * 4
         try:
-            raw = binascii.a2b_base64(text[start + first : start + stop])
+            raw = binascii.a2b_base64(text[start + first : start + stop].translate(_URL_SAFE))
         except (binascii.Error, ValueError):
             return b""
         skip = offset - first // 4 * 3
@@ -282,19 +286,43 @@ def anthropic_tokens(size: Size | None, limits: tuple[int, int] = ANTHROPIC_STAN
 
 # -- Google Gemini ----------------------------------------------------------------------
 
-#: Gemini 3: tokens per image by ``media_resolution`` (unspecified is high for images).
+#: Gemini 3 and later: tokens per image by ``media_resolution`` (unspecified is high for images).
 _GEMINI_RESOLUTION = {"low": 280, "medium": 560, "high": 1120, "ultra_high": 2240}
+#: Gemini's image token: one tile, one small image, or (Gemini 2.5) any image.
+_GEMINI_TILE = 258
+_GEMINI_MODEL = re.compile(r"gemini-(\d+)(?:\.(\d+))?(?![\d.])")
+
+
+def gemini_generation(model: object) -> tuple[int, int] | None:
+    """``gemini_generation("models/gemini-2.5-flash-lite")`` -> ``(2, 5)``; None for a model whose
+    name gives none (``gemini-flash-latest``, ``gemma-3-27b-it``)."""
+    if not isinstance(model, str):
+        return None
+    found = _GEMINI_MODEL.match(model.rsplit("/", 1)[-1].lower())
+    return (int(found[1]), int(found[2] or 0)) if found is not None else None
+
+
+def _gemini_tiles(width: int, height: int, whole: int) -> int:
+    """Both sides at most 384 px: one tile; else tiles whose side is the shorter side / 1.5 kept
+    within 256-768 px, plus ``whole`` more (Gemini 2.0's scaled whole image)."""
+    if width <= 384 and height <= 384:
+        return _GEMINI_TILE
+    tile = min(768, max(256, int(min(width, height) / 1.5)))
+    return _GEMINI_TILE * (math.ceil(width / tile) * math.ceil(height / tile) + whole)
 
 
 def gemini_tokens(model: str | None, size: Size | None, resolution: str | None = None) -> int:
-    """``gemini_tokens("gemini-2.5-flash", (300, 200))`` -> 258. Both sides at most 384 px: 258 tokens;
-    else 258 per tile, a tile's side the shorter side / 1.5 kept within 256-768 px ("Image
-    understanding", Technical details). Gemini 3 charges by ``media_resolution``."""
-    name = (model or "").rsplit("/", 1)[-1].lower()
-    if name.startswith("gemini-3"):
-        return _GEMINI_RESOLUTION.get((resolution or "high").lower().removeprefix("media_resolution_"), 1120)
+    """``gemini_tokens("gemini-2.0-flash", (640, 480))`` -> 1290: what an image costs, by the model's
+    generation (docs/budget.md, "Gemini"). Gemini 3 and later charge by ``media_resolution``;
+    Gemini 2.5 258 whatever the size; Gemini 2.0 258 a tile and one more for the whole image;
+    earlier models 258 a tile. A model whose generation is unknown is charged the most of them."""
     width, height = size if size is not None else (UNKNOWN_SIDE, UNKNOWN_SIDE)
-    if width <= 384 and height <= 384:
-        return 258
-    tile = min(768, max(256, int(min(width, height) / 1.5)))
-    return 258 * math.ceil(width / tile) * math.ceil(height / tile)
+    generation = gemini_generation(model)
+    by_resolution = _GEMINI_RESOLUTION.get((resolution or "high").lower().removeprefix("media_resolution_"), 1120)
+    if generation is None:
+        return max(by_resolution, _gemini_tiles(width, height, 1))
+    if generation >= (3, 0):
+        return by_resolution
+    if generation >= (2, 5):
+        return _GEMINI_TILE
+    return _gemini_tiles(width, height, 1 if generation >= (2, 0) else 0)

@@ -5,26 +5,35 @@ the whole curated history, so they are covered through them. ``config.system_ins
 is the head instruction (like Anthropic's ``system``); role ``model`` reads as ``assistant``.
 Bare parts in ``contents`` (strings, ``Part`` objects) are grouped into one turn, as the
 SDK groups them before sending. Inline bytes become a digest-only reference.
+
+A request is counted as its model's generation counts it in ``promptTokenCount``
+(``GeminiCounting``; docs/budget.md, "Gemini"): the texts of its parts, a token a content from
+Gemini 2.5 on, function calls, results and declarations as the texts in them (Gemini 2.0 and
+earlier) or as their JSON (2.5 and later), images by the generation's formula, and no response
+schema. Who a call reaches is read off its client: the Gemini Developer API or Vertex AI.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..memo import Memo
 from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
 from ..tokens import NON_TEXT_PART
-from ._image import gemini_tokens, size_of_base64, size_of_bytes
-from ._read import Unread, canonical, items, schemas, unread_if_one_shot
+from ._image import gemini_generation, gemini_tokens, size_of_base64, size_of_bytes
+from ._read import Unread, items, jsonable, tool_texts, unread_if_one_shot
 from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import get as _get
 from ._read import role as _role
-from .base import CallSite, Methods, Provider, Translation
+from .base import CallSite, Identity, Methods, Provider, Translation
 
-__all__ = ["ADAPTER", "PROVIDER"]
+__all__ = ["ADAPTER", "CLASSIC", "CURRENT", "GEMINI_API", "PROVIDER", "VERTEX_AI", "GeminiCounting", "counting"]
 
 _MODELS = "google.genai.models"
 
@@ -45,8 +54,84 @@ def _field(obj: Any, name: str) -> Any:
     return value
 
 
-def _parts(parts: Any, texts: list[str], refs: list[str], model: str | None) -> int:
-    """Readable text into ``texts``, references into ``refs``; returns what the media parts cost."""
+@dataclass(frozen=True, slots=True)
+class GeminiCounting:
+    """How a Gemini model generation counts a prompt in ``promptTokenCount``: measured on the
+    recorded corpus (tests/data/recorded/, the constants fitted on half of its 132 Gemini requests;
+    docs/budget.md, "Gemini"), where Google documents no number.
+
+    >>> counting("gemini-2.0-flash-001") is CLASSIC, counting("models/gemini-2.5-pro") is CURRENT
+    (True, True)
+    """
+
+    #: Tokens each content (a turn, and the system instruction) costs beyond its parts
+    #: (``RequestView.message_framing``): "What is the capital of France?" is 7 tokens to Gemini 2.0
+    #: and 8 to Gemini 2.5.
+    framing: int
+    #: Function calls, their results and the function declarations read as their JSON (Gemini 2.5
+    #: and later), else as the texts in them: names, descriptions, keys and string values, as the
+    #: SDK's own local tokenizer reads them (``google.genai.local_tokenizer._TextsAccumulator``).
+    as_json: bool
+    #: Tokens a function call or result costs beyond what is counted of it.
+    call: int
+    #: Tokens the function declarations cost beyond what is counted of them, once a request.
+    tools: int
+
+
+#: Gemini 1.x and 2.0.
+CLASSIC = GeminiCounting(framing=0, as_json=False, call=2, tools=4)
+#: Gemini 2.5 and later, and any model whose name gives no generation (the larger counts).
+CURRENT = GeminiCounting(framing=1, as_json=True, call=4, tools=0)
+
+
+def counting(model: str | None) -> GeminiCounting:
+    """How ``model`` counts a prompt: ``CLASSIC`` before Gemini 2.5, else ``CURRENT``."""
+    generation = gemini_generation(model)
+    return CLASSIC if generation is not None and generation < (2, 5) else CURRENT
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """What reading one request's parts needs: its model, how the model counts, and the request's
+    ``media_resolution`` (a part's own overrides it)."""
+
+    model: str | None
+    counting: GeminiCounting
+    resolution: str | None = None
+
+
+def _compact(value: Any) -> str:
+    """JSON without spaces, keys sorted (one text for equal values, whatever their order)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=jsonable, ensure_ascii=False)
+
+
+def _strings(value: Any, out: list[str]) -> None:
+    """The texts in a JSON value as the SDK's local tokenizer counts them: every key of an object
+    and every string, in order; numbers, booleans and nulls are not counted."""
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, Mapping):
+        out.extend(key for key in value if isinstance(key, str))
+        for inner in value.values():
+            _strings(inner, out)
+    elif isinstance(value, (list, tuple)):
+        for inner in value:
+            _strings(inner, out)
+
+
+def _call_text(name: str, key: str, value: Any, how: GeminiCounting) -> str:
+    """A function call (``key`` ``args``) or result (``response``) as its model reads it."""
+    if how.as_json:
+        return _compact({"name": name, key: value if value is not None else {}})
+    pieces = [name]
+    _strings(value, pieces)
+    return " ".join(pieces)
+
+
+def _parts(parts: Any, texts: list[str], refs: list[str], reading: _Reading) -> int:
+    """Readable text into ``texts``, references into ``refs``; returns what the media parts cost,
+    and the framing of function calls and results. A part's ``thought_signature`` is not counted:
+    docs/budget.md, "Gemini"."""
     cost = 0
     unread_if_one_shot(parts, "parts")
     for part in parts if isinstance(parts, (list, tuple)) else (parts,):
@@ -63,22 +148,28 @@ def _parts(parts: Any, texts: list[str], refs: list[str], model: str | None) -> 
         if text is not None:
             texts.append(text)
         elif call is not None:
-            texts.append(f"{_get(call, 'name') or ''} {canonical(_get(call, 'args'))}")
+            name = _str(_get(call, "name")) or ""
+            texts.append(_call_text(name, "args", _get(call, "args"), reading.counting))
+            cost += reading.counting.call
             # By name, and by id too when given: the SDK's own automatic function calling (and
             # ``Part.from_function_response``) answers without one.
-            refs.append(tool_ref(TOOL_CALL, _str(_get(call, "id")), _str(_get(call, "name")) or ""))
+            refs.append(tool_ref(TOOL_CALL, _str(_get(call, "id")), name))
         elif result is not None:
-            texts.append(canonical(_get(result, "response")))
-            refs.append(tool_ref(TOOL_RESULT, _str(_get(result, "id")), _str(_get(result, "name")) or ""))
+            name = _str(_get(result, "name")) or ""
+            texts.append(_call_text(name, "response", _get(result, "response"), reading.counting))
+            cost += reading.counting.call
+            # Gemini 3 takes pictures and files in a result (``FunctionResponse.parts``).
+            cost += _parts(_get(result, "parts") or (), texts, refs, reading)
+            refs.append(tool_ref(TOOL_RESULT, _str(_get(result, "id")), name))
         elif blob is not None:
             data = _get(blob, "data")
             raw = data if isinstance(data, bytes) else str(data).encode()
             # The bytes themselves never leave this function; only a digest of them does.
             refs.append(f"inline:{_field(blob, 'mime_type')}:{hashlib.blake2b(raw, digest_size=16).hexdigest()}")
-            cost += _media(model, _field(blob, "mime_type"), data, part)
+            cost += _media(reading, _field(blob, "mime_type"), data, part)
         elif file is not None:
             refs.append(_str(_field(file, "file_uri")) or "file")
-            cost += _media(model, _field(file, "mime_type"), None, part)
+            cost += _media(reading, _field(file, "mime_type"), None, part)
         elif code is not None:
             texts.append(_str(_get(code, "code")) or "")
         elif output is not None:
@@ -88,21 +179,26 @@ def _parts(parts: Any, texts: list[str], refs: list[str], model: str | None) -> 
     return cost
 
 
-def _media(model: str | None, mime: Any, data: Any, part: Any) -> int:
-    """An image by its header (bytes, or the base64 a dict part carries) and Gemini's formula;
+def _level(value: Any) -> str | None:
+    """A ``media_resolution`` level (an enum or its name) as its name."""
+    return _str(getattr(value, "value", value))
+
+
+def _media(reading: _Reading, mime: Any, data: Any, part: Any) -> int:
+    """An image by its header (bytes, or the base64 a dict part carries) and its model's formula;
     audio, video and documents a flat estimate."""
     if not (isinstance(mime, str) and mime.startswith("image/")):
         return NON_TEXT_PART
-    resolution = _field(part, "media_resolution")  # Gemini 3: per part, a level or a token count
-    if resolution is not None:
-        tokens = _int(_field(resolution, "num_tokens"))
+    resolution = reading.resolution
+    own = _field(part, "media_resolution")  # Gemini 3: per part, a level or a token count
+    if own is not None:
+        tokens = _int(_field(own, "num_tokens"))
         if tokens is not None:
             return tokens
-        level = _get(resolution, "level")
-        resolution = _str(getattr(level, "value", level))
+        resolution = _level(_get(own, "level")) or resolution
     if isinstance(data, str):
-        return gemini_tokens(model, size_of_base64(data), resolution)
-    return gemini_tokens(model, size_of_bytes(data) if isinstance(data, bytes) else None, resolution)
+        return gemini_tokens(reading.model, size_of_base64(data), resolution)
+    return gemini_tokens(reading.model, size_of_bytes(data) if isinstance(data, bytes) else None, resolution)
 
 
 def _is_content(element: Any) -> bool:
@@ -128,32 +224,134 @@ def _turns(contents: Any) -> Any:
     return turns
 
 
-def _turn_item(turn: Any, model: str | None) -> Item:
+def _turn_item(turn: Any, reading: _Reading) -> Item:
     texts: list[str] = []
     refs: list[str] = []
     if isinstance(turn, list):  # bare parts: a model turn only if they are function calls
-        cost = _parts(turn, texts, refs, model)
+        cost = _parts(turn, texts, refs, reading)
         role = "assistant" if any(_field(p, "function_call") is not None for p in turn) else "user"
         return (role, "\n".join(texts), tuple(refs), "message", cost)
     if _is_content(turn):
-        cost = _parts(_get(turn, "parts") or (), texts, refs, model)
+        cost = _parts(_get(turn, "parts") or (), texts, refs, reading)
         role = _role(_get(turn, "role"), "user")
         return ("assistant" if role == "model" else role, "\n".join(texts), tuple(refs), "message", cost)
-    cost = _parts(turn, texts, refs, model)
+    cost = _parts(turn, texts, refs, reading)
     return ("user", "\n".join(texts), tuple(refs), "message", cost)
 
 
-def _response_schema(config: Any, view: RequestView) -> None:
-    """``config.response_schema`` / ``response_json_schema``: the structured output's schema, counted
-    like the tools (a pydantic class as its JSON schema, a ``types.Schema`` as its fields)."""
-    schema = _field(config, "response_json_schema") or _field(config, "response_schema")
-    if schema is None:
+def _schema_strings(schema: Any, out: list[str]) -> None:
+    """The texts of a parameter schema as the SDK's local tokenizer counts them (its ``add_schema``):
+    format, description, enum values, required names and property names, through properties and
+    items; JSON Schema's ``anyOf``/``oneOf``/``allOf`` and ``$defs`` alike. Types are not counted."""
+    if not isinstance(schema, Mapping):
         return
-    as_schema = getattr(schema, "model_json_schema", None)
+    for key in ("format", "description"):
+        value = schema.get(key)
+        if isinstance(value, str) and value:
+            out.append(value)
+    for key in ("enum", "required"):
+        out.extend(str(value) for value in schema.get(key) or ())
+    _schema_strings(schema.get("items"), out)
+    properties = schema.get("properties")
+    if isinstance(properties, Mapping):
+        for name, inner in properties.items():
+            out.append(str(name))
+            _schema_strings(inner, out)
+    for key in ("anyOf", "any_of", "oneOf", "allOf"):
+        for inner in schema.get(key) or ():
+            _schema_strings(inner, out)
+    for key in ("$defs", "defs", "definitions"):
+        defined = schema.get(key)
+        for inner in defined.values() if isinstance(defined, Mapping) else ():
+            _schema_strings(inner, out)
+    if "example" in schema:
+        _strings(schema["example"], out)
+
+
+def _declaration(declaration: Mapping[str, Any], as_json: bool) -> str:
+    """A function declaration as its model reads it: its JSON (name, description, parameters,
+    response), else its texts."""
+    parameters = _field(declaration, "parameters")
+    if parameters is None:
+        parameters = _field(declaration, "parameters_json_schema")
+    response = _field(declaration, "response")
+    if response is None:
+        response = _field(declaration, "response_json_schema")
+    name, description = declaration.get("name"), declaration.get("description")
+    if as_json:
+        shown = {"name": name, "description": description, "parameters": parameters, "response": response}
+        return _compact({key: value for key, value in shown.items() if value})
+    pieces = [str(name or "")]
+    if isinstance(description, str) and description:
+        pieces.append(description)
+    _schema_strings(parameters, pieces)
+    _schema_strings(response, pieces)
+    return " ".join(pieces)
+
+
+def _tool_texts(tools: list[Any] | tuple[Any, ...], as_json: bool) -> list[str]:
+    """One text a function declaration; any other tool (Google Search, code execution) as its JSON."""
+    texts = []
+    for tool in tools:
+        data = tool if isinstance(tool, Mapping) else jsonable(tool)
+        if not isinstance(data, Mapping):  # a Python function, which the SDK declares as it sends: its repr
+            texts.append(_compact(data))
+            continue
+        declarations = _field(data, "function_declarations")
+        for declaration in declarations if isinstance(declarations, (list, tuple)) else ():
+            found = declaration if isinstance(declaration, Mapping) else jsonable(declaration)
+            texts.append(_declaration(found, as_json) if isinstance(found, Mapping) else _compact(found))
+        rest = {key: value for key, value in data.items()
+                if key not in ("function_declarations", "functionDeclarations") and value is not None}
+        if rest:
+            texts.append(_compact(rest))
+    return texts
+
+
+def _as_json(tools: list[Any] | tuple[Any, ...]) -> list[str]:
+    return _tool_texts(tools, True)
+
+
+def _as_texts(tools: list[Any] | tuple[Any, ...]) -> list[str]:
+    return _tool_texts(tools, False)
+
+
+def _tools(tools: Any, view: RequestView, how: GeminiCounting) -> None:
+    """``config.tools`` as the model reads them (``GeminiCounting.as_json``), cached like every
+    provider's tools (``_read.tool_texts``)."""
+    if not isinstance(tools, (list, tuple)) or not tools:
+        return
     try:
-        view.tools.append(canonical(as_schema() if isinstance(schema, type) and callable(as_schema) else schema))
-    except Exception:  # a schema that will not serialise: the SDK's own error reaches the app
+        view.tools = tool_texts(tools, _as_json if how.as_json else _as_texts)
+    except Exception as exc:  # a tool that will not serialise is the app's business
+        view.unreadable = f"tools could not be read ({type(exc).__name__})"
         return
+    view.prompt_overhead += how.tools
+
+
+#: Who a google-genai client reaches (the GenAI conventions' ``gen_ai.provider.name``): its
+#: ``vertexai`` flag set, Vertex AI; else the Gemini Developer API (the SDK's default).
+GEMINI_API = "gcp.gemini"
+VERTEX_AI = "gcp.vertex_ai"
+_UNSET = object()
+#: Base URL -> (host, port): a client's URL is one string, read on every call.
+_SERVERS: dict[str, tuple[str | None, int | None]] = {}
+
+
+def _server(url: str) -> tuple[str | None, int | None]:
+    """``server.address`` and ``server.port`` of a base URL (443 or 80 by scheme when it names none)."""
+    found = _SERVERS.get(url)
+    if found is None:
+        try:
+            parts = urlsplit(url)
+            found = (parts.hostname, parts.port or (80 if parts.scheme == "http" else 443)) if parts.hostname else (
+                None, None)
+        except ValueError:  # a malformed URL (a bad port): the SDK's own request fails on it
+            found = (None, None)
+        if len(_SERVERS) >= 256:
+            _SERVERS.clear()
+        _SERVERS[url] = found
+    return found
 
 
 class GoogleGenAIAdapter(Translation):
@@ -162,16 +360,22 @@ class GoogleGenAIAdapter(Translation):
     def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
         # Contents are rarely plain dicts here (parts lists, Content objects): read whole each call.
         config = _get(kwargs, "config")
+        model = _str(_get(kwargs, "model"))
+        how = counting(model)
+        # Gemini's prompt frames each content and nothing else: no reply priming.
         view = RequestView(
             provider=self.provider,
             operation="chat",
-            model=_str(_get(kwargs, "model")),
+            model=model,
             items=[],
             stream=api == "generate_content_stream",
+            message_framing=how.framing,
+            reply_priming=0,
         )
+        reading = _Reading(model, how, _level(_field(config, "media_resolution")) if config is not None else None)
         if config is not None:
             view.max_output_tokens = _int(_field(config, "max_output_tokens"))
-            schemas(_get(config, "tools"), view)
+            _tools(_get(config, "tools"), view, how)
             if _field(config, "cached_content") is not None:
                 view.history_elsewhere = "history is provider-managed (cached_content)"
             instruction = _field(config, "system_instruction")
@@ -180,7 +384,7 @@ class GoogleGenAIAdapter(Translation):
                 refs: list[str] = []
                 try:
                     cost = _parts(
-                        _get(instruction, "parts") if _is_content(instruction) else instruction, texts, refs, view.model
+                        _get(instruction, "parts") if _is_content(instruction) else instruction, texts, refs, reading
                     )
                 except Unread as why:
                     view.unreadable = f"system_instruction: {why}"
@@ -188,13 +392,14 @@ class GoogleGenAIAdapter(Translation):
                 text = "\n".join(texts)
                 if text.strip():
                     view.items.append(("system", text, tuple(refs), "instructions", cost))
-            _response_schema(config, view)
+            # A response schema (``response_schema``, ``response_json_schema``) constrains the
+            # answer and is not in ``promptTokenCount``: "Hi" with a schema counts 2 (docs/budget.md).
         try:
             turns = _turns(_get(kwargs, "contents"))
         except Unread as why:
             view.unreadable = str(why)
             return view
-        items(turns, _turn_item, view, name="contents", noun="content")
+        items(turns, lambda turn, _model: _turn_item(turn, reading), view, name="contents", noun="content")
         return view
 
     def read_response(self, api: str, result: Any) -> Answer | None:
@@ -206,6 +411,18 @@ class GoogleGenAIAdapter(Translation):
 
     def stream_reader(self, api: str) -> _Responses:
         return _Responses()
+
+    def identity(self, instance: Any) -> Identity | None:
+        """The Gemini Developer API or Vertex AI, by the client's own ``vertexai`` flag (what its
+        requests are made for, whatever host its base URL names), and the server of its base URL;
+        None for an instance with no google-genai client (``gcp.gen_ai`` stays)."""
+        client = getattr(instance, "_api_client", None)
+        vertexai = getattr(client, "vertexai", _UNSET)
+        if vertexai is _UNSET:
+            return None
+        url = _get(getattr(client, "_http_options", None), "base_url")  # a dict in early 1.x releases
+        host, port = _server(url) if isinstance(url, str) else (None, None)
+        return (VERTEX_AI if vertexai else GEMINI_API), host, port
 
     reads_captures = True
 
@@ -271,4 +488,5 @@ PROVIDER = Provider(
     label="gcp.gen_ai",
     adapter=ADAPTER,
     family=Methods(SITES),
+    routes=(GEMINI_API, VERTEX_AI),
 )

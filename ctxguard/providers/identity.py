@@ -50,6 +50,7 @@ HOSTS: dict[str, str] = {
     "api.together.ai": "together_ai",
     "api.fireworks.ai": "fireworks_ai",
     "generativelanguage.googleapis.com": "gcp.gemini",
+    "aiplatform.googleapis.com": "gcp.vertex_ai",
 }
 
 #: Host suffixes of providers whose hosts are per customer.
@@ -58,6 +59,7 @@ SUFFIXES: tuple[tuple[str, str], ...] = (
     (".services.ai.azure.com", "azure.ai.inference"),
     (".models.ai.azure.com", "azure.ai.inference"),
     (".cognitiveservices.azure.com", "azure.ai.openai"),
+    ("-aiplatform.googleapis.com", "gcp.vertex_ai"),
 )
 
 

@@ -35,9 +35,9 @@ _LABELS = {
     "openai": "openai",
     "text-completion-openai": "openai",
     "anthropic": "anthropic",
-    "gemini": "gcp.gen_ai",
-    "vertex_ai": "gcp.gen_ai",
-    "vertex_ai_beta": "gcp.gen_ai",
+    "gemini": "gcp.gemini",
+    "vertex_ai": "gcp.vertex_ai",
+    "vertex_ai_beta": "gcp.vertex_ai",
 }
 
 

@@ -72,7 +72,7 @@ CALLS: dict[str, tuple[Callable[[Any, Any, Any, bool], None], str, str]] = {
     "chat": (chat_call, "openai", "tool call call_a (message 2) has no result right after it"),
     "responses": (responses_call, "openai", "tool result call_a (message 2) answers no call before it"),
     "anthropic": (anthropic_call, "anthropic", "tool result toolu_a (message 1) answers no call right before it"),
-    "gemini": (gemini_call, "gcp.gen_ai", "tool call 'lookup' (message 2) has no result right after it"),
+    "gemini": (gemini_call, "gcp.gemini", "tool call 'lookup' (message 2) has no result right after it"),
 }
 
 

@@ -398,7 +398,7 @@ def test_gemini_capture_is_judged_offline_like_live(tmp_path: Path, llm: FakeLLM
         client.models.generate_content(model="gemini-2.5-flash", contents="and again", config=config)
     requests = [line for line in lines_of(path) if "body" in line]
     assert [(r["provider"], r["sdk"], r["model"]) for r in requests] == [
-        ("gcp.gen_ai", "google-genai", "gemini-2.5-flash")] * 2
+        ("gcp.gemini", "google-genai", "gemini-2.5-flash")] * 2  # the Gemini Developer API
     assert "systemInstruction" in requests[0]["body"] or "system_instruction" in requests[0]["body"]
     live = [tuple(s.attributes.get("ctxguard.violations", ())) for s in harness.spans()]
     assert live == [("pinned_present",), ("pinned_present", "fact_present")]
@@ -414,6 +414,40 @@ def test_gemini_capture_is_judged_offline_like_live(tmp_path: Path, llm: FakeLLM
         results = [r for _, r in Checker().judge(read_capture(f, CAPTURED_PROVIDERS))]
     assert [(r.model, r.window, r.outcomes["payload_under_budget"]) for r in results] == [
         ("gemini-2.5-flash", 1_048_576, "pass")] * 2
+
+
+def test_gemini_and_vertex_ai_lines_of_the_google_genai_sdk_are_read_offline(tmp_path: Path, llm: FakeLLM,
+                                                                              harness: GuardHarness):
+    """A google-genai call is labelled by the API it reaches (``gcp.gemini``, ``gcp.vertex_ai``); its
+    capture line says ``sdk`` google-genai, so ``ctxguard check`` reads both, as it read
+    ``gcp.gen_ai`` lines (which older captures carry, and which still read by their label)."""
+    genai = pytest.importorskip("google.genai")
+    from google.oauth2.credentials import Credentials
+
+    harness.start(mode="observe")
+    options = {"base_url": llm.gemini_base_url}
+    clients = {"dev": genai.Client(api_key="x", http_options=options),
+               "vertex": genai.Client(vertexai=True, project="p", location="us-central1",
+                                      credentials=Credentials(token="t"), http_options=options)}
+    path = tmp_path / "google.jsonl"
+    with record(str(path)):
+        for name, client in clients.items():
+            with ctxguard.conversation(name):
+                client.models.generate_content(model="gemini-2.5-flash", contents="hi",
+                                               config={"system_instruction": "Be brief."})
+                client.models.generate_content(model="gemini-2.5-flash", contents="hi")
+    lines = [line for line in lines_of(path) if "body" in line]
+    assert [(line["provider"], line["sdk"]) for line in lines] == [
+        ("gcp.gemini", "google-genai")] * 2 + [("gcp.vertex_ai", "google-genai")] * 2
+    older = tmp_path / "older.jsonl"  # written before the labels said which API: no sdk, gcp.gen_ai
+    older.write_text("".join(json.dumps({"conversation_id": "old", "provider": "gcp.gen_ai", "model": line["model"],
+                                         "body": line["body"]}) + "\n" for line in lines[:2]))
+    for capture, names in [(path, ["dev", "vertex"]), (older, ["old"])]:
+        out = run_cli("check", str(capture))
+        assert out.returncode == 1, out.stderr
+        assert out.stdout.splitlines()[: len(names)] == [f"{name}: first violation at turn 2: system_at_head"
+                                                         for name in names]
+        assert "not judged" not in out.stdout
 
 
 def test_a_conversation_with_a_request_not_read_offline_is_not_judged_never_ok(tmp_path: Path):

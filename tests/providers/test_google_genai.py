@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gc
 import json
 import subprocess
 import sys
 import textwrap
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -56,7 +58,7 @@ def test_system_instruction_is_the_head_and_span_matches_the_body(harness, llm, 
     assert reply.text == "ok 1"
     sent = llm.bodies(":generateContent")[0]
     a = only_guard_span(harness).attributes
-    assert a["gen_ai.provider.name"] == "gcp.gen_ai"
+    assert a["gen_ai.provider.name"] == "gcp.gemini"  # the Gemini Developer API (docs/supported.md)
     assert a["gen_ai.request.model"] == MODEL == llm.requests[0].path.split("models/")[1].split(":")[0]
     assert list(a["ctxguard.message.roles"]) == ["system", "user", "assistant", "user"]
     assert list(a["ctxguard.message.hashes"]) == body_digests(sent)
@@ -68,8 +70,58 @@ def test_system_instruction_is_the_head_and_span_matches_the_body(harness, llm, 
     assert a["gen_ai.usage.input_tokens"] == reply.usage_metadata.prompt_token_count
     assert a["gen_ai.usage.input_tokens"] == llm.responses[0].input_tokens > 0
     assert list(a["ctxguard.violations"]) == []
-    assert harness.metric("ctxguard_calls_total", provider="gcp.gen_ai", operation="chat") == 1
+    assert harness.metric("ctxguard_calls_total", provider="gcp.gemini", operation="chat") == 1
     assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
+
+
+def vertex_clients(llm) -> list:
+    """Vertex AI clients pointed at the fake, which answers Vertex's paths too: express mode (an
+    API key) and a project and location (with an access token: no Google credentials looked up)."""
+    from google.oauth2.credentials import Credentials
+
+    options = {"base_url": llm.gemini_base_url}
+    return [genai.Client(vertexai=True, api_key="t", http_options=options),
+            genai.Client(vertexai=True, project="p", location="us-central1", credentials=Credentials(token="t"),
+                         http_options=options)]
+
+
+def test_the_provider_is_the_api_the_client_reaches_gemini_or_vertex_ai(harness, llm, gemini):
+    """The client's own ``vertexai`` flag says which API its requests are made for (issue 39):
+    ``gcp.gemini`` for the Gemini Developer API, ``gcp.vertex_ai`` for Vertex AI, sync and async,
+    with the server its base URL names (before: ``gcp.gen_ai`` whatever the endpoint)."""
+    harness.start(mode="observe")
+    express, project = vertex_clients(llm)
+    for client in (gemini, express, project):
+        client.models.generate_content(model=MODEL, contents="hi", config={"system_instruction": SYSTEM})
+    asyncio.run(express.aio.models.generate_content(model=MODEL, contents="hi",
+                                                    config={"system_instruction": SYSTEM}))
+    # The Gemini Developer API's path (``/v1/models/…``, ``/v1beta`` in google-genai 1.x), then Vertex AI's.
+    paths = [r.path.split("/models/")[0] for r in llm.requests]
+    assert paths[0] in ("/v1", "/v1beta")
+    assert paths[1:] == ["/v1beta1/publishers/google", "/v1beta1/projects/p/locations/us-central1/publishers/google",
+                         "/v1beta1/publishers/google"]
+    fake = urlsplit(llm.gemini_base_url)
+    spans = [s.attributes for s in guard_spans(harness)]
+    assert [a["gen_ai.provider.name"] for a in spans] == ["gcp.gemini"] + ["gcp.vertex_ai"] * 3
+    assert {(a["server.address"], a["server.port"]) for a in spans} == {(fake.hostname, fake.port)}
+    assert harness.metric("ctxguard_calls_total", provider="gcp.gemini", operation="chat") == 1
+    assert harness.metric("ctxguard_calls_total", provider="gcp.vertex_ai", operation="chat") == 3
+    assert harness.metric("ctxguard_calls_total", provider="gcp.gen_ai", operation="chat") == 0
+
+
+def test_identity_is_read_off_the_client_and_unknown_stays_gcp_gen_ai():
+    from google.oauth2.credentials import Credentials
+
+    from ctxguard.providers.google_genai import ADAPTER, PROVIDER
+
+    assert ADAPTER.identity(genai.Client(api_key="t").models) == ("gcp.gemini", "generativelanguage.googleapis.com",
+                                                                   443)
+    vertex = genai.Client(vertexai=True, project="p", location="europe-west4", credentials=Credentials(token="t"))
+    assert ADAPTER.identity(vertex.aio.models) == ("gcp.vertex_ai", "europe-west4-aiplatform.googleapis.com", 443)
+    assert ADAPTER.identity(genai.Client(vertexai=True, api_key="t").models) == (
+        "gcp.vertex_ai", "aiplatform.googleapis.com", 443)
+    assert ADAPTER.identity(object()) is None  # not a google-genai module: the SDK's own label stays
+    assert PROVIDER.labels == ("gcp.gen_ai", "gcp.gemini", "gcp.vertex_ai")
 
 
 def test_missing_system_instruction_fails_and_enforce_sends_nothing(harness, llm, gemini):
@@ -128,7 +180,7 @@ def test_pinned_checks_and_budget(harness, llm, gemini):
         [], ["pinned_present"], ["pinned_intact"], ["pinned_capped"], ["payload_under_budget"], []]
     assert spans[0].attributes["ctxguard.pinned.present"] is True
     assert "payload_under_budget: " in "\n".join(spans[-1].attributes["ctxguard.checks.skipped"])
-    assert harness.metric("ctxguard_violations_total", check="pinned_present", provider="gcp.gen_ai") == 1
+    assert harness.metric("ctxguard_violations_total", check="pinned_present", provider="gcp.gemini") == 1
 
 
 def test_parts_are_read_and_bytes_never_recorded(harness, llm, gemini):
@@ -206,7 +258,7 @@ def test_instruction_dropped_below_the_sdk_fails_wire_intact(harness, llm):
         client.models.generate_content(model=MODEL, contents="hi", config={"system_instruction": SYSTEM})
     assert "systemInstruction" not in llm.bodies()[0]
     assert list(only_guard_span(harness).attributes["ctxguard.violations"]) == ["wire_intact"]
-    assert harness.metric("ctxguard_violations_total", check="wire_intact", provider="gcp.gen_ai") == 1
+    assert harness.metric("ctxguard_violations_total", check="wire_intact", provider="gcp.gemini") == 1
 
 
 def test_sdk_errors_pass_through(harness, llm, gemini):
@@ -257,7 +309,7 @@ def test_instrument_before_importing_google_genai():
             client = genai.Client(api_key="x", http_options={{"base_url": "{llm.gemini_base_url}"}})
             client.models.generate_content(model="gemini-2.5-flash", contents="hi")
             print(registry.get_sample_value("ctxguard_violations_total",
-                                            {{"check": "system_at_head", "provider": "gcp.gen_ai"}}))
+                                            {{"check": "system_at_head", "provider": "gcp.gemini"}}))
         """)
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

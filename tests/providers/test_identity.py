@@ -67,6 +67,11 @@ def test_an_azure_client_is_azure_ai_openai(harness, llm):
     ("https://api.together.xyz/v1", "together_ai"),
     ("https://api.fireworks.ai/inference/v1", "fireworks_ai"),
     ("https://generativelanguage.googleapis.com/v1beta/openai", "gcp.gemini"),
+    # Vertex AI's OpenAI-compatible endpoint, regional and global: the same rule as the google-genai
+    # SDK's (tests/providers/test_google_genai.py) and LiteLLM's routes.
+    ("https://us-central1-aiplatform.googleapis.com/v1/projects/p/locations/us-central1/endpoints/openapi",
+     "gcp.vertex_ai"),
+    ("https://aiplatform.googleapis.com/v1/projects/p/locations/global/endpoints/openapi", "gcp.vertex_ai"),
     ("https://my-resource.openai.azure.com/openai/v1", "azure.ai.openai"),
 ])
 def test_the_openai_sdk_pointed_at_a_known_host_is_that_provider(harness, llm, base_url, label):

@@ -15,6 +15,7 @@ from ctxguard.providers import _image
 from ctxguard.providers._image import (
     ANTHROPIC_HIGH_RES,
     anthropic_tokens,
+    gemini_generation,
     gemini_tokens,
     openai_tokens,
     size_of_base64,
@@ -87,6 +88,24 @@ def exif_and_icc() -> bytes:
 def test_size_from_the_header_of_bytes_and_of_base64(data, size):
     assert size_of_bytes(data) == size
     assert size_of_base64(base64.b64encode(data).decode()) == size
+
+
+#: The first characters of an 8x8 PNG as the google-genai SDK sent it (URL-safe base64, a ``-``
+#: in the header's CRC): tests/data/recorded/openinference.jsonl, "describe-image-false".
+RECORDED_URLSAFE_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAgAAAAIAQMAAAD-wSzIAAAABlBMVEX___-_"
+
+
+def test_url_safe_base64_is_read_like_standard_base64():
+    """The google-genai SDK sends inline bytes in URL-safe base64 (``-`` and ``_`` for ``+`` and
+    ``/``). Read as standard base64, a ``-`` or ``_`` near the header lost the size and the image was
+    charged its bound: that PNG, 2,348 tokens counted against 277 reported."""
+    assert size_of_base64(RECORDED_URLSAFE_PNG) == (8, 8)
+    # 1023 x 767 puts ``_`` and ``-`` where every format keeps its size.
+    for data in (png(1023, 767), jpeg(1023, 767, before=exif_and_icc()), webp_extended(1023, 767),
+                 webp_lossless(1023, 767), gif(1023, 767)):
+        encoded = base64.urlsafe_b64encode(data).decode()
+        assert encoded != base64.b64encode(data).decode()
+        assert size_of_base64(encoded) == size_of_base64(base64.b64encode(data).decode()) == (1023, 767)
 
 
 def test_a_huffman_table_is_not_taken_for_a_frame_header():
@@ -234,13 +253,34 @@ def test_anthropic_image_of_unknown_size_costs_the_budget():
 # -- Google Gemini --------------------------------------------------------------------
 
 
-def test_gemini_small_images_are_258_and_larger_ones_258_a_tile():
-    assert gemini_tokens("gemini-2.5-flash", (384, 384)) == 258
-    assert gemini_tokens("gemini-2.0-flash", (385, 200)) == 2 * 258  # tiles of 256 px (the floor)
-    assert gemini_tokens("gemini-2.0-flash", (512, 300)) == 4 * 258
-    assert gemini_tokens("models/gemini-2.5-pro", (1000, 800)) == 4 * 258  # tiles of 533 px
-    assert gemini_tokens("gemini-2.5-pro", (3000, 1500)) == 4 * 2 * 258  # tiles of 768 px (the ceiling)
-    assert gemini_tokens("gemini-2.5-flash", None) == 9 * 258  # unknown: a 2048 x 2048 image
+def test_gemini_15_small_images_are_258_and_larger_ones_258_a_tile():
+    assert gemini_tokens("gemini-1.5-flash", (384, 384)) == 258
+    assert gemini_tokens("gemini-1.5-flash", (385, 200)) == 2 * 258  # tiles of 256 px (the floor)
+    assert gemini_tokens("gemini-1.5-flash-8b", (512, 300)) == 4 * 258
+    assert gemini_tokens("models/gemini-1.5-pro", (1000, 800)) == 4 * 258  # tiles of 533 px
+    assert gemini_tokens("gemini-1.5-pro", (3000, 1500)) == 4 * 2 * 258  # tiles of 768 px (the ceiling)
+    assert gemini_tokens("gemini-1.5-flash", None) == 9 * 258  # unknown: a 2048 x 2048 image
+
+
+def test_gemini_20_adds_a_tile_for_the_whole_image_and_25_charges_258_whatever_the_size():
+    """What the recorded corpus shows (tests/data/recorded/): Gemini 2.0 charged a 640 x 480 PNG
+    1,290 (four tiles of 320 px and one more) and a 3008 x 2000 one 3,354 (twelve and one); Gemini
+    2.5 charged the same 640 x 480 PNG 258, an 8 x 8 one 258, and an image by URL 258."""
+    assert gemini_tokens("gemini-2.0-flash", (384, 300)) == 258
+    assert gemini_tokens("gemini-2.0-flash-001", (640, 480)) == 5 * 258
+    assert gemini_tokens("gemini-2.0-flash", (3008, 2000)) == 13 * 258
+    assert gemini_tokens("gemini-2.0-flash-lite", None) == 10 * 258  # unknown: a 2048 x 2048 image
+    for size in [(8, 8), (640, 480), (3008, 2000), None]:
+        assert gemini_tokens("gemini-2.5-flash", size) == gemini_tokens("models/gemini-2.5-pro", size) == 258
+
+
+def test_a_gemini_model_of_unknown_generation_is_charged_the_most_of_the_rules():
+    assert gemini_generation("publishers/google/models/gemini-2.5-flash-lite") == (2, 5)
+    assert gemini_generation("gemini-3-pro-preview") == (3, 0)
+    assert gemini_generation("gemini-flash-latest") is gemini_generation("gemma-3-27b-it") is None
+    assert gemini_tokens("gemini-flash-latest", (300, 300)) == 1120
+    assert gemini_tokens("gemma-3-27b-it", (3008, 2000)) == 13 * 258
+    assert gemini_tokens("gemini-flash-latest", (300, 300), "MEDIA_RESOLUTION_LOW") == 280
 
 
 def test_gemini_3_charges_by_media_resolution():

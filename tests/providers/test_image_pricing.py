@@ -140,23 +140,27 @@ def test_anthropic_image_by_url_costs_the_models_budget(harness, llm, claude):
     assert (standard - base, high_res - base) == (1568, 4784)
 
 
-def test_gemini_inline_image_is_charged_by_tiles(harness, llm):
+def test_gemini_inline_image_is_charged_by_its_generations_formula(harness, llm):
+    """Gemini 2.0: 258 a tile and one more for the whole image; Gemini 2.5: 258 whatever the size."""
     genai = pytest.importorskip("google.genai", reason="google-genai is not installed (extra 'google')")
     from google.genai import types
 
     gemini = genai.Client(api_key="t", http_options={"base_url": llm.gemini_base_url})
     harness.start(mode="observe")
-    for model, image in [("gemini-2.5-flash", None), ("gemini-2.5-flash-001", png(1000, 800)),
-                         ("gemini-2.5-flash-002", png(300, 300))]:
+    for model, image in [("gemini-2.0-flash", None), ("gemini-2.0-flash-001", png(1000, 800)),
+                         ("gemini-2.0-flash-002", png(300, 300)), ("gemini-2.5-flash", None),
+                         ("gemini-2.5-flash-001", png(1000, 800))]:
         parts = [types.Part(text=PROMPT)]
         if image is not None:
             parts.append(types.Part.from_bytes(data=image, mime_type="image/png"))
         gemini.models.generate_content(model=model, contents=[types.Content(role="user", parts=parts)])
-    inline = {"mime_type": "image/png", "data": base64.b64encode(png(1000, 800)).decode()}  # a dict part: base64
-    gemini.models.generate_content(model="gemini-2.5-flash-003",
+    # A dict part: base64, URL-safe as the SDK would send it.
+    inline = {"mime_type": "image/png", "data": base64.urlsafe_b64encode(png(1000, 800)).decode()}
+    gemini.models.generate_content(model="gemini-2.0-flash-003",
                                    contents=[{"role": "user", "parts": [{"text": PROMPT}, {"inline_data": inline}]}])
-    base, tiles, small, from_dict = payload_tokens(harness)
-    assert (tiles - base, small - base, from_dict - base) == (4 * 258, 258, 4 * 258)
+    base, tiles, small, base_25, flat, from_dict = payload_tokens(harness)
+    assert (tiles - base, small - base, from_dict - base) == (5 * 258, 258, 5 * 258)
+    assert flat - base_25 == 258
 
 
 @pytest.mark.parametrize("model", ["gpt-4o", "gpt-4o-mini"])

@@ -25,7 +25,7 @@ USER = {"role": "user", "content": "where is my parcel?"}
 
 def calls(harness):
     return sum(harness.metric("ctxguard_calls_total", provider=p, operation="chat")
-               for p in ("openai", "anthropic", "gcp.gen_ai", "litellm"))
+               for p in ("openai", "anthropic", "gcp.gemini", "gcp.vertex_ai", "litellm"))
 
 
 def test_openai_route_span_matches_the_body(harness, llm):
@@ -65,6 +65,22 @@ def test_azure_route_runs_the_openai_sdk_underneath_one_evaluation_one_span(harn
                            api_version="2024-10-21")
     assert len(llm.requests) == 1
     assert harness.metric("ctxguard_blocked_total", check="system_at_head") == 1
+
+
+@pytest.mark.parametrize(("model", "label"), [
+    ("gemini/gemini-2.5-flash", "gcp.gemini"),
+    ("vertex_ai/gemini-2.5-flash", "gcp.vertex_ai"),
+    ("vertex_ai/claude-sonnet-4@20250514", "gcp.vertex_ai"),
+    ("vertex_ai_beta/gemini-2.5-flash", "gcp.vertex_ai"),
+])
+def test_routes_to_google_are_labelled_by_the_api_they_reach(model, label):
+    """The rule the google-genai SDK's clients follow (the Gemini Developer API or Vertex AI), on
+    LiteLLM's Google routes: never the conventions' catch-all ``gcp.gen_ai`` when the route says."""
+    from ctxguard.providers.litellm import ADAPTER, PROVIDER
+
+    view = ADAPTER.normalise("chat.completions", {"model": model, "messages": [USER]})
+    assert view.provider == label
+    assert label in PROVIDER.labels and "gcp.gen_ai" not in PROVIDER.labels
 
 
 def test_anthropic_route_moves_the_system_message_and_wire_is_intact(harness, llm):
@@ -245,7 +261,7 @@ def test_captures_are_judged_offline_as_the_sdk_that_wrote_the_body_or_said_not_
                                api_base=llm.gemini_base_url, api_key="t")
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(line["provider"], line["sdk"]) for line in lines] == [
-        ("litellm", "openai"), ("anthropic", "anthropic"), ("anthropic", "anthropic"), ("gcp.gen_ai", "litellm")]
+        ("litellm", "openai"), ("anthropic", "anthropic"), ("anthropic", "anthropic"), ("gcp.gemini", "litellm")]
     assert [line["body"] for line in lines] == [r.json for r in llm.requests]  # each body as sent
     live = [tuple(s.attributes.get("ctxguard.violations", ())) for s in guard_spans(harness)]
     assert live == [("system_at_head",), (), ("system_at_head",), ()]
@@ -257,5 +273,5 @@ def test_captures_are_judged_offline_as_the_sdk_that_wrote_the_body_or_said_not_
         "anthropic: first violation at turn 2: system_at_head",
         "gemini: not judged (1 of 1 request not read offline)",
         "checked 3 requests in 3 conversations: 2 with violations, 1 not judged",
-        "not judged offline: 1 gcp.gen_ai requests (written by litellm in a request format not read offline)",
+        "not judged offline: 1 gcp.gemini requests (written by litellm in a request format not read offline)",
     ]
