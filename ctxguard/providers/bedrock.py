@@ -13,6 +13,11 @@ uses and results are written as the neutral tool refs; ``toolConfig.tools`` spec
 like tools, ``inferenceConfig.maxTokens`` is the reserved output. Its answer: ``output.message``,
 ``stopReason``, ``usage`` (cache reads and writes are input too); no response id exists.
 
+Converse renders one request into each model's own prompt format: the count is the texts plus what
+the format of the model family behind the id adds (``bedrock_families``: role markers, begin-of-text
+and the reply's header, a default system block, a tool prompt and how the template writes a tool,
+tool call and result markers, the family's image formula). Claude keeps Anthropic's accounting.
+
 InvokeModel: the body is the model's own request. An Anthropic Messages body (``anthropic_version``
 ``bedrock-…``) is read by the Anthropic module, the model id from ``modelId``; a body of any other
 shape is not read (every check skips, saying so), never guessed at. Its answer is read off the
@@ -43,6 +48,8 @@ from ._read import text_of as _text
 from .anthropic import ADAPTER as ANTHROPIC
 from .anthropic import image_tokens, tool_prompt_tokens
 from .base import CallSite, Pending, Provider, SharedDispatch, Translation
+from .bedrock_families import ANTHROPIC as CLAUDE
+from .bedrock_families import Family, family
 
 __all__ = ["ADAPTER", "PROVIDER"]
 
@@ -83,7 +90,8 @@ def _digest(data: bytes | bytearray) -> str:
 
 def _media(kind: str, value: Any, refs: list[str], texts: list[str], model: str | None) -> int:
     """An image, document or video block: a reference (its S3 URI, or a digest of its bytes);
-    a document's name and inline text are read. Returns what it costs."""
+    a document's name and inline text are read. Returns what it costs: an image by the model
+    family's formula (Claude's where the family has none), a document the flat estimate."""
     source = _get(value, "source")
     data = _get(source, "bytes") if source is not None else None
     location = _get(source, "s3Location") if source is not None else None
@@ -106,8 +114,11 @@ def _media(kind: str, value: Any, refs: list[str], texts: list[str], model: str 
     if kind != "image":
         return NON_TEXT_PART
     if isinstance(data, (bytes, bytearray)):
-        return image_tokens(model, size_of_bytes(bytes(data)))
-    return image_tokens(model, size_of_base64(data) if isinstance(data, str) else None)
+        size = size_of_bytes(bytes(data))
+    else:
+        size = size_of_base64(data) if isinstance(data, str) else None
+    priced = family(model).image
+    return priced(size) if priced is not None else image_tokens(model, size)
 
 
 def _block(kind: str, value: Any, texts: list[str], refs: list[str], model: str | None) -> int:
@@ -121,10 +132,11 @@ def _block(kind: str, value: Any, texts: list[str], refs: list[str], model: str 
         text = tool_input if isinstance(tool_input, str) else canonical(tool_input)
         texts.append(f"{_text(_get(value, 'name') or '')} {text}")
         refs.append(tool_ref(TOOL_CALL, _str(_get(value, "toolUseId"))))
+        return family(model).tool_call
     elif kind == "toolResult":
         cost = _blocks(_get(value, "content"), texts, refs, model)
         refs.append(tool_ref(TOOL_RESULT, _str(_get(value, "toolUseId"))))
-        return cost
+        return cost + family(model).tool_result
     elif kind == "json":  # a tool result's structured content
         texts.append(canonical(value))
     elif kind == "reasoningContent":
@@ -161,25 +173,36 @@ def _message_item(message: Any, model: str | None) -> Item:
     texts: list[str] = []
     refs: list[str] = []
     cost = _blocks(_get(message, "content"), texts, refs, model)
-    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message", cost)
+    role = _role(_get(message, "role"), "other")
+    if role == "assistant":
+        cost += family(model).assistant
+    return (role, "\n".join(texts), tuple(refs), "message", cost)
 
 
-def _tools(config: Any, view: RequestView) -> None:
-    """``toolConfig.tools``' specs are counted like tools (``cachePoint`` entries are not tools);
-    Claude models get Anthropic's tool-use prompt with them."""
+def _tools(config: Any, view: RequestView, fam: Family) -> None:
+    """``toolConfig.tools``' specs are counted as the model's template writes them (``cachePoint``
+    entries are not tools), with the prompt it adds for them: Anthropic's tool-use prompt on Claude."""
     specs = [_get(tool, "toolSpec") for tool in elements(_get(config, "tools"), "tools")]
     specs = [spec for spec in specs if spec is not None]
     if not specs:
         return
     try:
-        view.tools = [canonical(spec) for spec in specs]
+        view.tools = [fam.tool_text(spec) if isinstance(spec, Mapping) else canonical(spec) for spec in specs]
     except Exception as exc:  # a schema that will not serialise is the app's business
         view.unreadable = f"tools could not be read ({type(exc).__name__})"
         return
-    if "claude" in (view.model or "").lower():
+    if fam is CLAUDE:
         choice = _get(config, "toolChoice")
         forced = choice is not None and (_get(choice, "any") is not None or _get(choice, "tool") is not None)
         view.prompt_overhead += tool_prompt_tokens(view.model, forced=forced)
+    else:
+        view.prompt_overhead += fam.tool_prompt
+
+
+def _frame(view: RequestView, fam: Family) -> None:
+    """The family's prompt format: its framing of each message and what it adds once a request."""
+    view.message_framing = fam.message
+    view.reply_priming = fam.request + (fam.no_system if not view.items or view.items[0][0] != "system" else 0)
 
 
 def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> RequestView:
@@ -192,7 +215,8 @@ def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> Request
     budget = _int(_get(thinking, "budget_tokens")) if isinstance(thinking, Mapping) else None
     if budget is not None and max_tokens is not None:
         view.reply_room = max(0, max_tokens - budget)
-    _tools(_get(kwargs, "toolConfig"), view)
+    fam = family(view.model)
+    _tools(_get(kwargs, "toolConfig"), view, fam)
     system = _get(kwargs, "system")
     if system is not None:
         texts: list[str] = []
@@ -203,6 +227,7 @@ def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> Request
             view.items.append(("system", text, tuple(refs), "instructions", cost))
     items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True,
           memo=memo)
+    _frame(view, fam)
     return view
 
 
