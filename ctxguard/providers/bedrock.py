@@ -46,7 +46,7 @@ from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
 from .anthropic import ADAPTER as ANTHROPIC
-from .anthropic import image_tokens, tool_prompt_tokens
+from .anthropic import STRUCTURED_OUTPUT_PROMPT, THINKING_PROMPT, image_tokens, tool_prompt_tokens
 from .base import CallSite, Pending, Provider, SharedDispatch, Translation
 from .bedrock_families import ANTHROPIC as CLAUDE
 from .bedrock_families import Family, family
@@ -88,10 +88,17 @@ def _digest(data: bytes | bytearray) -> str:
     return hashlib.blake2b(bytes(data), digest_size=16).hexdigest()
 
 
+#: Claude's citations mode: a document with ``citations.enabled`` costs this much beyond its text and
+#: the flat document estimate (Anthropic documents the prompt, not its size): measured on the recorded
+#: corpus, fitted on its fit half (bench/bedrock_fit.py; docs/budget.md "Bedrock").
+CITATIONS_PROMPT = 812
+
+
 def _media(kind: str, value: Any, refs: list[str], texts: list[str], model: str | None) -> int:
     """An image, document or video block: a reference (its S3 URI, or a digest of its bytes);
     a document's name and inline text are read. Returns what it costs: an image by the model
-    family's formula (Claude's where the family has none), a document the flat estimate."""
+    family's formula (Claude's where the family has none), a document the flat estimate, and
+    Claude's citations prompt where it asks for citations."""
     source = _get(value, "source")
     data = _get(source, "bytes") if source is not None else None
     location = _get(source, "s3Location") if source is not None else None
@@ -111,6 +118,8 @@ def _media(kind: str, value: Any, refs: list[str], texts: list[str], model: str 
             texts.append(inline)
         for part in elements(_get(source, "content") if source is not None else None, "content"):
             texts.append(_str(_get(part, "text")) or "")
+        cites = _get(_get(value, "citations"), "enabled") is True and family(model) is CLAUDE
+        return NON_TEXT_PART + (CITATIONS_PROMPT if cites else 0)
     if kind != "image":
         return NON_TEXT_PART
     if isinstance(data, (bytes, bytearray)):
@@ -199,6 +208,29 @@ def _tools(config: Any, view: RequestView, fam: Family) -> None:
         view.prompt_overhead += fam.tool_prompt
 
 
+def _output_schema(output: Any, view: RequestView) -> None:
+    """``outputConfig.textFormat``'s JSON schema, on Claude: counted like a tool, with the prompt
+    Anthropic adds to explain it (as its own API's ``output_config``). The other families Bedrock
+    serves constrain their decoding to the schema and do not read it (the recorded corpus: Mistral,
+    Qwen, Gemma report the prompt without it)."""
+    structure = _get(_get(output, "textFormat"), "structure")
+    schema = _get(_get(structure, "jsonSchema"), "schema") if structure is not None else None
+    if isinstance(schema, str):  # the wire's form: the schema as a JSON string
+        try:
+            schema = json.loads(schema)
+        except ValueError:
+            view.tools.append(schema)
+            view.prompt_overhead += STRUCTURED_OUTPUT_PROMPT
+            return
+    if schema is None:
+        return
+    try:
+        view.tools.append(canonical(schema))
+    except Exception:  # a schema that will not serialise: the SDK's own error reaches the app
+        return
+    view.prompt_overhead += STRUCTURED_OUTPUT_PROMPT
+
+
 def _frame(view: RequestView, fam: Family) -> None:
     """The family's prompt format: its framing of each message and what it adds once a request."""
     view.message_framing = fam.message
@@ -217,6 +249,12 @@ def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> Request
         view.reply_room = max(0, max_tokens - budget)
     fam = family(view.model)
     _tools(_get(kwargs, "toolConfig"), view, fam)
+    if fam is CLAUDE:
+        output = _get(kwargs, "outputConfig")
+        if output is not None:
+            _output_schema(output, view)
+        if isinstance(thinking, Mapping) and _get(thinking, "type") in ("enabled", "adaptive"):
+            view.prompt_overhead += THINKING_PROMPT
     system = _get(kwargs, "system")
     if system is not None:
         texts: list[str] = []

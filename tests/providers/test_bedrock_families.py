@@ -144,3 +144,39 @@ def test_a_model_of_no_family_keeps_openai_chats_framing():
                                               (None, 2600)])
 def test_nova_prices_an_image_by_its_guides_table(size, tokens):
     assert families.nova_image_tokens(size) == tokens
+
+
+CLAUDE = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+OUTPUT = {"textFormat": {"type": "json_schema", "structure": {"jsonSchema": {"name": "City",
+                                                                            "schema": json.dumps(SCHEMA)}}}}
+
+
+def test_claude_reads_an_output_schema_the_other_families_decode_to():
+    """On Claude, Converse's ``outputConfig`` schema is counted with the prompt Anthropic adds for it,
+    as on Anthropic's own API; the open-weight families constrain their decoding to it instead."""
+    from ctxguard.providers.anthropic import STRUCTURED_OUTPUT_PROMPT
+
+    schema = default_counter().count(json.dumps(SCHEMA, sort_keys=True))
+    for model, added in ((CLAUDE, schema + STRUCTURED_OUTPUT_PROMPT), ("qwen.qwen3-32b-v1:0", 0),
+                         ("mistral.mistral-large-3-675b-instruct", 0)):
+        assert counted(model, messages=[user("Where is Paris?")], outputConfig=OUTPUT) - counted(
+            model, messages=[user("Where is Paris?")]) == added, model
+
+
+def test_claude_thinking_and_citations_add_their_prompts_on_converse():
+    from ctxguard.providers.anthropic import THINKING_PROMPT
+    from ctxguard.providers.bedrock import CITATIONS_PROMPT
+
+    plain = counted(CLAUDE, messages=[user("How do I cross the street?")])
+    thinking = counted(CLAUDE, messages=[user("How do I cross the street?")],
+                       additionalModelRequestFields={"thinking": {"type": "enabled", "budget_tokens": 1024}})
+    assert thinking - plain == THINKING_PROMPT
+    document = {"document": {"format": "txt", "name": "policy", "source": {"text": "20 days of leave."}}}
+    cited = {"document": {**document["document"], "citations": {"enabled": True}}}
+    asked = [{"role": "user", "content": [document, {"text": "How many days?"}]}]
+    assert counted(CLAUDE, messages=[{"role": "user", "content": [cited, {"text": "How many days?"}]}]) - counted(
+        CLAUDE, messages=asked) == CITATIONS_PROMPT
+    # Not Claude: no citations prompt of Anthropic's.
+    assert counted("amazon.nova-pro-v1:0", messages=[{"role": "user", "content": [cited, {"text": "x"}]}]) == counted(
+        "amazon.nova-pro-v1:0", messages=[{"role": "user", "content": [document, {"text": "x"}]}])
