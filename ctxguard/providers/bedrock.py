@@ -18,9 +18,12 @@ the format of the model family behind the id adds (``bedrock_families``: role ma
 and the reply's header, a default system block, a tool prompt and how the template writes a tool,
 tool call and result markers, the family's image formula). Claude keeps Anthropic's accounting.
 
-InvokeModel: the body is the model's own request. An Anthropic Messages body (``anthropic_version``
-``bedrock-…``) is read by the Anthropic module, the model id from ``modelId``; a body of any other
-shape is not read (every check skips, saying so), never guessed at. Its answer is read off the
+InvokeModel: the body is the model's own request, read where the model family's format is
+documented: an Anthropic Messages body (``anthropic_version`` ``bedrock-…``) by the Anthropic module,
+the model id from ``modelId``; Nova's (Converse's shape) as Converse; a prompt string (Llama's,
+Mistral's, Cohere Command's ``prompt``, Titan's ``inputText``) as one message; Cohere Command R's
+chat (``preamble``, ``chat_history``, ``message``). A body of any other shape or model is not read
+(every check skips, saying so), never guessed at. Its answer is read off the
 body as the app reads it (the raw stream beneath botocore's ``StreamingBody``, which the app
 keeps); the token counts Bedrock puts in its response headers (and in a stream's last chunk,
 ``amazon-bedrock-invocationMetrics``) serve for any model.
@@ -289,7 +292,59 @@ def _anthropic_body(document: Mapping[str, Any]) -> bool:
     return isinstance(version, str) and version.startswith("bedrock-")
 
 
+def _prompt_body(view: RequestView, document: Mapping[str, Any], fam: Family) -> str | None:
+    """A body that is the model's own prompt string (Llama's, Mistral's and Cohere Command's
+    ``prompt``, Titan's ``inputText``): one message, its text as written, and what the family's
+    tokenizer adds (a begin-of-text token). Template markers an app writes into the prompt
+    (``<|start_header_id|>``) are counted as text, several tokens each where the model reads one.
+    Why not, if the body is not one."""
+    key = "inputText" if fam.name == "titan" else "prompt"
+    prompt = document.get(key)
+    if not isinstance(prompt, str):
+        return f"body has no {key} string"
+    if document.get("images") is not None:  # Llama 3.2's images: not priced here
+        return "body has images"
+    config = document.get("textGenerationConfig")
+    view.max_output_tokens = _int(document.get("max_gen_len")) or _int(document.get("max_tokens")) or (
+        _int(config.get("maxTokenCount")) if isinstance(config, dict) else None)
+    view.items.append(("user", prompt, (), "message", 0))
+    view.message_framing, view.reply_priming = 0, fam.prompt_request
+    return None
+
+
+#: Cohere Command R's chat roles -> ctxguard's.
+_COHERE_ROLES = {"USER": "user", "CHATBOT": "assistant", "SYSTEM": "system"}
+
+
+def _cohere_body(view: RequestView, document: Mapping[str, Any], fam: Family) -> str | None:
+    """Cohere Command R's chat body: ``preamble``, ``chat_history``, ``message``, ``documents``,
+    ``tools`` (counted as their JSON)."""
+    message = document.get("message")
+    if not isinstance(message, str):
+        return "body has no message string"
+    preamble = document.get("preamble")
+    if isinstance(preamble, str) and preamble.strip():
+        view.items.append(("system", preamble, (), "instructions", 0))
+    for turn in elements(document.get("chat_history"), "chat_history"):
+        text = _get(turn, "message")
+        if not isinstance(text, str):
+            return "chat_history holds a turn without a message string"
+        view.items.append((_COHERE_ROLES.get(str(_get(turn, "role")), "other"), text, (), "message", 0))
+    documents = document.get("documents")
+    view.items.append(("user", message + (f"\n{canonical(documents)}" if documents else ""), (), "message", 0))
+    tools = document.get("tools")
+    if isinstance(tools, list) and tools:
+        view.tools = [canonical(tool) for tool in tools]
+    view.max_output_tokens = _int(document.get("max_tokens"))
+    view.message_framing, view.reply_priming = fam.message, fam.request
+    return None
+
+
 def _invoke(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> RequestView:
+    """The model's own body, read where its family's format is documented: Anthropic Messages (by
+    the Anthropic module), Nova's (Converse's shape, ``schemaVersion`` ``messages-v1``), a prompt
+    string (Llama, Mistral, Titan, Cohere Command), Cohere Command R's
+    chat. Any other body is not read (every check skips, saying why): never guessed at."""
     model = _str(_get(kwargs, "modelId"))
     stream = api in _STREAMS
     document, why = _body(_get(kwargs, "body"))
@@ -297,10 +352,30 @@ def _invoke(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> RequestVi
         view = ANTHROPIC.normalise("messages", {**document, "model": model}, memo)
         view.provider, view.stream = LABEL, stream
         return view
-    if why is None:
-        why = "body is not an Anthropic Messages body (anthropic_version bedrock-…), the only model body read here"
-    return RequestView(provider=LABEL, operation="chat", model=model, items=[], stream=stream,
-                       unreadable=f"invoke_model: {why}")
+    fam = family(model)
+    if document is not None and fam.name in ("nova", "nova2") and isinstance(document.get("messages"), list):
+        config = document.get("inferenceConfig")
+        config = config if isinstance(config, dict) else {}
+        limit = _int(config.get("max_new_tokens")) or _int(config.get("maxTokens"))
+        view = _converse(api, {**document, "modelId": model, "inferenceConfig": {"maxTokens": limit}}, memo)
+        view.stream = stream
+        return view
+    view = RequestView(provider=LABEL, operation="chat", model=model, items=[], stream=stream)
+    if document is not None:
+        if fam.name == "cohere" and "message" in document:
+            why = _cohere_body(view, document, fam)
+        elif fam.name in _PROMPTED:
+            why = _prompt_body(view, document, fam)
+        else:
+            why = f"a body for {model!r}, whose format is not read here"
+    if why is not None:
+        view.items, view.tools = [], []
+        view.unreadable = f"invoke_model: {why}"
+    return view
+
+
+#: The families whose ``invoke_model`` body may be a prompt string.
+_PROMPTED = frozenset({"llama3", "llama3.0", "llama4", "llama2", "mistral", "cohere", "titan"})
 
 
 def _usage(answer: Answer, usage: Any) -> None:
@@ -467,11 +542,13 @@ ADAPTER = BedrockAdapter()
 
 
 def as_call(body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
-    """A captured body as its call site saw it: an Anthropic body is an ``invoke_model`` body; any
-    other is Converse's (whose wire names are its argument names), the model from the capture line."""
-    if _anthropic_body(body):
-        return "invoke_model", {"modelId": model, "body": json.dumps(body)}
-    return "converse", {**body, "modelId": model}
+    """A captured body as its call site saw it: a body with ``messages`` is Converse's (whose wire
+    names are its argument names; Nova's own body reads the same), but an Anthropic one; those and
+    any other (a prompt string, Cohere's chat) are ``invoke_model`` bodies. The model is the
+    capture line's."""
+    if isinstance(body.get("messages"), list) and not _anthropic_body(body):
+        return "converse", {**body, "modelId": model}
+    return "invoke_model", {"modelId": model, "body": json.dumps(body)}
 
 
 PROVIDER = Provider(

@@ -235,12 +235,13 @@ def test_invoke_model_with_response_stream_events_unchanged_and_span_complete(ha
 
 def test_an_invoke_body_of_another_shape_skips_every_check_saying_why(harness, llm, bedrock):
     harness.start(mode="observe")
-    body = {"prompt": "<|begin_of_text|>where is my order A-1041?", "max_gen_len": 128}
-    response = bedrock.invoke_model(modelId="meta.llama3-3-70b-instruct-v1:0", body=json.dumps(body))
+    # AI21's Jurassic body: a prompt string, of a model family whose format ctxguard does not read.
+    body = {"prompt": "where is my order A-1041?", "maxTokens": 128}
+    response = bedrock.invoke_model(modelId="ai21.j2-ultra-v1", body=json.dumps(body))
     assert json.loads(response["body"].read())["generation"] == "ok 1"
     a = only_guard_span(harness).attributes
     skipped = list(a["ctxguard.checks.skipped"])
-    assert skipped and all("not an Anthropic Messages body" in s for s in skipped)
+    assert skipped and all("whose format is not read here" in s for s in skipped)
     assert {s.split(":")[0] for s in skipped} >= {"system_at_head", "tool_pairs_intact", "payload_under_budget"}
     assert list(a["ctxguard.violations"]) == []
     assert a["ctxguard.payload.messages"] == 0
@@ -249,8 +250,8 @@ def test_an_invoke_body_of_another_shape_skips_every_check_saying_why(harness, l
     assert "ctxguard.payload.tokens" not in a and "ctxguard.payload.tokens_source" not in a
     assert harness.metric("ctxguard_payload_tokens_count", provider="aws.bedrock") == 0
     for _ in range(5):  # what a model's calibration learns from (it needs 5 reports)
-        bedrock.invoke_model(modelId="meta.llama3-3-70b-instruct-v1:0", body=json.dumps(body))["body"].read()
-    assert harness.guard.calibration.factor("meta.llama3-3-70b-instruct-v1:0") is None
+        bedrock.invoke_model(modelId="ai21.j2-ultra-v1", body=json.dumps(body))["body"].read()
+    assert harness.guard.calibration.factor("ai21.j2-ultra-v1") is None
     # Bedrock's own counts (its response headers) serve for any model.
     assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (
         llm.responses[0].input_tokens, llm.responses[0].output_tokens)

@@ -180,3 +180,58 @@ def test_claude_thinking_and_citations_add_their_prompts_on_converse():
     # Not Claude: no citations prompt of Anthropic's.
     assert counted("amazon.nova-pro-v1:0", messages=[{"role": "user", "content": [cited, {"text": "x"}]}]) == counted(
         "amazon.nova-pro-v1:0", messages=[{"role": "user", "content": [document, {"text": "x"}]}])
+
+
+def invoked(model: str, body: dict):
+    view = ADAPTER.normalise("invoke_model", {"modelId": model, "body": json.dumps(body)})
+    payload = Measurer(Digester(b"k"), default_counter(), Calibration()).measure(view)
+    return view, payload.raw_tokens
+
+
+@pytest.mark.parametrize(("model", "body", "reserved"), [
+    ("meta.llama3-70b-instruct-v1:0", {"prompt": "Tell me a joke", "max_gen_len": 128}, 128),
+    ("mistral.mistral-7b-instruct-v0:2", {"prompt": "Tell me a joke", "max_tokens": 64}, 64),
+    ("cohere.command-text-v14", {"prompt": "Tell me a joke", "max_tokens": 200}, 200),
+    ("amazon.titan-text-express-v1", {"inputText": "Tell me a joke",
+                                      "textGenerationConfig": {"maxTokenCount": 512}}, 512),
+])
+def test_an_invoke_prompt_body_is_one_message_with_its_tokenizers_start(model, body, reserved):
+    view, tokens = invoked(model, body)
+    assert view.unreadable is None and view.max_output_tokens == reserved
+    assert [item[:2] for item in view.items] == [("user", "Tell me a joke")]
+    assert tokens == default_counter().count("Tell me a joke") + families.family(model).prompt_request
+
+
+def test_novas_invoke_body_reads_as_its_converse_request():
+    messages = [user("Say this is a test"), assistant("This is a test"), user("Again")]
+    body = {"schemaVersion": "messages-v1", "system": [{"text": "Be friendly"}], "messages": messages,
+            "toolConfig": {"tools": [TOOL]}, "inferenceConfig": {"max_new_tokens": 100}}
+    view, tokens = invoked("amazon.nova-micro-v1:0", body)
+    assert view.max_output_tokens == 100 and [item[0] for item in view.items] == ["system", "user", "assistant", "user"]
+    assert tokens == counted("amazon.nova-micro-v1:0", system=body["system"], messages=messages,
+                             toolConfig=body["toolConfig"])
+
+
+def test_cohere_command_r_reads_its_preamble_history_and_message():
+    body = {"preamble": "Be brief.", "chat_history": [{"role": "USER", "message": "Hi"},
+                                                      {"role": "CHATBOT", "message": "Hello"}],
+            "message": "Say this is a test", "max_tokens": 10}
+    view, tokens = invoked("cohere.command-r-v1:0", body)
+    assert [item[:2] for item in view.items] == [("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello"),
+                                                 ("user", "Say this is a test")]
+    counter = default_counter()
+    assert tokens == sum(counter.count(text) for text in ("Be brief.", "Hi", "Hello", "Say this is a test"))
+
+
+@pytest.mark.parametrize(("model", "body", "why"), [
+    ("ai21.j2-ultra-v1", {"prompt": "Hi", "maxTokens": 10}, "whose format is not read here"),
+    ("meta.llama3-70b-instruct-v1:0", {"inputs": "Hi"}, "no prompt string"),
+    ("us.meta.llama3-2-11b-instruct-v1:0", {"prompt": "<|image|>What is this?", "images": ["iVBORw0K"]},
+     "images"),
+    ("amazon.titan-text-express-v1", {"prompt": "Hi"}, "no inputText string"),
+    ("cohere.command-r-v1:0", {"message": "Hi", "chat_history": [{"role": "USER"}]}, "without a message"),
+    ("openai.gpt-oss-120b-1:0", {"messages": [{"role": "user", "content": "Hi"}]}, "not read here"),
+])
+def test_an_invoke_body_not_understood_stays_unread(model, body, why):
+    view = ADAPTER.normalise("invoke_model", {"modelId": model, "body": json.dumps(body)})
+    assert view.unreadable is not None and why in view.unreadable and view.items == []
