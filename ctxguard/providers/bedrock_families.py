@@ -193,13 +193,15 @@ FAMILIES: dict[str, Family] = {
 
 #: Nova reports the messages' text and nothing around a single turn (a user message, a system
 #: prompt: the count is their text's); each assistant turn adds NOVA_TURN, each tool call and
-#: result NOVA_TOOL_BLOCK; tools add NOVA_TOOL_PROMPT (Nova 2: NOVA2_TOOL_PROMPT) beyond their specs.
+#: result NOVA_TOOL_BLOCK; tools add NOVA_TOOL_PROMPT (Nova 2: NOVA2_TOOL_PROMPT, fitted on a request
+#: that also had Nova 2's code interpreter) beyond their specs. Fitted on the corpus's fit half by
+#: bench/bedrock_fit.py, which names the records each rests on.
 NOVA_TURN = 5
-NOVA_TOOL_BLOCK = 14
+NOVA_TOOL_BLOCK = 13
 NOVA_TOOL_PROMPT = 340
 NOVA2_TOOL_PROMPT = 927
 #: Titan Text: Converse writes the conversation as ``User: ...\nBot:``, 3 tokens beyond the text
-#: however many user messages; its own ``inputText`` body is counted as its text.
+#: however many user messages (fitted likewise); its own ``inputText`` body is counted as its text.
 TITAN_REQUEST = 3
 
 FAMILIES.update({
