@@ -2,8 +2,9 @@
 
     python bench/bedrock_fit.py
 
-Amazon's models (Nova, Titan) publish no prompt template, and Anthropic documents Claude's citations
-prompt without sizing it, so those numbers in ctxguard/providers/bedrock_families.py and bedrock.py
+Amazon's models (Nova, Titan) publish no prompt template, Bedrock's Llama 4 reports more for tools
+than Meta's template renders, and Anthropic documents Claude's citations prompt without sizing it,
+so those numbers in ctxguard/providers/bedrock_families.py and bedrock.py
 are measured on the recorded corpus (tests/data/recorded/). Each is fitted here on the records of
 the fit half (``token_accuracy.half``) that isolate it: the median, over those records, of what the
 provider reported less what ctxguard counts without the constant, per occurrence of what it prices.
@@ -92,6 +93,8 @@ CONSTANTS = (
     Constant("NOVA_TOOL_BLOCK", "bedrock_families", lambda: _families().NOVA_TOOL_BLOCK, "amazon-nova",
              lambda r: _blocks(r, "toolUse") + _blocks(r, "toolResult") > 0 and not _blocks(r, "image"),
              lambda r: _blocks(r, "toolUse") + _blocks(r, "toolResult")),
+    Constant("LLAMA4_TOOLS_EXTRA", "bedrock_families", lambda: _families().LLAMA4_TOOLS_EXTRA, "meta-llama",
+             lambda r: "llama4" in r["model"] and _tools(r), lambda r: 1),
     Constant("TITAN_REQUEST", "bedrock_families", lambda: _families().TITAN_REQUEST, "amazon-titan",
              lambda r: r["api"].startswith("converse") and not _blocks(r, "guardContent"), lambda r: 1),
     Constant("CITATIONS_PROMPT", "bedrock", lambda: _bedrock().CITATIONS_PROMPT, "anthropic",
