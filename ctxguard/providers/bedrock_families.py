@@ -59,6 +59,11 @@ def llama_tool(spec: Mapping[str, Any]) -> str:
     return json.dumps(_function(spec), indent=4, default=jsonable, ensure_ascii=False) + "\n\n"
 
 
+def qwen_tool(spec: Mapping[str, Any]) -> str:
+    """Qwen3 writes each tool as ``tool | tojson`` on its own line inside ``<tools>``."""
+    return "\n" + json.dumps(_function(spec), default=jsonable, ensure_ascii=False)
+
+
 def mistral_tool(spec: Mapping[str, Any]) -> str:
     """Mistral writes its tools as one JSON list between ``[AVAILABLE_TOOLS]`` markers."""
     return json.dumps(_function(spec), default=jsonable, ensure_ascii=False)
@@ -151,6 +156,15 @@ LLAMA4_TOOLS_EXTRA = 20
 #: A tool call is written ``{"name": "<name>", "parameters": <arguments>}``; read here as
 #: ``<name> <arguments>``, the difference is 8 tokens.
 LLAMA_CALL = 8
+#: Qwen3: with tools, a system turn (its own when the request has no system prompt) holding this
+#: text around them (``<tool_call>`` and ``</tool_call>`` are one token each).
+QWEN_TOOLS_TEXT = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
+    "function signatures within <tools></tools> XML tags:\n<tools>\n</tools>\n\nFor each function call, return "
+    "a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
+QWEN_TOOLS = 77
 #: gpt-oss (harmony): its system message, written whatever the request (the date varies, not its
 #: length); the app's system prompt goes into a developer message.
 HARMONY_SYSTEM_TEXT = (
@@ -177,8 +191,11 @@ FAMILIES: dict[str, Family] = {
     "mistral": Family("mistral", message=2, request=1, tool_call=2, tool_result=2, tool_prompt=2,
                       tool_text=mistral_tool, prompt_request=1, image=pixtral_tokens),
     # Qwen3: <|im_start|>role\n ... <|im_end|>\n; the reply <|im_start|>assistant\n, and with thinking
-    # off (Bedrock's default) an empty <think>\n\n</think>\n\n.
-    "qwen": Family("qwen", message=5, request=3 + 4, tool_call=4, tool_result=6),
+    # off (Bedrock's default) an empty <think>\n\n</think>\n\n. Tools in a system turn (counted as its
+    # own); a call <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>, a result between
+    # <tool_response> markers.
+    "qwen": Family("qwen", message=5, request=3 + 4, tool_call=11, tool_result=5, tool_prompt=QWEN_TOOLS + 5,
+                   tool_text=qwen_tool),
     # DeepSeek-R1: a begin-of-sentence token, the system prompt, then each turn after a User or
     # Assistant token (an answer closed by end-of-sentence); the reply: Assistant, <think>, \n.
     "deepseek": Family("deepseek", message=1, request=4),

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(default_counter().name != "tiktoken", reason="co
 
 #: A chat template's special tokens (one token each in the model's own vocabulary).
 _SPECIAL = re.compile(r"<\|[a-z_]+\|>|\[/?INST\]|\[/?AVAILABLE_TOOLS\]|<s>|</s>|<bos>|<start_of_turn>|<end_of_turn>"
-                      r"|<think>|</think>")
+                      r"|</?think>|</?tool_call>|</?tool_response>")
 
 
 def rendered(text: str) -> int:
@@ -49,7 +49,7 @@ FUNCTION = {"type": "function", "function": {"name": "get_weather", "description
                                              "parameters": TOOL["toolSpec"]["inputSchema"]["json"]}}
 
 
-@pytest.mark.parametrize("name", ["LLAMA_DATE", "LLAMA_IPYTHON", "LLAMA_TOOLS", "HARMONY_SYSTEM"])
+@pytest.mark.parametrize("name", ["LLAMA_DATE", "LLAMA_IPYTHON", "LLAMA_TOOLS", "QWEN_TOOLS", "HARMONY_SYSTEM"])
 def test_each_template_text_costs_the_tokens_written_beside_it(name):
     assert rendered(getattr(families, f"{name}_TEXT")) == getattr(families, name)
 
@@ -116,6 +116,19 @@ def test_llama_4_writes_its_tools_into_the_first_user_message():
 ])
 def test_a_conversation_costs_what_its_chat_template_renders(model, prompt):
     assert counted(model, messages=[user("Hi there"), assistant("Hello"), user("Bye")]) == rendered(prompt)
+
+
+def test_qwen_writes_its_tools_calls_and_results_as_its_template_does():
+    call = {"toolUse": {"toolUseId": "t1", "name": "get_weather", "input": {"city": "Paris"}}}
+    result = {"toolResult": {"toolUseId": "t1", "content": [{"text": "30C"}]}}
+    tools = families.QWEN_TOOLS_TEXT.replace("<tools>\n", "<tools>\n" + json.dumps(FUNCTION) + "\n")
+    prompt = ("<|im_start|>system\n" + tools + "<|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n"
+              '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+              "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n30C\n</tool_response><|im_end|>\n"
+              "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert abs(counted("qwen.qwen3-32b-v1:0", toolConfig={"tools": [TOOL]}, messages=[
+        user("Weather in Paris?"), {"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}],
+    ) - rendered(prompt)) <= 1  # where the texts join, a token may merge
 
 
 def test_mistral_writes_its_tools_between_markers():
