@@ -292,13 +292,12 @@ def _anthropic_body(document: Mapping[str, Any]) -> bool:
     return isinstance(version, str) and version.startswith("bedrock-")
 
 
-def _prompt_body(view: RequestView, document: Mapping[str, Any], fam: Family) -> str | None:
+def _prompt_body(view: RequestView, document: Mapping[str, Any], fam: Family, key: str) -> str | None:
     """A body that is the model's own prompt string (Llama's, Mistral's and Cohere Command's
     ``prompt``, Titan's ``inputText``): one message, its text as written, and what the family's
     tokenizer adds (a begin-of-text token). Template markers an app writes into the prompt
     (``<|start_header_id|>``) are counted as text, several tokens each where the model reads one.
     Why not, if the body is not one."""
-    key = "inputText" if fam.name == "titan" else "prompt"
     prompt = document.get(key)
     if not isinstance(prompt, str):
         return f"body has no {key} string"
@@ -341,10 +340,10 @@ def _cohere_body(view: RequestView, document: Mapping[str, Any], fam: Family) ->
 
 
 def _invoke(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> RequestView:
-    """The model's own body, read where its family's format is documented: Anthropic Messages (by
-    the Anthropic module), Nova's (Converse's shape, ``schemaVersion`` ``messages-v1``), a prompt
-    string (Llama, Mistral, Titan, Cohere Command), Cohere Command R's
-    chat. Any other body is not read (every check skips, saying why): never guessed at."""
+    """The model's own body, read where its family's format is documented (``Family.invoke``):
+    Anthropic Messages (by the Anthropic module), Nova's (Converse's shape, ``messages-v1``), a
+    prompt string (Llama, Mistral, Titan, Cohere Command), Cohere Command R's chat. Any other body
+    is not read (every check skips, saying why): never guessed at."""
     model = _str(_get(kwargs, "modelId"))
     stream = api in _STREAMS
     document, why = _body(_get(kwargs, "body"))
@@ -353,7 +352,7 @@ def _invoke(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> RequestVi
         view.provider, view.stream = LABEL, stream
         return view
     fam = family(model)
-    if document is not None and fam.name in ("nova", "nova2") and isinstance(document.get("messages"), list):
+    if document is not None and "messages" in fam.invoke and isinstance(document.get("messages"), list):
         config = document.get("inferenceConfig")
         config = config if isinstance(config, dict) else {}
         limit = _int(config.get("max_new_tokens")) or _int(config.get("maxTokens"))
@@ -362,20 +361,16 @@ def _invoke(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> RequestVi
         return view
     view = RequestView(provider=LABEL, operation="chat", model=model, items=[], stream=stream)
     if document is not None:
-        if fam.name == "cohere" and "message" in document:
+        if "message" in fam.invoke and "message" in document:
             why = _cohere_body(view, document, fam)
-        elif fam.name in _PROMPTED:
-            why = _prompt_body(view, document, fam)
+        elif fam.invoke & {"prompt", "inputText"}:
+            why = _prompt_body(view, document, fam, "inputText" if "inputText" in fam.invoke else "prompt")
         else:
             why = f"a body for {model!r}, whose format is not read here"
     if why is not None:
         view.items, view.tools = [], []
         view.unreadable = f"invoke_model: {why}"
     return view
-
-
-#: The families whose ``invoke_model`` body may be a prompt string.
-_PROMPTED = frozenset({"llama3", "llama3.0", "llama4", "llama2", "mistral", "cohere", "titan"})
 
 
 def _usage(answer: Answer, usage: Any) -> None:

@@ -126,8 +126,11 @@ class Family:
     tool_prompt: int = 0
     #: How the template writes a tool into the prompt (a Converse ``toolSpec`` in, a text out).
     tool_text: Callable[[Mapping[str, Any]], str] = spec_json
-    #: Once a request, for an ``invoke_model`` body that is the model's own prompt string (what the
-    #: tokenizer adds to it: a begin-of-text token).
+    #: The ``invoke_model`` body it takes, by the key holding its text, where the format is documented
+    #: and read: ``messages`` (Nova's, Converse's shape), ``prompt`` or ``inputText`` (a prompt
+    #: string), ``message`` (Cohere Command R's chat); none: not read.
+    invoke: frozenset[str] = frozenset()
+    #: Once a request, for a prompt string body (what the tokenizer adds to it: a begin-of-text token).
     prompt_request: int = 0
     #: What an image costs this family (None: Claude's formula, the stand-in used so far).
     image: Callable[[Size | None], int] | None = None
@@ -174,22 +177,25 @@ HARMONY_SYSTEM_TEXT = (
 )
 HARMONY_SYSTEM = 62
 
+#: The families whose ``invoke_model`` body is a prompt string.
+_PROMPT = frozenset({"prompt"})
+
 FAMILIES: dict[str, Family] = {
     # <|begin_of_text|>, <|start_header_id|>role<|end_header_id|>\n\n ... <|eot_id|>, the reply's header.
     "llama3": Family("llama3", message=5, request=1 + LLAMA_DATE + 4, no_system=5, tool_call=LLAMA_CALL,
-                     tool_result=5, tool_prompt=LLAMA_IPYTHON + LLAMA_TOOLS, tool_text=llama_tool),
+                     tool_result=5, tool_prompt=LLAMA_IPYTHON + LLAMA_TOOLS, tool_text=llama_tool, invoke=_PROMPT),
     # Llama 3 (3.0): no system block of its own, no tools.
-    "llama3.0": Family("llama3.0", message=5, request=5),
+    "llama3.0": Family("llama3.0", message=5, request=5, invoke=_PROMPT),
     # Llama 4: <|header_start|>role<|header_end|>\n\n ... <|eot|>; no date block; a tool call is
     # also wrapped in <|python_start|><|python_end|>.
     "llama4": Family("llama4", message=5, request=5, tool_call=LLAMA_CALL + 2, tool_result=5,
-                     tool_prompt=LLAMA_TOOLS + LLAMA4_TOOLS_EXTRA, tool_text=llama_tool),
+                     tool_prompt=LLAMA_TOOLS + LLAMA4_TOOLS_EXTRA, tool_text=llama_tool, invoke=_PROMPT),
     # Llama 2: <s>[INST] <<SYS>> ... <</SYS>> ... [/INST]: an invoke_model prompt on Bedrock.
-    "llama2": Family("llama2", message=4, request=1, prompt_request=1),
+    "llama2": Family("llama2", message=4, request=1, invoke=_PROMPT, prompt_request=1),
     # Mistral: <s>[INST] ... [/INST], an answer then </s>; tools between [AVAILABLE_TOOLS] markers,
     # a call [TOOL_CALLS]name[ARGS]{...}, a result between [TOOL_RESULTS] markers; Pixtral's images.
     "mistral": Family("mistral", message=2, request=1, tool_call=2, tool_result=2, tool_prompt=2,
-                      tool_text=mistral_tool, prompt_request=1, image=pixtral_tokens),
+                      tool_text=mistral_tool, invoke=_PROMPT, prompt_request=1, image=pixtral_tokens),
     # Qwen3: <|im_start|>role\n ... <|im_end|>\n; the reply <|im_start|>assistant\n, and with thinking
     # off (Bedrock's default) an empty <think>\n\n</think>\n\n. Tools in a system turn (counted as its
     # own); a call <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>, a result between
@@ -226,13 +232,15 @@ TITAN_REQUEST = 3
 
 FAMILIES.update({
     "nova": Family("nova", message=0, request=0, assistant=NOVA_TURN, tool_call=NOVA_TOOL_BLOCK,
-                   tool_result=NOVA_TOOL_BLOCK, tool_prompt=NOVA_TOOL_PROMPT, image=nova_image_tokens),
+                   tool_result=NOVA_TOOL_BLOCK, tool_prompt=NOVA_TOOL_PROMPT, invoke=frozenset({"messages"}),
+                   image=nova_image_tokens),
     "nova2": Family("nova2", message=0, request=0, assistant=NOVA_TURN, tool_call=NOVA_TOOL_BLOCK,
-                    tool_result=NOVA_TOOL_BLOCK, tool_prompt=NOVA2_TOOL_PROMPT, image=lambda size: NOVA2_IMAGE),
-    "titan": Family("titan", message=0, request=TITAN_REQUEST, prompt_request=0),
+                    tool_result=NOVA_TOOL_BLOCK, tool_prompt=NOVA2_TOOL_PROMPT, invoke=frozenset({"messages"}),
+                    image=lambda size: NOVA2_IMAGE),
+    "titan": Family("titan", message=0, request=TITAN_REQUEST, invoke=frozenset({"inputText"})),
     # Cohere on Bedrock: the count Bedrock reports is the message's text (the preamble Cohere adds
     # is not in it: docs/budget.md).
-    "cohere": Family("cohere", message=0, request=0, prompt_request=0),
+    "cohere": Family("cohere", message=0, request=0, invoke=frozenset({"prompt", "message"})),
 })
 
 #: Claude: Anthropic's own accounting (``anthropic.py``), framing as OpenAI Chat's.
