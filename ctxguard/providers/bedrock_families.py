@@ -34,7 +34,7 @@ from ._image import Size
 from ._read import canonical, jsonable
 from .mistral import image_tokens as pixtral_tokens
 
-__all__ = ["Family", "family", "nova_image_tokens"]
+__all__ = ["ANTHROPIC", "FAMILIES", "OTHER", "Family", "family", "nova_image_tokens"]
 
 
 def spec_json(spec: Mapping[str, Any]) -> str:
