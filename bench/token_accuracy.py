@@ -15,12 +15,18 @@ bodies other than Anthropic's) is counted as ctxguard counts it, next to nothing
 
 ``--estimate`` counts with the 4-characters-a-token estimator instead of tiktoken (what an
 install without ``ctxguard[tiktoken]`` gets). ``reported`` is what ``Answer.input_tokens``
-reads for each provider (the corpus README says which field).
+reads for each provider (the corpus README says which field). Records marked ``body_mismatch``
+(a body edited after it was recorded: the count is another request's) are left out.
+
+``--half fit`` / ``--half held``: only the records of one half of the corpus, split by a hash of
+their ids (``half``). Constants measured on the corpus are fitted on the fit half
+(bench/bedrock_fit.py); the held half is what they were not fitted on.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 import statistics
@@ -62,6 +68,16 @@ def records(corpus: Path = CORPUS) -> list[dict]:
     return [json.loads(line) for path in sorted(corpus.glob("*.jsonl")) for line in path.open(encoding="utf-8")]
 
 
+#: The corpus's two halves: constants measured on it are fitted on one, checked on the other.
+HALVES = ("fit", "held")
+
+
+def half(record_id: str) -> str:
+    """``fit`` or ``held``, by the parity of the first byte of a hash of the record's id: a split
+    that no choice of records made, and that stays put as records are added."""
+    return HALVES[hashlib.blake2b(record_id.encode(), digest_size=8).digest()[0] % 2]
+
+
 def call(record: Mapping[str, Any]) -> Mapping[str, Any]:
     """The recorded body as its SDK call site's keyword arguments (what ``normalise`` reads).
     Most wires name things as the SDK does; Gemini and Bedrock carry the model in the URL
@@ -79,8 +95,10 @@ def call(record: Mapping[str, Any]) -> Mapping[str, Any]:
     return body
 
 
-def measure(corpus: Path = CORPUS, *, estimate: bool = False, providers: tuple[str, ...] = PROVIDERS) -> list[Row]:
-    """ctxguard's pre-flight count of every recorded request of ``providers``."""
+def measure(corpus: Path = CORPUS, *, estimate: bool = False, providers: tuple[str, ...] = PROVIDERS,
+            only: str | None = None) -> list[Row]:
+    """ctxguard's pre-flight count of every recorded request of ``providers`` (of one ``half`` if
+    ``only`` names it), but those whose body is not the one the count is for (``body_mismatch``)."""
     from ctxguard.digest import Digester
     from ctxguard.measure import Measurer
     from ctxguard.tokens import Calibration, EstimateCounter, default_counter
@@ -90,7 +108,7 @@ def measure(corpus: Path = CORPUS, *, estimate: bool = False, providers: tuple[s
     rows = []
     for record in records(corpus):
         provider = record["provider"]
-        if provider not in providers:
+        if provider not in providers or "body_mismatch" in record or (only and half(record["id"]) != only):
             continue
         adapter = importlib.import_module(f"ctxguard.providers.{provider}").ADAPTER
         view = adapter.normalise(record["api"], call(record))
@@ -179,11 +197,12 @@ def main() -> int:
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     parser.add_argument("--provider", action="append", choices=PROVIDERS, help="only this provider (repeatable)")
     parser.add_argument("--summary", action="store_true", help="print only the per-provider table, not each request")
+    parser.add_argument("--half", choices=HALVES, help="only the records of this half of the corpus")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from ctxguard.tokens import default_counter
 
-    rows = measure(args.corpus, estimate=args.estimate, providers=tuple(args.provider or PROVIDERS))
+    rows = measure(args.corpus, estimate=args.estimate, providers=tuple(args.provider or PROVIDERS), only=args.half)
     print(f"counter: {'estimate' if args.estimate else default_counter().name}")
     if not args.summary:
         print(table(sorted(rows, key=lambda r: (PROVIDERS.index(r.provider), r.family, r.kind, r.id)), args.markdown))

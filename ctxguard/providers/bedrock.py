@@ -13,9 +13,17 @@ uses and results are written as the neutral tool refs; ``toolConfig.tools`` spec
 like tools, ``inferenceConfig.maxTokens`` is the reserved output. Its answer: ``output.message``,
 ``stopReason``, ``usage`` (cache reads and writes are input too); no response id exists.
 
-InvokeModel: the body is the model's own request. An Anthropic Messages body (``anthropic_version``
-``bedrock-…``) is read by the Anthropic module, the model id from ``modelId``; a body of any other
-shape is not read (every check skips, saying so), never guessed at. Its answer is read off the
+Converse renders one request into each model's own prompt format: the count is the texts plus what
+the format of the model family behind the id adds (``bedrock_families``: role markers, begin-of-text
+and the reply's header, a default system block, a tool prompt and how the template writes a tool,
+tool call and result markers, the family's image formula). Claude keeps Anthropic's accounting.
+
+InvokeModel: the body is the model's own request, read where the model family's format is
+documented: an Anthropic Messages body (``anthropic_version`` ``bedrock-…``) by the Anthropic module,
+the model id from ``modelId``; Nova's (Converse's shape) as Converse; a prompt string (Llama's,
+Mistral's, Cohere Command's ``prompt``, Titan's ``inputText``) as one message; Cohere Command R's
+chat (``preamble``, ``chat_history``, ``message``). A body of any other shape or model is not read
+(every check skips, saying so), never guessed at. Its answer is read off the
 body as the app reads it (the raw stream beneath botocore's ``StreamingBody``, which the app
 keeps); the token counts Bedrock puts in its response headers (and in a stream's last chunk,
 ``amazon-bedrock-invocationMetrics``) serve for any model.
@@ -41,8 +49,10 @@ from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
 from .anthropic import ADAPTER as ANTHROPIC
-from .anthropic import image_tokens, tool_prompt_tokens
+from .anthropic import STRUCTURED_OUTPUT_PROMPT, THINKING_PROMPT, image_tokens, tool_prompt_tokens
 from .base import CallSite, Pending, Provider, SharedDispatch, Translation
+from .bedrock_families import ANTHROPIC as CLAUDE
+from .bedrock_families import Family, family
 
 __all__ = ["ADAPTER", "PROVIDER"]
 
@@ -81,9 +91,17 @@ def _digest(data: bytes | bytearray) -> str:
     return hashlib.blake2b(bytes(data), digest_size=16).hexdigest()
 
 
+#: Claude's citations mode: a document with ``citations.enabled`` costs this much beyond its text and
+#: the flat document estimate (Anthropic documents the prompt, not its size): measured on the recorded
+#: corpus, fitted on its fit half (bench/bedrock_fit.py; docs/budget.md "Bedrock").
+CITATIONS_PROMPT = 812
+
+
 def _media(kind: str, value: Any, refs: list[str], texts: list[str], model: str | None) -> int:
     """An image, document or video block: a reference (its S3 URI, or a digest of its bytes);
-    a document's name and inline text are read. Returns what it costs."""
+    a document's name and inline text are read. Returns what it costs: an image by the model
+    family's formula (Claude's where the family has none), a document the flat estimate, and
+    Claude's citations prompt where it asks for citations."""
     source = _get(value, "source")
     data = _get(source, "bytes") if source is not None else None
     location = _get(source, "s3Location") if source is not None else None
@@ -103,11 +121,16 @@ def _media(kind: str, value: Any, refs: list[str], texts: list[str], model: str 
             texts.append(inline)
         for part in elements(_get(source, "content") if source is not None else None, "content"):
             texts.append(_str(_get(part, "text")) or "")
+        cites = _get(_get(value, "citations"), "enabled") is True and family(model) is CLAUDE
+        return NON_TEXT_PART + (CITATIONS_PROMPT if cites else 0)
     if kind != "image":
         return NON_TEXT_PART
     if isinstance(data, (bytes, bytearray)):
-        return image_tokens(model, size_of_bytes(bytes(data)))
-    return image_tokens(model, size_of_base64(data) if isinstance(data, str) else None)
+        size = size_of_bytes(bytes(data))
+    else:
+        size = size_of_base64(data) if isinstance(data, str) else None
+    priced = family(model).image
+    return priced(size) if priced is not None else image_tokens(model, size)
 
 
 def _block(kind: str, value: Any, texts: list[str], refs: list[str], model: str | None) -> int:
@@ -121,10 +144,11 @@ def _block(kind: str, value: Any, texts: list[str], refs: list[str], model: str 
         text = tool_input if isinstance(tool_input, str) else canonical(tool_input)
         texts.append(f"{_text(_get(value, 'name') or '')} {text}")
         refs.append(tool_ref(TOOL_CALL, _str(_get(value, "toolUseId"))))
+        return family(model).tool_call
     elif kind == "toolResult":
         cost = _blocks(_get(value, "content"), texts, refs, model)
         refs.append(tool_ref(TOOL_RESULT, _str(_get(value, "toolUseId"))))
-        return cost
+        return cost + family(model).tool_result
     elif kind == "json":  # a tool result's structured content
         texts.append(canonical(value))
     elif kind == "reasoningContent":
@@ -161,25 +185,59 @@ def _message_item(message: Any, model: str | None) -> Item:
     texts: list[str] = []
     refs: list[str] = []
     cost = _blocks(_get(message, "content"), texts, refs, model)
-    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message", cost)
+    role = _role(_get(message, "role"), "other")
+    if role == "assistant":
+        cost += family(model).assistant
+    return (role, "\n".join(texts), tuple(refs), "message", cost)
 
 
-def _tools(config: Any, view: RequestView) -> None:
-    """``toolConfig.tools``' specs are counted like tools (``cachePoint`` entries are not tools);
-    Claude models get Anthropic's tool-use prompt with them."""
+def _tools(config: Any, view: RequestView, fam: Family) -> None:
+    """``toolConfig.tools``' specs are counted as the model's template writes them (``cachePoint``
+    entries are not tools), with the prompt it adds for them: Anthropic's tool-use prompt on Claude."""
     specs = [_get(tool, "toolSpec") for tool in elements(_get(config, "tools"), "tools")]
     specs = [spec for spec in specs if spec is not None]
     if not specs:
         return
     try:
-        view.tools = [canonical(spec) for spec in specs]
+        view.tools = [fam.tool_text(spec) if isinstance(spec, Mapping) else canonical(spec) for spec in specs]
     except Exception as exc:  # a schema that will not serialise is the app's business
         view.unreadable = f"tools could not be read ({type(exc).__name__})"
         return
-    if "claude" in (view.model or "").lower():
+    if fam is CLAUDE:
         choice = _get(config, "toolChoice")
         forced = choice is not None and (_get(choice, "any") is not None or _get(choice, "tool") is not None)
         view.prompt_overhead += tool_prompt_tokens(view.model, forced=forced)
+    else:
+        view.prompt_overhead += fam.tool_prompt
+
+
+def _output_schema(output: Any, view: RequestView) -> None:
+    """``outputConfig.textFormat``'s JSON schema, on Claude: counted like a tool, with the prompt
+    Anthropic adds to explain it (as its own API's ``output_config``). The other families Bedrock
+    serves constrain their decoding to the schema and do not read it (the recorded corpus: Mistral,
+    Qwen, Gemma report the prompt without it)."""
+    structure = _get(_get(output, "textFormat"), "structure")
+    schema = _get(_get(structure, "jsonSchema"), "schema") if structure is not None else None
+    if isinstance(schema, str):  # the wire's form: the schema as a JSON string
+        try:
+            schema = json.loads(schema)
+        except ValueError:
+            view.tools.append(schema)
+            view.prompt_overhead += STRUCTURED_OUTPUT_PROMPT
+            return
+    if schema is None:
+        return
+    try:
+        view.tools.append(canonical(schema))
+    except Exception:  # a schema that will not serialise: the SDK's own error reaches the app
+        return
+    view.prompt_overhead += STRUCTURED_OUTPUT_PROMPT
+
+
+def _frame(view: RequestView, fam: Family) -> None:
+    """The family's prompt format: its framing of each message and what it adds once a request."""
+    view.message_framing = fam.message
+    view.reply_priming = fam.request + (fam.no_system if not view.items or view.items[0][0] != "system" else 0)
 
 
 def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> RequestView:
@@ -192,7 +250,14 @@ def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> Request
     budget = _int(_get(thinking, "budget_tokens")) if isinstance(thinking, Mapping) else None
     if budget is not None and max_tokens is not None:
         view.reply_room = max(0, max_tokens - budget)
-    _tools(_get(kwargs, "toolConfig"), view)
+    fam = family(view.model)
+    _tools(_get(kwargs, "toolConfig"), view, fam)
+    if fam is CLAUDE:
+        output = _get(kwargs, "outputConfig")
+        if output is not None:
+            _output_schema(output, view)
+        if isinstance(thinking, Mapping) and _get(thinking, "type") in ("enabled", "adaptive"):
+            view.prompt_overhead += THINKING_PROMPT
     system = _get(kwargs, "system")
     if system is not None:
         texts: list[str] = []
@@ -203,6 +268,7 @@ def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> Request
             view.items.append(("system", text, tuple(refs), "instructions", cost))
     items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True,
           memo=memo)
+    _frame(view, fam)
     return view
 
 
@@ -226,7 +292,58 @@ def _anthropic_body(document: Mapping[str, Any]) -> bool:
     return isinstance(version, str) and version.startswith("bedrock-")
 
 
+def _prompt_body(view: RequestView, document: Mapping[str, Any], fam: Family, key: str) -> str | None:
+    """A body that is the model's own prompt string (Llama's, Mistral's and Cohere Command's
+    ``prompt``, Titan's ``inputText``): one message, its text as written, and what the family's
+    tokenizer adds (a begin-of-text token). Template markers an app writes into the prompt
+    (``<|start_header_id|>``) are counted as text, several tokens each where the model reads one.
+    Why not, if the body is not one."""
+    prompt = document.get(key)
+    if not isinstance(prompt, str):
+        return f"body has no {key} string"
+    if document.get("images") is not None:  # Llama 3.2's images: not priced here
+        return "body has images"
+    config = document.get("textGenerationConfig")
+    view.max_output_tokens = _int(document.get("max_gen_len")) or _int(document.get("max_tokens")) or (
+        _int(config.get("maxTokenCount")) if isinstance(config, dict) else None)
+    view.items.append(("user", prompt, (), "message", 0))
+    view.message_framing, view.reply_priming = 0, fam.prompt_request
+    return None
+
+
+#: Cohere Command R's chat roles -> ctxguard's.
+_COHERE_ROLES = {"USER": "user", "CHATBOT": "assistant", "SYSTEM": "system"}
+
+
+def _cohere_body(view: RequestView, document: Mapping[str, Any], fam: Family) -> str | None:
+    """Cohere Command R's chat body: ``preamble``, ``chat_history``, ``message``, ``documents``,
+    ``tools`` (counted as their JSON)."""
+    message = document.get("message")
+    if not isinstance(message, str):
+        return "body has no message string"
+    preamble = document.get("preamble")
+    if isinstance(preamble, str) and preamble.strip():
+        view.items.append(("system", preamble, (), "instructions", 0))
+    for turn in elements(document.get("chat_history"), "chat_history"):
+        text = _get(turn, "message")
+        if not isinstance(text, str):
+            return "chat_history holds a turn without a message string"
+        view.items.append((_COHERE_ROLES.get(str(_get(turn, "role")), "other"), text, (), "message", 0))
+    documents = document.get("documents")
+    view.items.append(("user", message + (f"\n{canonical(documents)}" if documents else ""), (), "message", 0))
+    tools = document.get("tools")
+    if isinstance(tools, list) and tools:
+        view.tools = [canonical(tool) for tool in tools]
+    view.max_output_tokens = _int(document.get("max_tokens"))
+    view.message_framing, view.reply_priming = fam.message, fam.request
+    return None
+
+
 def _invoke(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> RequestView:
+    """The model's own body, read where its family's format is documented (``Family.invoke``):
+    Anthropic Messages (by the Anthropic module), Nova's (Converse's shape, ``messages-v1``), a
+    prompt string (Llama, Mistral, Titan, Cohere Command), Cohere Command R's chat. Any other body
+    is not read (every check skips, saying why): never guessed at."""
     model = _str(_get(kwargs, "modelId"))
     stream = api in _STREAMS
     document, why = _body(_get(kwargs, "body"))
@@ -234,10 +351,26 @@ def _invoke(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> RequestVi
         view = ANTHROPIC.normalise("messages", {**document, "model": model}, memo)
         view.provider, view.stream = LABEL, stream
         return view
-    if why is None:
-        why = "body is not an Anthropic Messages body (anthropic_version bedrock-…), the only model body read here"
-    return RequestView(provider=LABEL, operation="chat", model=model, items=[], stream=stream,
-                       unreadable=f"invoke_model: {why}")
+    fam = family(model)
+    if document is not None and "messages" in fam.invoke and isinstance(document.get("messages"), list):
+        config = document.get("inferenceConfig")
+        config = config if isinstance(config, dict) else {}
+        limit = _int(config.get("max_new_tokens")) or _int(config.get("maxTokens"))
+        view = _converse(api, {**document, "modelId": model, "inferenceConfig": {"maxTokens": limit}}, memo)
+        view.stream = stream
+        return view
+    view = RequestView(provider=LABEL, operation="chat", model=model, items=[], stream=stream)
+    if document is not None:
+        if "message" in fam.invoke and "message" in document:
+            why = _cohere_body(view, document, fam)
+        elif fam.invoke & {"prompt", "inputText"}:
+            why = _prompt_body(view, document, fam, "inputText" if "inputText" in fam.invoke else "prompt")
+        else:
+            why = f"a body for {model!r}, whose format is not read here"
+    if why is not None:
+        view.items, view.tools = [], []
+        view.unreadable = f"invoke_model: {why}"
+    return view
 
 
 def _usage(answer: Answer, usage: Any) -> None:
@@ -404,11 +537,13 @@ ADAPTER = BedrockAdapter()
 
 
 def as_call(body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
-    """A captured body as its call site saw it: an Anthropic body is an ``invoke_model`` body; any
-    other is Converse's (whose wire names are its argument names), the model from the capture line."""
-    if _anthropic_body(body):
-        return "invoke_model", {"modelId": model, "body": json.dumps(body)}
-    return "converse", {**body, "modelId": model}
+    """A captured body as its call site saw it: a body with ``messages`` is Converse's (whose wire
+    names are its argument names; Nova's own body reads the same), but an Anthropic one; those and
+    any other (a prompt string, Cohere's chat) are ``invoke_model`` bodies. The model is the
+    capture line's."""
+    if isinstance(body.get("messages"), list) and not _anthropic_body(body):
+        return "converse", {**body, "modelId": model}
+    return "invoke_model", {"modelId": model, "body": json.dumps(body)}
 
 
 PROVIDER = Provider(

@@ -4,11 +4,15 @@ inference profile's ``us.anthropic.claude-…-v1:0`` too). Two wire formats:
 * ``CONVERSE`` (``converse``, ``converse-stream``): Bedrock's own body, no answer id, tool use ids
   ``tooluse_…``, ``latencyMs``; the stream's events ``messageStart``, per block its deltas and stop,
   ``messageStop``, ``metadata`` with the usage.
-* ``INVOKE`` (``invoke``, ``invoke-with-response-stream``): the model's own body, Anthropic's
-  Messages (``anthropic_messages``: ids ``msg_bdrk_01…``, Bedrock's usage, no service tier) or a
-  Meta Llama prompt's; streamed as ``chunk`` events whose ``bytes`` are the model's own events (without
-  Anthropic's pings), the last carrying ``amazon-bedrock-invocationMetrics``; a body of neither shape
-  is refused before anything else, as Bedrock validates it against the model's schema.
+* ``INVOKE`` (``invoke``, ``invoke-with-response-stream``): the model's own body, answered in the
+  model's own shape: Anthropic's Messages (``anthropic_messages``: ids ``msg_bdrk_01…``, Bedrock's
+  usage, no service tier), Amazon Nova's (``output.message``, ``usage.inputTokens``), Titan Text's
+  (``inputTextTokenCount``, ``results``), Cohere Command R's chat (``text``, ``finish_reason``), and a
+  prompt string's as its vendor answers it (Meta Llama's ``generation``, Mistral's ``outputs``, Cohere
+  Command's ``generations``; any other model's as Llama's); streamed as ``chunk`` events whose
+  ``bytes`` are the model's own events (without Anthropic's pings), the last carrying
+  ``amazon-bedrock-invocationMetrics``; a body the model does not take is refused before anything
+  else, as Bedrock validates it against the model's schema.
 
 Both: request ids are UUIDs (``x-amzn-RequestId``); compact JSON; streams are binary
 ``application/vnd.amazon.eventstream`` messages with their CRCs, each payload padded; a stream failing
@@ -22,7 +26,6 @@ import base64
 import json
 import re
 import urllib.parse
-from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -210,18 +213,32 @@ CONVERSE = WireFormat(
 )
 
 # -- InvokeModel ---------------------------------------------------------------------------------------
+#
+# The model's own body, answered in the model's own shape: Anthropic's Messages, Amazon Nova's (Converse's
+# shape, ``messages-v1``), Titan Text's ``inputText``, Cohere Command R's chat ``message``, or a prompt
+# string answered as its vendor does (Meta Llama, Mistral, Cohere Command; any other model as Llama, the
+# architecture most imported models have).
 
 
-def _shape(payload: Mapping[str, Any]) -> str | None:
-    """Which model body an ``invoke`` carries: Anthropic Messages, a Meta Llama prompt, or neither."""
+def _shape(ex: Exchange) -> str | None:
+    """Which model body an ``invoke`` carries (``_BODIES``' keys), or None for one Bedrock refuses."""
+    payload, model = ex.payload, ex.requested_model.lower()
     version = payload.get("anthropic_version")
     if isinstance(version, str) and version.startswith("bedrock-") and isinstance(payload.get("messages"), list):
         return "anthropic"
-    return "prompt" if isinstance(payload.get("prompt"), str) else None
+    if "amazon.nova" in model:
+        return "nova" if isinstance(payload.get("messages"), list) else None
+    if "amazon.titan" in model:
+        return "titan" if isinstance(payload.get("inputText"), str) else None
+    if "cohere.command-r" in model:
+        return "cohere_chat" if isinstance(payload.get("message"), str) else None
+    if not isinstance(payload.get("prompt"), str):
+        return None
+    return "mistral" if "mistral." in model else "cohere" if "cohere." in model else "llama"
 
 
 def _claude(ex: Exchange) -> bool:
-    return _shape(ex.payload) == "anthropic"
+    return _shape(ex) == "anthropic"
 
 
 def _claude_name(model: str) -> str:
@@ -230,30 +247,97 @@ def _claude_name(model: str) -> str:
     return re.sub(r"-v\d+(?::\d+)?$", "", name)
 
 
+def _said(ex: Exchange) -> str:
+    return ex.reply.text or ex.reply.refusal
+
+
+def _nova_tokens(ex: Exchange) -> int:
+    p = ex.payload
+    config = p.get("toolConfig")
+    tools = config.get("tools") if isinstance(config, dict) else None
+    return read_tokens(p.get("system")) + messages_tokens(p.get("messages"), partial(media.anthropic, ex.model)) \
+        + schemas_tokens([t for t in tools if "toolSpec" in t] if isinstance(tools, list) else None)
+
+
+def _cohere_chat_tokens(ex: Exchange) -> int:
+    p = ex.payload
+    return text_tokens(str(p.get("preamble") or "")) + read_tokens(p.get("chat_history")) + text_tokens(
+        str(p.get("message")))
+
+
 def _invoke_tokens(ex: Exchange) -> int:
-    if _claude(ex):
+    shape = _shape(ex)
+    if shape == "anthropic":
         return anthropic_messages.prompt_tokens(ex)
+    if shape == "nova":
+        return _nova_tokens(ex)
+    if shape == "titan":
+        return text_tokens(str(ex.payload.get("inputText")))
+    if shape == "cohere_chat":
+        return _cohere_chat_tokens(ex)
     return text_tokens(str(ex.payload.get("prompt") or ""))
 
 
-def _llama_stop(ex: Exchange) -> str:
-    return "length" if ex.finish == "length" else "stop"
+def _length(ex: Exchange) -> bool:
+    return ex.finish == "length"
 
 
 def _llama_usage(ex: Exchange) -> dict[str, Any]:
     return {"prompt_token_count": ex.input_tokens, "generation_token_count": ex.output_tokens}
 
 
+def _nova_usage(ex: Exchange) -> dict[str, Any]:
+    return {"inputTokens": ex.input_tokens, "outputTokens": ex.output_tokens,
+            "totalTokens": ex.input_tokens + ex.output_tokens, "cacheReadInputTokenCount": 0,
+            "cacheWriteInputTokenCount": 0}
+
+
 def _invoke_usage(ex: Exchange) -> dict[str, Any]:
-    if _claude(ex):
+    shape = _shape(ex)
+    if shape == "anthropic":
         return anthropic_messages.usage_of(ex, ex.output_tokens, delta=True)
+    if shape == "nova":
+        return _nova_usage(ex)
+    if shape == "titan":
+        return {"inputTextTokenCount": ex.input_tokens, "tokenCount": ex.output_tokens}
     return _llama_usage(ex)
 
 
+def _invoke_finish(ex: Exchange) -> str:
+    """The stop reason in the model's own words."""
+    shape = _shape(ex)
+    if shape == "anthropic":
+        return anthropic_messages.stop_reason(ex)
+    if shape == "nova":
+        return _converse_stop(ex)
+    if shape == "titan":
+        return "LENGTH" if _length(ex) else "FINISH"
+    if shape in ("cohere", "cohere_chat"):
+        return "MAX_TOKENS" if _length(ex) else "COMPLETE"
+    return "length" if _length(ex) else "stop"
+
+
 def _invoke_body(ex: Exchange) -> dict[str, Any]:
-    if _claude(ex):
+    shape, said, finish = _shape(ex), _said(ex), _invoke_finish(ex)
+    if shape == "anthropic":
         return {**anthropic_messages.message(ex, _claude_name(ex.model)), "usage": _invoke_usage(ex)}
-    return {"generation": ex.reply.text or ex.reply.refusal, **_llama_usage(ex), "stop_reason": _llama_stop(ex)}
+    if shape == "nova":
+        return {"output": {"message": {"role": "assistant", "content": _converse_blocks(ex)}},
+                "stopReason": finish, "usage": _nova_usage(ex)}
+    if shape == "titan":
+        return {"inputTextTokenCount": ex.input_tokens, "results": [
+            {"tokenCount": ex.output_tokens, "outputText": said, "completionReason": finish}]}
+    if shape == "cohere_chat":
+        return {"response_id": ex.ident("id", HEX, 32), "text": said, "generation_id": ex.ident("generation", HEX, 32),
+                "chat_history": [{"role": "USER", "message": ex.payload["message"]}, {"role": "CHATBOT",
+                                                                                      "message": said}],
+                "finish_reason": finish}
+    if shape == "mistral":
+        return {"outputs": [{"text": said, "stop_reason": finish}]}
+    if shape == "cohere":
+        return {"id": ex.ident("id", HEX, 32), "prompt": ex.payload["prompt"], "generations": [
+            {"id": ex.ident("generation", HEX, 32), "text": said, "finish_reason": finish}]}
+    return {"generation": said, **_llama_usage(ex), "stop_reason": finish}
 
 
 def _invocation_metrics(ex: Exchange) -> dict[str, Any]:
@@ -261,38 +345,57 @@ def _invocation_metrics(ex: Exchange) -> dict[str, Any]:
             "invocationLatency": _latency_ms(ex), "firstByteLatency": 150}
 
 
-def _llama_events(ex: Exchange) -> list[Event | Drop]:
-    pieces = split(ex.reply.text, ex.reply.deltas) or [""]
-    events: list[Event | Drop] = [
-        (None, {"generation": piece, "prompt_token_count": ex.input_tokens if i == 0 else None,
-                "generation_token_count": i + 1, "stop_reason": None}) for i, piece in enumerate(pieces)]
-    events.append((None, {"generation": "", "prompt_token_count": None,
-                          "generation_token_count": ex.output_tokens, "stop_reason": _llama_stop(ex)}))
-    if ex.reply.stream_failure == "drop":
-        return [events[0], DROP]
-    if ex.reply.stream_failure == "error":
-        return [events[0], ("error", None)]
-    return events
+def _model_events(ex: Exchange) -> list[dict[str, Any]]:
+    """A model's own stream events (not Anthropic's), piece by piece; the last one ends it."""
+    shape, finish = _shape(ex), _invoke_finish(ex)
+    pieces = split(_said(ex), ex.reply.deltas) or [""]
+    if shape == "nova":
+        return [{"messageStart": {"role": "assistant"}},
+                *({"contentBlockDelta": {"delta": {"text": piece}, "contentBlockIndex": 0}} for piece in pieces),
+                {"contentBlockStop": {"contentBlockIndex": 0}}, {"messageStop": {"stopReason": finish}},
+                {"metadata": {"usage": {"inputTokens": ex.input_tokens, "outputTokens": ex.output_tokens}}}]
+    if shape == "titan":
+        return [*({"outputText": piece, "index": 0, "totalOutputTextTokenCount": i + 1, "completionReason": None,
+                   "inputTextTokenCount": ex.input_tokens if i == 0 else None} for i, piece in enumerate(pieces)),
+                {"outputText": "", "index": 0, "totalOutputTextTokenCount": ex.output_tokens,
+                 "completionReason": finish}]
+    if shape in ("cohere", "cohere_chat"):
+        return [*({"is_finished": False, "event_type": "text-generation", "text": piece} for piece in pieces),
+                {"is_finished": True, "event_type": "stream-end", "finish_reason": finish}]
+    if shape == "mistral":
+        return [*({"outputs": [{"text": piece, "stop_reason": None}]} for piece in pieces),
+                {"outputs": [{"text": "", "stop_reason": finish}]}]
+    return [*({"generation": piece, "prompt_token_count": ex.input_tokens if i == 0 else None,
+               "generation_token_count": i + 1, "stop_reason": None} for i, piece in enumerate(pieces)),
+            {"generation": "", "prompt_token_count": None, "generation_token_count": ex.output_tokens,
+             "stop_reason": finish}]
 
 
 def _invoke_stream(ex: Exchange) -> list[Event | Drop]:
     """``chunk`` events whose ``bytes`` are the model's own stream events (Anthropic's, without its
-    pings; or Llama's generations), the last one carrying ``amazon-bedrock-invocationMetrics``."""
+    pings; any other model's own), the last one carrying ``amazon-bedrock-invocationMetrics``."""
+    events: list[Event | Drop]
     if _claude(ex):
         # Failing midway, an exception message in place of Anthropic's ``error`` event.
         cut = anthropic_messages.events(ex, _claude_name(ex.model)).cut(ex, [("error", None)])
         events = [e for e in cut if isinstance(e, Drop) or e[0] != "ping"]
     else:
-        events = _llama_events(ex)
+        own: list[Event | Drop] = [(None, event) for event in _model_events(ex)]
+        if ex.reply.stream_failure == "drop":
+            events = [own[0], DROP]
+        elif ex.reply.stream_failure == "error":
+            events = [own[0], ("error", None)]
+        else:
+            events = own
     out: list[Event | Drop] = []
-    for event in events:
+    for index, event in enumerate(events):
         if isinstance(event, Drop):
             out.append(event)
         elif event[0] == "error":  # the service failed midway: an exception message, not the model's event
             out.append(_exception(ex))
         else:
             data = dict(event[1])
-            if data.get("type") == "message_stop" or data.get("stop_reason") is not None:
+            if data.get("type") == "message_stop" or (not _claude(ex) and index == len(events) - 1):
                 data["amazon-bedrock-invocationMetrics"] = _invocation_metrics(ex)
             raw = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
             out.append(("chunk", {"bytes": base64.b64encode(raw).decode()}))
@@ -320,7 +423,7 @@ INVOKE = WireFormat(
     response_id=lambda ex: "msg_bdrk_01" + ex.ident("id", BASE62, 22),
     request_id=_request_id,
     call_id=lambda ex, i, name: "toolu_bdrk_01" + ex.ident("tool", BASE62, 22, i),
-    finish=lambda ex: anthropic_messages.stop_reason(ex) if _claude(ex) else _llama_stop(ex),
+    finish=_invoke_finish,
     usage=_invoke_usage,
     body=_invoke_body,
     stream=_invoke_stream,
@@ -330,5 +433,5 @@ INVOKE = WireFormat(
     framing=_EVENTSTREAM,
     headers=_invoke_headers,
     model_in_path=_model_in_path,
-    refuse=lambda ex: None if _shape(ex.payload) is not None else _MALFORMED,
+    refuse=lambda ex: None if _shape(ex) is not None else _MALFORMED,
 )

@@ -205,6 +205,60 @@ def test_invoke_answers_a_llama_prompt_and_rejects_an_unknown_body(llm: FakeLLM,
     assert info.value.response["Error"]["Message"].startswith("Malformed input request")
 
 
+#: Each model body the fake takes besides Anthropic's and Llama's: model id, body, the answer's text and
+#: stop reason, and where the answer holds them; where a stream's events hold the text.
+BODIES = [
+    ("amazon.nova-micro-v1:0", {"schemaVersion": "messages-v1", "messages": MESSAGES,
+                                "inferenceConfig": {"max_new_tokens": 64}},
+     lambda a: (a["output"]["message"]["content"][0]["text"], a["stopReason"]), "end_turn",
+     lambda e: e.get("contentBlockDelta", {}).get("delta", {}).get("text", "")),
+    ("amazon.titan-text-express-v1", {"inputText": "hi", "textGenerationConfig": {"maxTokenCount": 64}},
+     lambda a: (a["results"][0]["outputText"], a["results"][0]["completionReason"]), "FINISH",
+     lambda e: e["outputText"]),
+    ("cohere.command-r-v1:0", {"message": "hi", "chat_history": [{"role": "USER", "message": "hello"}]},
+     lambda a: (a["text"], a["finish_reason"]), "COMPLETE", lambda e: e.get("text", "")),
+    ("mistral.mistral-7b-instruct-v0:2", {"prompt": "<s>[INST] hi [/INST]", "max_tokens": 64},
+     lambda a: (a["outputs"][0]["text"], a["outputs"][0]["stop_reason"]), "stop", lambda e: e["outputs"][0]["text"]),
+    ("cohere.command-text-v14", {"prompt": "hi", "max_tokens": 64},
+     lambda a: (a["generations"][0]["text"], a["generations"][0]["finish_reason"]), "COMPLETE",
+     lambda e: e.get("text", "")),
+]
+
+
+@pytest.mark.parametrize(("model", "body", "said", "stop", "streamed"), BODIES, ids=[b[0] for b in BODIES])
+def test_invoke_answers_each_model_in_its_own_shape(llm: FakeLLM, bedrock, model, body, said, stop,
+                                                    streamed) -> None:
+    llm.script("Hello there!")
+    r = bedrock.invoke_model(modelId=model, body=json.dumps(body))
+    answer = json.loads(r["body"].read())
+    served = llm.responses[0]
+    assert said(answer) == ("Hello there!", stop)
+    headers = r["ResponseMetadata"]["HTTPHeaders"]
+    assert int(headers["x-amzn-bedrock-input-token-count"]) == served.input_tokens > 0
+    assert int(headers["x-amzn-bedrock-output-token-count"]) == served.output_tokens > 0
+    if "usage" in answer:
+        assert answer["usage"]["inputTokens"] == served.input_tokens
+    if "inputTextTokenCount" in answer:
+        assert answer["inputTextTokenCount"] == served.input_tokens
+    llm.script("Hello there!")
+    events = [json.loads(e["chunk"]["bytes"]) for e in
+              bedrock.invoke_model_with_response_stream(modelId=model, body=json.dumps(body))["body"]]
+    metrics = events[-1].pop("amazon-bedrock-invocationMetrics")
+    assert (metrics["inputTokenCount"], metrics["outputTokenCount"]) == (llm.responses[1].input_tokens,
+                                                                        llm.responses[1].output_tokens)
+    assert all("amazon-bedrock-invocationMetrics" not in e for e in events)
+    assert "".join(streamed(e) for e in events) == "Hello there!"
+
+
+@pytest.mark.parametrize(("model", "body"), [("amazon.titan-text-express-v1", {"prompt": "hi"}),
+                                             ("amazon.nova-micro-v1:0", {"inputText": "hi"}),
+                                             ("cohere.command-r-v1:0", {"prompt": "hi"})])
+def test_a_body_the_model_does_not_take_is_refused(llm: FakeLLM, bedrock, model, body) -> None:
+    with pytest.raises(ClientError) as info:
+        bedrock.invoke_model(modelId=model, body=json.dumps(body))
+    assert info.value.response["Error"]["Code"] == "ValidationException"
+
+
 @pytest.mark.parametrize(("status", "code"), [(400, "ValidationException"), (404, "ResourceNotFoundException"),
                                               (429, "ThrottlingException"), (500, "InternalServerException")])
 def test_errors_are_bedrocks_and_botocore_raises_its_client_error(llm: FakeLLM, bedrock, status, code) -> None:
