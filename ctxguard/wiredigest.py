@@ -32,7 +32,7 @@ MIN_BYTES = 4096
 def common_prefix(a: bytes, b: bytes, start: int) -> int:
     """Length of the longest common prefix of ``a`` and ``b``, given they agree up to ``start``."""
     view = memoryview(a)
-    lo, hi = start, len(a) if len(a) < len(b) else len(b)  # not min(): a builtin call costs 3x
+    lo, hi = start, min(len(a), len(b))
     while lo < hi:  # invariant: a[:lo] == b[:lo]
         mid = (lo + hi + 1) // 2
         if b.startswith(view[lo:mid], lo):
