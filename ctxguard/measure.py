@@ -50,7 +50,7 @@ PENDING_BOUND = 4 * 1024 * 1024
 
 def _common(items: list[Item], kept: list[Item]) -> int:
     """How many leading items equal the kept ones (list and tuple equality: C loops)."""
-    n = len(items) if len(items) < len(kept) else len(kept)  # not min(): a builtin call costs 3x
+    n = min(len(items), len(kept))
     if items[:n] == (kept if n == len(kept) else kept[:n]):
         return n
     return next(i for i, (a, b) in enumerate(zip(items, kept, strict=False)) if a != b)
@@ -299,7 +299,10 @@ class Measurer:
             basis = self._current()
         start, messages, digests, sums, hasher, held, extends, first_tool, bound, fixed = _resumed(
             items, memo, basis.generation)
-        hit = basis.messages._new.get  # inlined look-up: this loop runs once per new message per call
+        # The cache's look-up inlined (``_message`` makes it too): ~900 instructions less a message
+        # looked up, which is every message of a call without a conversation's memo: 18,000 (3% of a
+        # call) at 20 messages (callgrind).
+        hit = basis.messages._new.get
         message = self._message
         new = [hit(item) or message(item, basis) for item in items[start:]]
         messages.extend(new)
