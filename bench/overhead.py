@@ -178,10 +178,13 @@ def keep_bare_calls_bare() -> None:
     """The benches' bare calls run the SDK's original function while ctxguard is instrumented. A
     model request that bypassed its call site is guarded from the wire (ctxguard.providers'
     ``_unguarded``): the baseline would then be a guarded call, and its state (memos, digests)
-    would move the guarded side's. Here it stays bare."""
+    would move the guarded side's. Here it stays bare: no request path is a model endpoint's.
+    (Commits before the ``Installation`` (3ff1f86) asked ``wire.on_unguarded`` instead; setting it
+    too keeps the script running against them, ``PYTHONPATH=<checkout>``.)"""
     from ctxguard.intercept import wire
 
-    wire.on_unguarded = None
+    wire.MODEL_PATHS = ()
+    wire.on_unguarded = None  # type: ignore[attr-defined]
 
 
 def recording_span(

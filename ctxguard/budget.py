@@ -362,7 +362,5 @@ def evaluate(
     breakdown = _breakdown(
         model or "", window, system_tokens, tools, budget.retrieved, reserved_output, budget.reserved_reasoning
     )
-    history = input_tokens - system_tokens - tools_tokens - budget.retrieved
-    if history < 0:  # not max(): a builtin call costs 3x, on every call
-        history = 0
+    history = max(0, input_tokens - system_tokens - tools_tokens - budget.retrieved)
     return BudgetEval(breakdown, input_tokens, history, budget.history_max)

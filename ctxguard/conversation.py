@@ -252,9 +252,7 @@ class ConversationMemory:
         """Record this payload for ``scope`` and return what changed since the last one."""
         digests, messages = payload.digests, payload.messages
         system = payload.system
-        lock = self._lock
-        lock.acquire()  # not ``with lock``: half the instructions, on every call
-        try:
+        with self._lock:
             state = self._states.get(scope)
             if state is None:
                 state = self._state(scope)
@@ -294,8 +292,6 @@ class ConversationMemory:
                 evicted.append("pinned")
             state.prev_hash = payload.digest
             return Diff(prev_hash, added, dropped, tuple(evicted), state.first_system)
-        finally:
-            lock.release()
 
     def fact_locations(self, scope: Scope) -> dict[str, str]:
         """Where each fact version was last seen in this conversation (bounded by its facts)."""

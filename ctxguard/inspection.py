@@ -25,7 +25,7 @@ from .facts.index import words
 from .facts.ledger import FactState
 from .facts.matching import Chunked, searchable
 from .facts.redis import LedgerSlow
-from .measure import Measurer
+from .measure import Measurer, shown
 from .memo import Memos
 from .payload import Answer, Payload
 from .pinned import PinnedBlock, find_block
@@ -150,8 +150,8 @@ class Inspector:
         facts = self.fact_view(scope, payload) if payload.unreadable is None else payload.unreadable
         if isinstance(facts, FactView) and facts.unavailable is None and scope is not None:
             with guarded("conversation"):
-                versions, carrier = facts.state.active.values(), facts.carrier  # ``sent``, inlined: per fact
-                present = {v.label for v in versions if carrier(v) >= 0}
+                versions = facts.state.active.values()
+                present = {v.label for v in versions if facts.sent(v)}
                 active = {v.label for v in versions}
                 verdict.fact_evictions = self.memory.fact_evictions(scope, present, active)
         verdict.ctx = Context(
@@ -191,14 +191,10 @@ class Inspector:
         system, scale = payload.system, payload.scale
         system_tokens, tools_tokens = (system.tokens if system is not None else 0), payload.tools_tokens
         if scale != 1.0:  # a bound payload: its texts shown at its scale, its fixed tokens as they are
-            # (``measure.shown``, inlined: this runs on every call)
             if system is not None:
-                fixed = system.fixed
-                system_tokens = round((system_tokens - fixed) * scale) + fixed
+                system_tokens = shown(system_tokens, system.fixed, scale)
             view = payload.view
-            overhead = view.prompt_overhead if view is not None else 0
-            if tools_tokens > overhead:  # schemas, whose text is scaled
-                tools_tokens = round((tools_tokens - overhead) * scale) + overhead
+            tools_tokens = shown(tools_tokens, view.prompt_overhead if view is not None else 0, scale)
         return budget_mod.evaluate(
             policy.budget or _DEFAULT_BUDGET,
             model=payload.model,

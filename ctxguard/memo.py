@@ -108,24 +108,18 @@ class Memos:
         self._memos.max_bytes = value
 
     def get(self, key: Hashable) -> Memo:
-        lock = self._lock
-        lock.acquire()  # not ``with lock``: half the instructions, on every call
-        try:
+        with self._lock:
             found = self._memos.get(key)
             if found is not None:
                 return found.memo
             memo = Memo()
             self._memos.put(key, _Settled(memo))
             return memo
-        finally:
-            lock.release()
 
     def settle(self, key: Hashable, memo: Memo) -> None:
         """Account for what ``memo`` keeps now; drop the oldest memos while over a bound."""
         size, held = memo.size
-        lock = self._lock
-        lock.acquire()  # not ``with lock``: half the instructions, on every call
-        try:
+        with self._lock:
             found = self._memos.peek(key)
             if found is None or found.memo is not memo:
                 return  # dropped meanwhile: what it keeps goes with it
@@ -137,8 +131,6 @@ class Memos:
                     self._kept -= dropped.size
             while self._kept > self.max_messages and self._memos:
                 self._kept -= self._memos.popitem(last=False)[1].size
-        finally:
-            lock.release()
 
     @property
     def kept(self) -> int:

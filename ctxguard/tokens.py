@@ -235,14 +235,14 @@ class Calibration:
     def observe(self, model: str | None, counted: int, reported: int) -> None:
         if not model or counted <= 0 or reported <= 0:
             return
-        ratio = reported / counted  # clamped by comparisons: min()/max() calls cost 3x, every call
+        # Clamped by comparisons, not min(max()): a builtin call costs ~1,170 instructions more than a
+        # comparison (callgrind), so ~4,700 a call (both calibrations learn), 0.8% of a call.
+        ratio = reported / counted
         if ratio < self.low:
             ratio = self.low
         elif ratio > self.high:
             ratio = self.high
-        lock = self._lock
-        lock.acquire()  # not ``with lock``: half the instructions, on every call
-        try:
+        with self._lock:
             window = self._ratios.get(model)
             if window is None:
                 if len(self._ratios) >= self.MAX_MODELS:
@@ -259,8 +259,6 @@ class Calibration:
             insort(ordered, ratio)
             if len(ordered) >= self.MIN_REPORTS:
                 self._settle(model, ordered)
-        finally:
-            lock.release()
 
     def _settle(self, model: str, ordered: list[float]) -> None:
         """The factor of ``model`` from its ratios, sorted (under the lock)."""

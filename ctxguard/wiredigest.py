@@ -32,7 +32,7 @@ MIN_BYTES = 4096
 def common_prefix(a: bytes, b: bytes, start: int) -> int:
     """Length of the longest common prefix of ``a`` and ``b``, given they agree up to ``start``."""
     view = memoryview(a)
-    lo, hi = start, len(a) if len(a) < len(b) else len(b)  # not min(): a builtin call costs 3x
+    lo, hi = start, min(len(a), len(b))
     while lo < hi:  # invariant: a[:lo] == b[:lo]
         mid = (lo + hi + 1) // 2
         if b.startswith(view[lo:mid], lo):
@@ -72,13 +72,9 @@ class WireDigests:
     def digest(self, scope: Hashable | None, body: bytes) -> str:
         if scope is None or len(body) < MIN_BYTES or len(body) > self._kept.max_bytes:
             return self.digester.bytes(body)
-        lock = self._lock
-        lock.acquire()  # not ``with lock``: half the instructions, on every call
-        try:
+        with self._lock:
             kept = self._kept.get(scope)
             last = (kept.body, kept.offset, kept.state) if kept is not None else None
-        finally:
-            lock.release()
         start, hasher = 0, None
         if last is not None:
             previous, offset, state = last
@@ -93,8 +89,7 @@ class WireDigests:
         hasher.update(view[start:shared])
         resume = hasher.copy()  # the next body of this conversation likely shares at least this much
         hasher.update(view[shared:])
-        lock.acquire()
-        try:
+        with self._lock:
             if kept is not None and self._kept.peek(scope) is kept:  # still kept: brought up to date
                 grown, kept.size = len(body) - kept.size, len(body)
                 kept.body, kept.offset, kept.state = body, shared, resume
@@ -102,6 +97,4 @@ class WireDigests:
                     self._kept.resized(scope, grown)
             else:
                 self._kept.put(scope, _LastBody(body, shared, resume))
-        finally:
-            lock.release()
         return hasher.hexdigest()

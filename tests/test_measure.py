@@ -125,8 +125,8 @@ def test_reports_waiting_for_the_exact_count_are_counted_less_their_fixed_tokens
     assert (late.basis, late.tokens) == ("estimate", 12 + IMAGE + fixed)
 
 
-def test_the_inlined_shown_counts_follow_shown_and_ceiling():
-    """``Measurer._shown`` computes ``shown`` and ``ceiling`` inline, on both paths."""
+def test_the_shown_counts_follow_shown_and_ceiling():
+    """``Measurer._shown`` shows a calibrated payload by ``shown`` under its ``ceiling``, on both paths."""
     from ctxguard.measure import ceiling, shown
 
     fixed = MESSAGE_OVERHEAD + REPLY_PRIMING

@@ -175,16 +175,12 @@ class Metrics:
             hits.append(start + bisect.bisect_left(bounds, value))  # le: the first bound >= value
             sums.append((start + len(bounds) + 1, value))
             seen.append((start, value))
-        lock = self._lock
-        lock.acquire()  # not ``with lock``: half the instructions, on every call
-        try:
+        with self._lock:
             v = self._cells
             for i in hits:
                 v[i] += 1
             for i, amount in sums:
                 v[i] += amount
-        finally:
-            lock.release()
         shared = self._shared
         if shared is not None:
             for i in hits:

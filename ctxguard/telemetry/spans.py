@@ -90,30 +90,74 @@ MESSAGE_ATTR_CAP = 128
 CONTENT_ATTR_CAP = 64 * 1024
 
 
+#: The opentelemetry-sdk releases (major, minor) whose span attribute store ``set_attributes`` was
+#: written for and tested on: the oldest that pyproject.toml accepts to the newest tested. Any other
+#: release takes the public path (docs/design.md, "Span attributes: the one private write").
+WRITTEN_FOR = ((1, 30), (1, 45))
+
+
+def _store_as_written_for() -> bool:
+    """Whether the installed SDK keeps a span's attributes as ``set_attributes`` expects, checked
+    once, at import: a release in ``WRITTEN_FOR``, and a span of a provider of its own (sampled,
+    no resource detection, no processor, no exit hook) whose container has the fields the fast
+    path reads and which, once ended, shows in its public ``attributes`` what was written into
+    that container. Any surprise: False."""
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+        from opentelemetry.sdk.version import __version__
+
+        major, minor = (int(part) for part in __version__.split(".")[:2])
+        if not WRITTEN_FOR[0] <= (major, minor) <= WRITTEN_FOR[1]:
+            return False
+        provider = TracerProvider(sampler=ALWAYS_ON, resource=Resource.get_empty(), shutdown_on_exit=False)
+        span: Any = provider.get_tracer("ctxguard").start_span("ctxguard.probe")
+        bounded = span._attributes
+        if not (
+            type(bounded) is BoundedAttributes
+            and span._end_time is None
+            and bounded._immutable is False
+            and type(bounded._dict) is dict
+            and hasattr(bounded._lock, "__enter__")
+            and hasattr(bounded, "maxlen")
+            and hasattr(bounded, "max_value_len")
+        ):
+            return False
+        with bounded._lock:
+            bounded._dict.update({"ctxguard.probe": "written"})
+        span.end()
+        return span._end_time is not None and dict(span.attributes or {}) == {"ctxguard.probe": "written"}
+    except Exception:
+        return False
+
+
+#: ``set_attributes`` may write into the SDK's container (``_store_as_written_for``).
+STORE_AS_WRITTEN_FOR = _store_as_written_for()
+
+
 def set_attributes(span: Span, attributes: dict[str, Any]) -> None:
     """Set attributes that are valid by construction, skipping the SDK's per-value cleaning.
 
     Every value ctxguard builds is a str, int, float, bool or a tuple of str, as the
-    OpenTelemetry spec requires, yet the SDK re-validates each value and each list
-    element on every call: at 20 messages that is most of ctxguard's own cost. When
-    the span is the SDK's, still open, with no attribute count or length limit that
-    these attributes could hit, they go straight into its container, under its lock.
-    Anything else takes the public, validating ``set_attributes``.
+    OpenTelemetry spec requires, yet the SDK's public ``set_attributes`` re-validates each
+    value and each tuple element on every call: 395,000 more instructions a call at 20
+    messages, +65% of ctxguard's own (docs/performance.md). So, on an SDK release this was
+    written for (``STORE_AS_WRITTEN_FOR``), when the span is the SDK's, still open, with no
+    value-length limit and room under the count limit for these attributes, they go straight
+    into its container, under its lock. Anything else takes the public, validating path.
     """
     bounded = getattr(span, "_attributes", None)
     if (
-        type(bounded) is BoundedAttributes
+        STORE_AS_WRITTEN_FOR
+        and type(bounded) is BoundedAttributes
         and getattr(span, "_end_time", 0) is None
         and not bounded._immutable
         and bounded.max_value_len is None
         and (bounded.maxlen is None or len(bounded._dict) + len(attributes) <= bounded.maxlen)
     ):
-        lock = bounded._lock
-        lock.acquire()  # not ``with lock``: half the instructions, on every call
-        try:
+        with bounded._lock:
             bounded._dict.update(attributes)
-        finally:
-            lock.release()
     else:
         span.set_attributes(attributes)
 
