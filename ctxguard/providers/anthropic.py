@@ -170,8 +170,12 @@ def _schema(output: Any) -> Any:
 
     try:
         from anthropic.lib._parse._transform import transformed_json_schema
-    except ImportError:  # an SDK without the helper sends pydantic's own schema
-        return TypeAdapter(output).json_schema()
+    except ImportError:
+        try:  # anthropic 0.x: pydantic's schema, transformed
+            from anthropic.lib._parse._transform import transform_schema
+        except ImportError:  # an SDK without either helper sends pydantic's own schema
+            return TypeAdapter(output).json_schema()
+        return transform_schema(TypeAdapter(output).json_schema())
     return transformed_json_schema(TypeAdapter(output))
 
 
