@@ -27,8 +27,8 @@ else:  # pragma: no cover - Python 3.10
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "ctxguard" / "data" / "model_windows.toml"
 FIELDS = {"window", "counts", "provider", "source", "checked", "confidence", "retired", "note"}
-PROVIDERS = {"openai", "anthropic", "gcp.gemini", "mistral_ai", "cohere", "aws.bedrock", "deepseek", "x_ai", "groq",
-             "ollama"}
+PROVIDERS = {"openai", "anthropic", "gcp.gemini", "gcp.vertex_ai", "mistral_ai", "cohere", "aws.bedrock", "deepseek",
+             "x_ai", "groq", "ollama", "perplexity", "together_ai", "fireworks_ai"}
 
 
 def shipped() -> dict[str, dict]:
@@ -88,6 +88,19 @@ def test_the_models_the_issue_names_are_in_the_table():
                   "llama-3.3-70b-versatile", "llama3.2", "qwen2.5", "codestral", "magistral-medium"):
         assert model in MODEL_WINDOWS, model
     assert shipped()["claude-sonnet-4-5"]["retired"] == datetime.date(2026, 11, 30)
+
+
+def test_the_models_current_on_2026_12_06_are_in_the_table():
+    """Issue 39, item 5: the table lagged a release (gemini-3.7-flash and gemini-3.8-flash had no window)."""
+    for model, window in (("gemini-3.8-flash", 1_048_576), ("gemini-3.7-flash", 1_048_576), ("gemini-3.6-flash", 1_048_576),
+                          ("gemini-3.5-flash-lite", 1_048_576), ("gemini-3.1-flash-lite", 1_048_576),
+                          ("gpt-6-astra", 1_050_000), ("gpt-5.6", 1_050_000), ("gpt-5.6-luna", 1_050_000),
+                          ("claude-mythos-5-1", 1_000_000), ("grok-4.5", 500_000), ("sonar-pro", 200_000),
+                          ("openrouter/openai/gpt-5.6-terra:batch", 1_050_000), ("openai/gpt-oss-120b", 131_072),
+                          ("accounts/fireworks/models/llama-v3p3-70b-instruct", 131_072), ("gpt-oss:20b", 131_072)):
+        assert window_for(model) == window, model
+    checked = {entry["checked"] for entry in shipped().values()}
+    assert checked == {datetime.date(2026, 12, 1), datetime.date(2026, 12, 6)}
 
 
 # -- resolution --------------------------------------------------------------------------------
