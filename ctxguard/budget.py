@@ -65,6 +65,10 @@ _BEDROCK = re.compile(
     r"(?:anthropic|meta|amazon|mistral|cohere|deepseek|openai|qwen|google|writer|ai21|nvidia|minimax|moonshotai)\."
     r"(.+?)(?:-v\d+(?::\d+)?)?(?::\d+k)?$"
 )
+#: A model id's version: a major and, after "." or "-", a minor (``gpt-5.6``, ``gemini-3.8-flash``,
+#: ``claude-sonnet-5-5``, ``llama3.2``), one or two digits each and standing alone: ``gpt-4o``, ``70b``,
+#: ``v3p3`` and ``2508`` are not versions. The id without its minor is its family (``gemini-3.*-flash``).
+_VERSION = re.compile(r"(?<![0-9])(\d{1,2})(?:([.-])(\d{1,2}))?(?![0-9a-z])")
 #: Resolutions remembered (``_remembered``): at most ``_RESOLVED_MAX`` model strings of at most
 #: ``_REMEMBERED_CHARS`` characters (a model string is the app's, of any length): a longer one is
 #: resolved again each time.
@@ -72,34 +76,92 @@ _RESOLVED_MAX = 1024
 _REMEMBERED_CHARS = 256
 
 
-def _resolve(model: str) -> str:
-    """The table key ``model`` names, or "": a provider or ARN prefix (``openai/``, ``models/``,
-    ``...:inference-profile/``) and a Vertex ``@version`` dropped, a Bedrock id unwrapped, an Ollama
-    ``:tag`` tried with and then without, a snapshot suffix tried as its family."""
+def _names(model: str) -> tuple[str, str]:
+    """The ids ``model`` is looked up as: a provider or ARN prefix (``openai/``, ``models/``,
+    ``...:inference-profile/``) and a Vertex ``@version`` dropped, a Bedrock id unwrapped; with its
+    Ollama ``:tag``, then without."""
     name = model.strip().lower().rsplit("/", 1)[-1].split("@", 1)[0]
     bedrock = _BEDROCK.match(name)
     if bedrock:
         name = bedrock.group(1)
-    for candidate in (name, name.split(":", 1)[0]):
+    return name, name.split(":", 1)[0]
+
+
+def _version(model: str) -> tuple[tuple[str, int, str], int] | None:
+    """``model``'s family (the id before and after its version, and the major) and its minor (0 when
+    it has none: ``claude-sonnet-5`` is 5.0); None without a version."""
+    found = _VERSION.search(model)
+    if found is None:
+        return None
+    major, _, minor = found.groups()
+    return (model[: found.start()], int(major), model[found.end() :]), int(minor or 0)
+
+
+@functools.lru_cache(maxsize=1)
+def _families(table_size: int) -> dict[tuple[str, int, str], list[tuple[int, str]]]:
+    """The table's families, each with its members' minors and ids in order, made again when the
+    table's size changes."""
+    families: dict[tuple[str, int, str], list[tuple[int, str]]] = {}
+    for model in list(MODEL_WINDOWS):
+        found = _version(model)
+        if found is not None:
+            families.setdefault(found[0], []).append((found[1], model))
+    for members in families.values():
+        members.sort()
+    return families
+
+
+def _resolve(model: str) -> tuple[str, bool]:
+    """``(table key, False)`` for the entry ``model`` names: the id itself, else its family when it
+    ends in a snapshot suffix. Else, for an id with a version whose family the table knows, ``(key of
+    the member it follows, True)``: the highest minor below its own (``gemini-3.9-flash`` follows
+    ``gemini-3.8-flash``, ``claude-sonnet-5-1`` follows ``claude-sonnet-5``). Else ``("", False)``.
+    Never across families: the rest of the id and the major must match, so an unknown vendor, a new
+    major or a minor below every known one stays unknown."""
+    bases = []
+    for candidate in _names(model):
         if candidate in MODEL_WINDOWS:
-            return candidate
+            return candidate, False
         snapshot = _SNAPSHOT.match(candidate)
-        if snapshot and snapshot.group(1) in MODEL_WINDOWS:
-            return snapshot.group(1)
-    return ""
+        base = snapshot.group(1) if snapshot else candidate
+        if snapshot and base in MODEL_WINDOWS:
+            return base, False
+        bases.append(base)
+    families = _families(len(MODEL_WINDOWS))
+    for base in bases:
+        found = _version(base)
+        if found is None:
+            continue
+        family, minor = found
+        before = [member for known, member in families.get(family, ()) if known < minor]
+        if before:
+            return before[-1], True
+    return "", False
 
 
 @functools.lru_cache(maxsize=_RESOLVED_MAX)
-def _remembered(model: str, table_size: int) -> str:
+def _remembered(model: str, table_size: int) -> tuple[str, bool]:
     """``_resolve(model)``, remembered per size of the table: an id added to it (by
     ``add_model_windows`` or an edit of ``MODEL_WINDOWS``) makes every model resolve again."""
     return _resolve(model)
 
 
+def _window(model: str | None) -> tuple[int | None, str]:
+    """``model``'s window and, when it is inferred (``_resolve``), the table id it is inferred from
+    (else ""); ``(None, "")`` when unknown. Runs on every call: a resolution is remembered."""
+    if not isinstance(model, str) or not model:
+        return None, ""
+    key, inferred = _remembered(model, len(MODEL_WINDOWS)) if len(model) <= _REMEMBERED_CHARS else _resolve(model)
+    if not key:
+        return None, ""
+    return MODEL_WINDOWS.get(key), key if inferred else ""
+
+
 def window_for(model: str | None) -> int | None:
-    """The model's context window in tokens (``MODEL_WINDOWS``); snapshots, aliases, Bedrock,
-    Vertex, provider-prefixed ids and Ollama tags resolve to their family (docs/budget.md), unknown
-    models to None (never guessed). Runs on every call: a resolution is remembered.
+    """The model's context window in tokens as the table has it (``MODEL_WINDOWS``); snapshots,
+    aliases, Bedrock, Vertex, provider-prefixed ids and Ollama tags resolve to their entry
+    (docs/budget.md), any other model to None. A new minor of a known family is None here too: the
+    budget infers its window (``budget_for``, ``evaluate``) and says so; this is the table's word.
 
     >>> window_for("gpt-4o-2024-08-06")
     128000
@@ -110,8 +172,18 @@ def window_for(model: str | None) -> int | None:
     """
     if not isinstance(model, str) or not model:
         return None
-    key = _remembered(model, len(MODEL_WINDOWS)) if len(model) <= _REMEMBERED_CHARS else _resolve(model)
-    return MODEL_WINDOWS.get(key) if key else None
+    key, inferred = _remembered(model, len(MODEL_WINDOWS)) if len(model) <= _REMEMBERED_CHARS else _resolve(model)
+    return MODEL_WINDOWS.get(key) if key and not inferred else None
+
+
+@functools.lru_cache(maxsize=_RESOLVED_MAX)
+def _unknown(model: str | None) -> str:
+    """Why a model has no window, and the settings that give it one; remembered, as its resolution is."""
+    if not isinstance(model, str) or not model:
+        return "unknown context window: the request names no model (set Budget(window=...))"
+    name = _names(model)[1]
+    return (f"unknown context window for model {model!r} (set Budget(window=...), or give {name!r} a window: "
+            "instrument(model_windows=) or the CTXGUARD_MODEL_WINDOWS file)")
 
 
 def _entries(data: object, where: str) -> dict[str, int]:
@@ -227,7 +299,9 @@ class Budget:
 
 @dataclass(frozen=True)
 class BudgetBreakdown:
-    """The equation as a value; ``str()`` prints it term by term."""
+    """The equation as a value; ``str()`` prints it term by term. ``window_inferred``: for a model
+    the table does not have, the table id whose window it was given (the version it follows in its
+    family: ``gpt-5.6`` for ``gpt-5.7``); None when the window is the table's or the caller's."""
 
     model: str
     window: int
@@ -236,6 +310,7 @@ class BudgetBreakdown:
     retrieved: int
     reserved_output: int
     reserved_reasoning: int
+    window_inferred: str | None = None
 
     @property
     def history_available(self) -> int:
@@ -258,6 +333,8 @@ class BudgetBreakdown:
             ("reserved reasoning", self.reserved_reasoning, "-"),
         ]
         lines = [f"{sign} {name:<20}{value:>12,}" for name, value, sign in rows]
+        if self.window_inferred is not None:
+            lines[0] += f"  inferred from {self.window_inferred}"
         lines.append(f"= {'history available':<20}{self.history_available:>12,}")
         return "\n".join(lines)
 
@@ -272,7 +349,9 @@ def budget_for(
     reserved_output: int = 0,
     reserved_reasoning: int = 0,
 ) -> BudgetBreakdown:
-    """The equation for ``model``, every term given (the window from the table unless given).
+    """The equation for ``model``, every term given (the window from the table unless given; for a
+    new minor of a family the table knows, the window of the version it follows, named in
+    ``window_inferred``).
 
     >>> budget_for("gpt-4o", system=1200, reserved_output=4000).history_available
     122800
@@ -284,6 +363,8 @@ def budget_for(
     - reserved output            4,000
     - reserved reasoning             0
     = history available        122,000
+    >>> budget_for("gemini-3.9-flash").window_inferred
+    'gemini-3.8-flash'
     """
     _check_terms(
         window=window,
@@ -293,10 +374,14 @@ def budget_for(
         reserved_output=reserved_output,
         reserved_reasoning=reserved_reasoning,
     )
-    resolved = window if window is not None else window_for(model)
-    if resolved is None:
-        raise ValueError(f"unknown context window for model {model!r}; pass window=")
-    return BudgetBreakdown(model, resolved, system, tools, retrieved, reserved_output, reserved_reasoning)
+    inferred = ""
+    if window is None:
+        window, inferred = _window(model)
+        if window is None:
+            raise ValueError(f"unknown context window for model {model!r}; pass window= (or add it: add_model_windows)")
+    return BudgetBreakdown(
+        model, window, system, tools, retrieved, reserved_output, reserved_reasoning, inferred or None
+    )
 
 
 # The same terms recur call after call; a frozen dataclass is costly to build each time.
@@ -340,27 +425,35 @@ def evaluate(
 ) -> BudgetEval | str:
     """Measure one request; returns the reason as a string when it cannot be judged. The window:
     ``budget.window`` if set, else the one the request sets (``request_window``: Ollama's
-    ``num_ctx``), else the model table's (``window_for``).
+    ``num_ctx``), else the model table's, else its family's (``breakdown.window_inferred``).
 
     >>> ev = evaluate(Budget(window=1000), model="m", input_tokens=900, system_tokens=0, tools_tokens=0,
     ...               max_output_tokens=200)
     >>> ev.headroom, ev.utilization
     (-100, 1.1)
     >>> evaluate(Budget(), model="my-finetune-v7", input_tokens=900, system_tokens=0, tools_tokens=0,
-    ...          max_output_tokens=None)
-    "unknown context window for model 'my-finetune-v7' (set Budget(window=...))"
+    ...          max_output_tokens=None)  # doctest: +ELLIPSIS
+    "unknown context window for model 'my-finetune-v7' (set Budget(window=...), or give 'my-finetune-v7' a window: ...)"
     """
     window = budget.window if budget.window is not None else request_window
+    inferred = ""
     if window is None:
-        window = window_for(model)
-    if window is None:
-        return f"unknown context window for model {model!r} (set Budget(window=...))"
+        window, inferred = _window(model)
+        if window is None:
+            return _unknown(model) if model is None or len(model) <= _REMEMBERED_CHARS else _unknown.__wrapped__(model)
     if window <= 0:
         return "window must be positive"
     reserved_output = budget.reserved_output if budget.reserved_output is not None else max_output_tokens or 0
     tools = budget.tools if budget.tools is not None else tools_tokens
     breakdown = _breakdown(
-        model or "", window, system_tokens, tools, budget.retrieved, reserved_output, budget.reserved_reasoning
+        model or "",
+        window,
+        system_tokens,
+        tools,
+        budget.retrieved,
+        reserved_output,
+        budget.reserved_reasoning,
+        inferred or None,
     )
     history = max(0, input_tokens - system_tokens - tools_tokens - budget.retrieved)
     return BudgetEval(breakdown, input_tokens, history, budget.history_max)

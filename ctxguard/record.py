@@ -318,6 +318,8 @@ def _context_attributes(a: dict[str, Any], ctx: Context, digester: Digester) -> 
     if not isinstance(ctx.budget, str):
         ev = ctx.budget
         a[attr.BUDGET_WINDOW] = ev.breakdown.window
+        if ev.breakdown.window_inferred is not None:
+            a[attr.BUDGET_WINDOW_INFERRED] = ev.breakdown.window_inferred
         a[attr.BUDGET_RESERVED_OUTPUT] = ev.breakdown.reserved_output
         a[attr.BUDGET_RESERVED_REASONING] = ev.breakdown.reserved_reasoning
         a[attr.BUDGET_TOOLS] = ev.breakdown.tools

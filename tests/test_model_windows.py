@@ -27,8 +27,8 @@ else:  # pragma: no cover - Python 3.10
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "ctxguard" / "data" / "model_windows.toml"
 FIELDS = {"window", "counts", "provider", "source", "checked", "confidence", "retired", "note"}
-PROVIDERS = {"openai", "anthropic", "gcp.gemini", "mistral_ai", "cohere", "aws.bedrock", "deepseek", "x_ai", "groq",
-             "ollama"}
+PROVIDERS = {"openai", "anthropic", "gcp.gemini", "gcp.vertex_ai", "mistral_ai", "cohere", "aws.bedrock", "deepseek",
+             "x_ai", "groq", "ollama", "perplexity", "together_ai", "fireworks_ai"}
 
 
 def shipped() -> dict[str, dict]:
@@ -90,6 +90,20 @@ def test_the_models_the_issue_names_are_in_the_table():
     assert shipped()["claude-sonnet-4-5"]["retired"] == datetime.date(2026, 11, 30)
 
 
+def test_the_models_current_on_2026_12_06_are_in_the_table():
+    """Issue 39, item 5: the table lagged a release (gemini-3.7-flash and gemini-3.8-flash had no window)."""
+    for model, window in (("gemini-3.8-flash", 1_048_576), ("gemini-3.7-flash", 1_048_576),
+                          ("gemini-3.6-flash", 1_048_576), ("gemini-3.5-flash-lite", 1_048_576),
+                          ("gemini-3.1-flash-lite", 1_048_576),
+                          ("gpt-6-astra", 1_050_000), ("gpt-5.6", 1_050_000), ("gpt-5.6-luna", 1_050_000),
+                          ("claude-mythos-5-1", 1_000_000), ("grok-4.5", 500_000), ("sonar-pro", 200_000),
+                          ("openrouter/openai/gpt-5.6-terra:batch", 1_050_000), ("openai/gpt-oss-120b", 131_072),
+                          ("accounts/fireworks/models/llama-v3p3-70b-instruct", 131_072), ("gpt-oss:20b", 131_072)):
+        assert window_for(model) == window, model
+    checked = {entry["checked"] for entry in shipped().values()}
+    assert checked == {datetime.date(2026, 12, 1), datetime.date(2026, 12, 6)}
+
+
 # -- resolution --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("model", "window"), [
@@ -136,7 +150,7 @@ def test_every_id_form_resolves_to_the_underlying_models_window(model, window):
 
 def test_a_resolution_is_remembered_and_made_again_when_the_table_changes():
     assert window_for("acme-support-ft:7b") is None
-    assert budget._remembered("acme-support-ft:7b", len(MODEL_WINDOWS)) == ""
+    assert budget._remembered("acme-support-ft:7b", len(MODEL_WINDOWS)) == ("", False)
     assert budget._remembered.cache_info().hits == 1  # remembered: resolved once
     MODEL_WINDOWS["acme-support-ft"] = 8_192  # a direct edit of the public dict is seen too
     assert window_for("acme-support-ft:7b") == 8_192
@@ -154,6 +168,97 @@ def test_the_remembered_resolutions_are_bounded():
     assert window_for(huge) is None  # a long string is not kept
     assert budget._remembered.cache_info()[:2] == before[:2]
     assert window_for("openai/" + "a" * 300 + "/gpt-4o") == 128_000
+
+
+# -- the family rule: a model the table does not have yet ------------------------------------------
+
+@pytest.mark.parametrize(("model", "window", "inferred_from"), [
+    # a new minor takes the window of the version it follows
+    ("gemini-3.9-flash", 1_048_576, "gemini-3.8-flash"), ("claude-sonnet-5-1", 1_000_000, "claude-sonnet-5"),
+    ("gpt-5.7", 1_050_000, "gpt-5.6"), ("gpt-5.7-pro", 1_050_000, "gpt-5.5-pro"),
+    ("claude-opus-4-9", 1_000_000, "claude-opus-4-8"), ("grok-4.8", 500_000, "grok-4.7"),
+    ("gemini-3.6-flash-lite", 1_048_576, "gemini-3.5-flash-lite"),
+    # one between known versions takes the one below it, not the newest (Opus 4.5 had 200K, 4.6 1M)
+    ("claude-opus-4-2", 200_000, "claude-opus-4-1"), ("gpt-5.3", 400_000, "gpt-5.2"),
+    # after the id is unwrapped, as every id form is
+    ("claude-sonnet-5-1-20261101", 1_000_000, "claude-sonnet-5"),
+    ("us.anthropic.claude-opus-4-9-v1:0", 1_000_000, "claude-opus-4-8"),
+    ("claude-haiku-5-7@20261201", 1_000_000, "claude-haiku-5-5"), ("OpenAI/GPT-5.7-Pro", 1_050_000, "gpt-5.5-pro"),
+    ("models/gemini-3.9-flash-001", 1_048_576, "gemini-3.8-flash"), ("llama3.3:70b", 131_072, "llama3.2"),
+    # never across families: another vendor, another major, another variant, below every known version
+    ("acme-large-3.5", None, None), ("my-finetune-v7", None, None), ("gemini-4.0-flash", None, None),
+    ("claude-sonnet-6", None, None), ("qwen3:8b", None, None), ("gpt-5.7-sol-fast", None, None),
+    ("gemini-3.1-flash", None, None), ("gemini-3-flash", None, None), ("llama3.2-vision:11b", None, None),
+    ("gpt-4o-mini-tts", None, None), ("gpt-4o-2", None, None), ("command-a-plus-05-2026", None, None),
+    # the table's own entries are read, not inferred (gpt-5.6 is now in the table: the alias of gpt-5.6-sol)
+    ("gpt-5.6", 1_050_000, None), ("gpt-5.6-2026-07-09", 1_050_000, None), ("gemini-3.8-flash", 1_048_576, None),
+])
+def test_a_model_missing_from_the_table_gets_the_window_of_the_version_it_follows(model, window, inferred_from):
+    assert budget._window(model) == (window, inferred_from or "")
+    assert window_for(model) == (window if inferred_from is None else None)  # window_for is the table's word
+    if window is None:
+        with pytest.raises(ValueError, match="unknown context window"):
+            ctxguard.budget_for(model)
+    else:
+        breakdown = ctxguard.budget_for(model)
+        assert (breakdown.window, breakdown.window_inferred) == (window, inferred_from)
+
+
+def test_budget_for_says_when_the_window_is_inferred_and_a_given_window_is_never():
+    inferred = ctxguard.budget_for("gpt-5.7", system=1000)
+    assert inferred.window_inferred == "gpt-5.6"
+    assert str(inferred).splitlines()[0] == "  window                 1,050,000  inferred from gpt-5.6"
+    assert ctxguard.budget_for("gpt-5.6").window_inferred is None
+    assert ctxguard.budget_for("gpt-5.7", window=8000).window_inferred is None
+    assert "inferred" not in str(ctxguard.budget_for("gpt-5.6"))
+
+
+def test_user_entries_win_over_the_inference_and_join_their_family():
+    assert budget._window("gpt-5.7") == (1_050_000, "gpt-5.6")
+    add_model_windows({"gpt-5.7": 2_000_000})  # read from the table now, however it was remembered
+    assert budget._window("gpt-5.7") == (2_000_000, "") and window_for("gpt-5.7") == 2_000_000
+    assert budget._window("gpt-5.8") == (2_000_000, "gpt-5.7")
+    add_model_windows({"acme-large-3": 32_768})  # an app's own family is a family too
+    assert budget._window("acme-large-3.5") == (32_768, "acme-large-3")
+
+
+def test_the_version_before_was_the_right_window_for_all_but_these_in_the_tables_history():
+    """What the rule would have said for each entry had the table lacked it, against what the entry says.
+    Under the window is a false alarm near the edge; over it lets a request through that the provider
+    refuses: one entry (Grok 4.5, after Grok 4.3's 1M). A new such case in an update is for the docs."""
+    under, over = set(), set()
+    for model, window in budget._shipped().items():
+        found = budget._version(model)
+        before = [m for minor, m in budget._families(len(MODEL_WINDOWS)).get(found[0], ()) if minor < found[1]] \
+            if found else []
+        if before and MODEL_WINDOWS[before[-1]] != window:
+            (under if MODEL_WINDOWS[before[-1]] < window else over).add(model)
+    assert over == {"grok-4.5"}
+    assert under == {"gpt-4.1", "gpt-5.4", "claude-opus-4-6", "claude-sonnet-4-6", "grok-4.3"}
+
+
+@pytest.mark.parametrize(("model", "window", "inferred_from"), [
+    ("gemini-3.9-flash", 1_048_576, "gemini-3.8-flash"), ("claude-sonnet-5-1", 1_000_000, "claude-sonnet-5"),
+    ("gpt-5.7", 1_050_000, "gpt-5.6"), ("gpt-5.6", 1_050_000, None),
+])
+def test_an_inferred_window_is_marked_on_the_span(harness, client, model, window, inferred_from):
+    """Through the openai SDK to the loopback fake: the span says where the window came from."""
+    harness.start(mode="observe")
+    client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hello"}], max_tokens=100)
+    a = harness.spans()[-1].attributes
+    assert a["ctxguard.budget.window"] == window
+    assert a.get("ctxguard.budget.window_inferred") == inferred_from
+    assert not any(s.startswith("payload_under_budget") for s in a.get("ctxguard.checks.skipped", ()))
+
+
+def test_an_unknown_vendors_model_still_skips_naming_the_setting_that_fixes_it(harness, client):
+    harness.start(mode="observe")
+    client.chat.completions.create(model="acme-large-3.5", messages=[{"role": "user", "content": "hello"}])
+    a = harness.spans()[-1].attributes
+    assert "ctxguard.budget.window" not in a and "ctxguard.budget.window_inferred" not in a
+    assert ("payload_under_budget: unknown context window for model 'acme-large-3.5' (set Budget(window=...), or give "
+            "'acme-large-3.5' a window: instrument(model_windows=) or the CTXGUARD_MODEL_WINDOWS file)"
+            ) in a["ctxguard.checks.skipped"]
 
 
 # -- overrides ---------------------------------------------------------------------------------

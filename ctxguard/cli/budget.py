@@ -20,10 +20,17 @@ def run_budget(args: argparse.Namespace) -> int:
             reserved_reasoning=args.reasoning,
         )
     except ValueError as exc:
-        print(f"ctxguard budget: {exc}", file=sys.stderr)
+        message = str(exc)
+        if args.window is None and message.startswith("unknown context window"):
+            message = (f"unknown context window for model {args.model!r}: not in the window table, nor a later "
+                       "version of a model there; pass --window N")
+        print(f"ctxguard budget: {message}", file=sys.stderr)
         return 2
     print(f"model {args.model}")
     print(breakdown)
+    if breakdown.window_inferred is not None:
+        print(f"the window is inferred: {args.model} is not in the window table, and has the window of "
+              f"{breakdown.window_inferred}, the version before it in its family; pass --window N if it differs")
     available = breakdown.history_available
     if available < 0:
         print(f"the fixed parts exceed the window by {-available:,} tokens: no history fits")

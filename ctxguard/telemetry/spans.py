@@ -50,6 +50,9 @@ PREV_HASH = "ctxguard.prev.hash"
 MESSAGES_ADDED = "ctxguard.messages.added"
 MESSAGES_DROPPED = "ctxguard.messages.dropped"
 BUDGET_WINDOW = "ctxguard.budget.window"
+#: The window of a model the table does not have, taken from the table id named here (the version
+#: it follows in its family: docs/budget.md, "Resolution"): inferred, not read.
+BUDGET_WINDOW_INFERRED = "ctxguard.budget.window_inferred"
 BUDGET_RESERVED_OUTPUT = "ctxguard.budget.reserved_output"
 BUDGET_RESERVED_REASONING = "ctxguard.budget.reserved_reasoning"
 BUDGET_TOOLS = "ctxguard.budget.tools"

@@ -39,7 +39,16 @@ def under(id: str, budget: Budget, *, model: str | None = "m", input: int, syste
     under("over the window and over history_max", Budget(window=100, history_max=10), input=200, expect=FAIL,
           says="history 200 tokens exceeds history_max 10"),
     under("a model without a known window", Budget(), model="my-finetune-v7", input=10, expect=SKIP,
-          says="unknown context window for model 'my-finetune-v7' (set Budget(window=...))"),
+          says="unknown context window for model 'my-finetune-v7' (set Budget(window=...), or give 'my-finetune-v7' a"
+               " window: instrument(model_windows=) or the CTXGUARD_MODEL_WINDOWS file)"),
+    under("an unknown vendor's versioned id is not guessed", Budget(), model="acme-large-3.5", input=10,
+          expect=SKIP, says="give 'acme-large-3.5' a window: instrument(model_windows=) or the CTXGUARD_MODEL_WINDOWS"),
+    under("a Bedrock id: the id to add is the model's own", Budget(), model="us.anthropic.claude-unknown-v1:0",
+          input=10, expect=SKIP, says="give 'claude-unknown' a window"),
+    under("a new minor of a known family: its predecessor's window", Budget(), model="gemini-3.9-flash",
+          input=1_048_000, max_output=577, expect=FAIL, says="exceed the window 1048576 by 1"),
+    under("a new minor of a known family, within that window", Budget(), model="claude-sonnet-5-1", input=999_000,
+          max_output=1000, expect=PASS),
     under("no model at all", Budget(), model=None, input=10, expect=SKIP, says="unknown context window"),
     under("a window of zero", Budget(window=0), input=1, expect=SKIP, says="window must be positive"),
 ])

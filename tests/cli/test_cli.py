@@ -39,8 +39,17 @@ def test_budget_prints_the_equation_and_turns():
 def test_budget_unknown_model_needs_a_window():
     out = run("budget", "--model", "mystery")
     assert out.returncode == 2
-    assert "unknown context window" in out.stderr
+    assert "unknown context window" in out.stderr and "pass --window N" in out.stderr
     assert run("budget", "--model", "mystery", "--window", "8000", "--max-tokens", "9000").returncode == 1
+
+
+def test_budget_says_when_the_window_is_inferred_and_which_flag_overrides_it():
+    out = run("budget", "--model", "gemini-3.9-flash", "--max-tokens", "1000")
+    assert out.returncode == 0, out.stderr
+    assert "window                 1,048,576  inferred from gemini-3.8-flash" in out.stdout
+    assert "gemini-3.9-flash is not in the window table" in out.stdout and "pass --window N" in out.stdout
+    plain = run("budget", "--model", "gemini-3.8-flash")
+    assert plain.returncode == 0 and "inferred" not in plain.stdout
 
 
 def test_demo_serve_keeps_metrics_up_until_interrupted():
