@@ -8,6 +8,7 @@ entries and in bytes (a message's text counts, since the cache keeps it as its k
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
 from itertools import accumulate, compress, count
@@ -16,6 +17,7 @@ from sys import getsizeof
 from typing import Any
 
 from . import forksafe
+from ._isolation import report_internal_error
 from .cache import ENTRY_BYTES, TwoGenerationCache, str_bytes, text_bytes
 from .digest import Digester
 from .memo import Memo
@@ -29,6 +31,8 @@ from .tokens import (
     loaded_counter,
     utf8_bytes,
 )
+
+logger = logging.getLogger("ctxguard")
 
 __all__ = ["MESSAGE_BYTES", "Measurer", "TwoGenerationCache", "ceiling", "shown"]
 
@@ -246,6 +250,17 @@ class Measurer:
         payload's fixed tokens (a report not above them teaches nothing)."""
         model, fixed = payload.model, payload.fixed
         text = reported - fixed
+        before = self.out_of_range(model)
+        self._observe(payload, model, fixed, text)
+        after = self.out_of_range(model)
+        if after is not None and before is None:
+            _said_out_of_range(model, after, reported, payload.tokens)
+
+    def out_of_range(self, model: str | None) -> str | None:
+        """Whether ``model``'s counts are past what calibration corrects (``Calibration.outside``)."""
+        return self.calibration.outside(model) or self.bounds.outside(model)
+
+    def _observe(self, payload: Payload, model: str | None, fixed: int, text: int) -> None:
         self.bounds.observe(model, payload.bound - fixed, text)  # ignored if either is not > 0
         if payload.basis != BOUND.name:
             self.calibration.observe(model, payload.raw_tokens - fixed, text)
@@ -339,7 +354,7 @@ class Measurer:
             history_elsewhere=view.history_elsewhere, unreadable=view.unreadable, reply_room=view.reply_room,
             extends=extends, first_tool=first_tool, tool_results=view.tool_results, window=view.window,
             basis=basis.counter.name, view=view if basis.counter is BOUND else None,
-            bound=bound, ceiling=most, fixed=fixed, scale=scale,
+            bound=bound, ceiling=most, fixed=fixed, scale=scale, out_of_range=self.out_of_range(view.model),
         )
 
     def _current(self) -> _Basis:
@@ -371,6 +386,20 @@ class Measurer:
         if factor is None:
             return raw, basis.counter.name, bound, most, 1.0
         return min(shown(raw, fixed, factor), most), "calibrated", bound, most, 1.0
+
+
+class CountOutOfRange(Exception):
+    """A model's reported input tokens stay past what calibration corrects: counted in
+    ``ctxguard_guard_errors_total{where="tokens"}`` once per model (its accounting is wrong)."""
+
+
+def _said_out_of_range(model: str | None, direction: str, reported: int, counted: int) -> None:
+    """Once per model (the calibration flags it once until it comes back within range)."""
+    logger.warning("ctxguard: %s is %s: its provider reports input tokens past what calibration corrects (%d "
+                   "reported where %d were counted); its budget verdicts are not to be trusted until its provider's "
+                   "accounting is fixed (docs/budget.md, \"Calibration refines, never rescues\")",
+                   model, direction, reported, counted)
+    report_internal_error("tokens", CountOutOfRange(f"{model}: {direction}"))
 
 
 def shown(bound: int, fixed: int, scale: float) -> int:

@@ -206,6 +206,9 @@ class Payload:
     fixed: int = 0
     #: What a bound payload shows a byte of its text (``measure.shown``), 1.0 for a counted one.
     scale: float = 1.0
+    #: ``"under-counted"`` / ``"over-counted"`` while its model's reports stay past what calibration
+    #: corrects (``Calibration.outside``): its count, and the budget verdict on it, are not to be trusted.
+    out_of_range: str | None = None
     #: The first message (set from ``messages``, which is never changed after construction).
     head: Message | None = field(init=False)
     #: The instruction at the head, if the head is one.

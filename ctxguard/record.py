@@ -178,6 +178,8 @@ class Recorder:
         if payload.unreadable is None:  # else no count: the skipped checks say why
             a[attr.PAYLOAD_TOKENS] = payload.tokens
             a[attr.TOKENS_SOURCE] = payload.tokens_source
+            if payload.out_of_range is not None:
+                a[attr.TOKENS_OUT_OF_RANGE] = payload.out_of_range
         if len(messages) > attr.MESSAGE_ATTR_CAP:
             a[attr.MESSAGE_TRUNCATED] = True
         if payload.view is not None:  # a bound payload (``Payload.basis``)

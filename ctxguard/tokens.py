@@ -212,6 +212,10 @@ class Calibration:
         # sorted (the median is an index; kept by bisection: 3/4 of re-sorting on every call)
         self._ratios: dict[str, tuple[deque[float], list[float]]] = {}
         self._factors: dict[str, float] = {}
+        #: Models whose factor is at a bound: at least half their reports were past it, so the
+        #: count is out of what calibration can correct ("under-counted": reports more than
+        #: ``high`` times it; "over-counted": less than ``low``).
+        self._outside: dict[str, str] = {}
         self._lock = forksafe.lock()
         self._exact = exact
 
@@ -231,6 +235,12 @@ class Calibration:
 
     def factor(self, model: str | None) -> float | None:
         return self._factors.get(model) if model else None
+
+    def outside(self, model: str | None) -> str | None:
+        """``"under-counted"`` or ``"over-counted"`` while ``model``'s reports stay past the bounds
+        calibration corrects within (its factor is a bound), else None: calibration refines a
+        count, it cannot rescue one that far off."""
+        return self._outside.get(model) if model and self._outside else None
 
     def observe(self, model: str | None, counted: int, reported: int) -> None:
         if not model or counted <= 0 or reported <= 0:
@@ -263,6 +273,12 @@ class Calibration:
     def _settle(self, model: str, ordered: list[float]) -> None:
         """The factor of ``model`` from its ratios, sorted (under the lock)."""
         factor = ordered[len(ordered) // 2]  # the median (the upper one of an even count)
+        if factor >= self.high:
+            self._outside[model] = "under-counted"
+        elif factor <= self.low:
+            self._outside[model] = "over-counted"
+        else:
+            self._outside.pop(model, None)
         if factor < self.EXACT_FLOOR and self._exact is not None and self._exact(model):
             factor = self.EXACT_FLOOR
         self._factors[model] = factor

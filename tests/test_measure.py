@@ -125,9 +125,10 @@ def test_reports_waiting_for_the_exact_count_are_counted_less_their_fixed_tokens
     assert (late.basis, late.tokens) == ("estimate", 12 + IMAGE + fixed)
 
 
-def test_the_shown_counts_follow_shown_and_ceiling():
-    """``Measurer._shown`` shows a calibrated payload by ``shown`` under its ``ceiling``, on both paths."""
-    from ctxguard.measure import ceiling, shown
+def test_the_shown_counts_follow_shown_and_ceiling(internal_errors):
+    """``Measurer._shown`` shows a calibrated payload by ``shown`` under its ``ceiling``, on both paths;
+    reports 8x the count are held to 4x, and the model is said out of range (once a measurer)."""
+    from ctxguard.measure import CountOutOfRange, ceiling, shown
 
     fixed = MESSAGE_OVERHEAD + REPLY_PRIMING
     for measurer in (_lazy(), Measurer(Digester(b"k"), EstimateCounter(), Calibration())):
@@ -139,6 +140,10 @@ def test_the_shown_counts_follow_shown_and_ceiling():
         factor = measurer.calibration.factor("m") if payload.basis != "bound" else bounds
         expected = min(shown(payload.raw_tokens, payload.fixed, factor), payload.ceiling)
         assert payload.tokens == expected and payload.tokens_source == "calibrated"
+        # The count (8x short) is past what calibration corrects; the bytes (2 tokens a byte) are not.
+        assert payload.out_of_range == (None if payload.basis == "bound" else "under-counted")
+    assert [(where, type(exc)) for where, exc in internal_errors] == [("tokens", CountOutOfRange)]
+    internal_errors.clear()
 
 
 def test_a_providers_own_framing_replaces_openais():
@@ -160,3 +165,22 @@ def test_a_providers_own_framing_replaces_openais():
         assert framed.raw_tokens - plain.raw_tokens == (7 - 3) * 2 + (1 - 3)
         assert framed.fixed - plain.fixed == (7 - 3) * 2 + (1 - 3)
         assert framed.bound - plain.bound == (7 - 3) * 2 + (1 - 3)
+
+
+def test_calibration_refines_and_never_rescues():
+    """A model whose reports stay past the bounds is said out of range while they do: its factor is a
+    bound (half its reports or more were past it), not a correction; back within, it is not."""
+    calibration = Calibration()
+    for _ in range(Calibration.MIN_REPORTS):
+        calibration.observe("cohere-like", 100, 600)  # 6x: more than calibration corrects
+    assert calibration.factor("cohere-like") == Calibration.HIGH
+    assert calibration.outside("cohere-like") == "under-counted"
+    for _ in range(Calibration.WINDOW):
+        calibration.observe("cohere-like", 100, 110)
+    assert calibration.outside("cohere-like") is None and calibration.factor("cohere-like") == 1.1
+    for _ in range(Calibration.MIN_REPORTS):
+        calibration.observe("over", 1000, 100)
+    assert calibration.outside("over") == "over-counted"
+    for _ in range(Calibration.MIN_REPORTS):
+        calibration.observe("fine", 100, 130)
+    assert calibration.outside("fine") is None and calibration.outside(None) is None

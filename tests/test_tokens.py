@@ -29,6 +29,36 @@ def test_calibration_from_reported_usage(harness, llm, client):
     assert c.factor("m") == 4.0  # bounded
 
 
+@pytest.mark.parametrize("tokenizer", ["lazy", "eager"])
+def test_a_model_counted_past_what_calibration_corrects_is_said_so_never_silently(
+    harness, llm, client, caplog, internal_errors, tokenizer
+):
+    """Issue 39: a provider reporting far more than ctxguard counts (a template it adds, as Cohere's
+    once was uncounted) is not silently under-counted at the calibration's bound: one warning for the
+    model, one count in ctxguard_guard_errors_total{where="tokens"}, and every later call's span
+    says its count is under-counted while the reports stay so; whichever counter counts (byte
+    bounds, lazy, or the exact one)."""
+    import logging
+
+    from ctxguard.testing import Reply
+
+    harness.start(mode="observe", tokenizer=tokenizer)
+    caplog.set_level(logging.WARNING, logger="ctxguard")
+    # Command R7B answered "hello" with 496 input tokens: its template, which ctxguard did not count.
+    messages = [{"role": "user", "content": "hello"}]
+    for _ in range(Calibration.MIN_REPORTS + 3):
+        llm.script(Reply(text="a", input_tokens=496))
+        client.chat.completions.create(model="gpt-4o", messages=messages)
+    last = harness.spans()[-1].attributes
+    assert last["ctxguard.payload.tokens_out_of_range"] == "under-counted"
+    assert "ctxguard.payload.tokens_out_of_range" not in harness.spans()[0].attributes
+    said = [r.getMessage() for r in caplog.records if "past what calibration corrects" in r.getMessage()]
+    assert len(said) == 1 and "gpt-4o is under-counted" in said[0]
+    assert harness.metric("ctxguard_guard_errors_total", where="tokens") == 1
+    assert [where for where, _ in internal_errors] == ["tokens"]
+    internal_errors.clear()
+
+
 def _calibrated(reports: list[float], *, exact: bool = False) -> float | None:
     c = Calibration(exact=lambda model: exact)
     for ratio in reports:

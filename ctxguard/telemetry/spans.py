@@ -39,6 +39,8 @@ PAYLOAD_HASH = "ctxguard.payload.hash"
 PAYLOAD_MESSAGES = "ctxguard.payload.messages"
 PAYLOAD_TOKENS = "ctxguard.payload.tokens"
 TOKENS_SOURCE = "ctxguard.payload.tokens_source"
+#: ``under-counted`` / ``over-counted``: the model's reports stay past what calibration corrects
+TOKENS_OUT_OF_RANGE = "ctxguard.payload.tokens_out_of_range"
 #: On a call whose verdicts its bytes proved (no exact count made): the ceiling they were proven with.
 TOKENS_CEILING = "ctxguard.payload.tokens_ceiling"
 MESSAGE_ROLES = "ctxguard.message.roles"
