@@ -88,7 +88,9 @@ def test_the_guard_fed_ten_times_its_budget_keeps_at_most_its_budget(harness, mo
             made = guard.before(OPENAI, "chat.completions", kwargs)
             assert made is not None
             made.wire(json.dumps(kwargs).encode())
-            made.end("complete", Answer(model="gpt-4o", text="It ships to Pune.", input_tokens=100))
+            # The provider's report, as near ctxguard's count as an exact tokenizer's would be.
+            reported = made.verdict.payload.tokens
+            made.end("complete", Answer(model="gpt-4o", text="It ships to Pune.", input_tokens=reported))
 
     def words(n: int) -> str:  # 20 KB of words of its own: its word set is large too
         return " ".join(f"w{n}x{i}".ljust(40, "y") for i in range(500))

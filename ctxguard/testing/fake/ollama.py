@@ -39,6 +39,11 @@ def go_json(obj: Any) -> bytes:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").encode()
 
 
+#: Tokens of instructions a chat template writes around the tools it is given (not ctxguard's
+#: per-family figures: the fake's own, so that the two do not agree by construction).
+TOOL_INSTRUCTIONS = 120
+
+
 def _message_tokens(message: Any, model: str) -> int:
     """A message as the chat template renders it: its text (thinking and tool calls too); each image
     what the model's vision encoder makes of one, never its base64."""
@@ -59,7 +64,10 @@ def _held(payload: Mapping[str, Any], window: int) -> tuple[int, int]:
     messages = messages if isinstance(messages, list) else []
     model = str(payload.get("model") or "")
     costs = [_message_tokens(m, model) for m in messages]
-    fixed = schemas_tokens(payload.get("tools")) + FRAME_TOKENS
+    tools = payload.get("tools")
+    # A model's chat template renders tools inside instructions of its own (Llama 3.x's "Given the
+    # following functions...", Qwen's <tools> block): the fake's round figure for them.
+    fixed = schemas_tokens(tools) + (TOOL_INSTRUCTIONS if tools else 0) + FRAME_TOKENS
     full = fixed + sum(costs)
     if full <= window:
         return full, 0
