@@ -119,6 +119,38 @@ def measure(corpus: Path = CORPUS, *, estimate: bool = False, providers: tuple[s
     return rows
 
 
+def measure_after(reports: int, corpus: Path = CORPUS, *, providers: tuple[str, ...] = PROVIDERS) -> list[Row]:
+    """What ctxguard shows for each recorded request once its model's calibration has learnt from
+    ``reports`` other recorded requests of the same model (the next ones in corpus order, each
+    counted and reported to a fresh measurer first): the models with more than ``reports``
+    records. Issue 39's second target: the median within ±5% after 5 reports."""
+    from ctxguard.digest import Digester
+    from ctxguard.measure import Measurer
+    from ctxguard.tokens import Calibration, default_counter
+
+    by_model: dict[tuple[str, str], list[dict]] = {}
+    for record in records(corpus):
+        if record["provider"] in providers and "body_mismatch" not in record:
+            model = str(record.get("model") or record["body"].get("model"))
+            by_model.setdefault((record["provider"], model), []).append(record)
+    rows = []
+    for (provider, model), mine in by_model.items():
+        if len(mine) <= reports:
+            continue
+        adapter = importlib.import_module(f"ctxguard.providers.{provider}").ADAPTER
+        views = [adapter.normalise(record["api"], call(record)) for record in mine]
+        for i, record in enumerate(mine):
+            measurer = Measurer(Digester(b"token-accuracy"), default_counter(), Calibration())
+            for k in range(1, reports + 1):
+                j = (i + k) % len(mine)
+                measurer.observe(measurer.measure(views[j]), mine[j]["reported_input_tokens"])
+            payload = measurer.measure(views[i])
+            rows.append(Row(record["id"], provider, model, record["kind"], payload.tokens,
+                            record["reported_input_tokens"], record["api"], record.get("model_family", provider),
+                            views[i].unreadable is not None))
+    return rows
+
+
 def summary(rows: list[Row]) -> dict[str, float]:
     errors = [row.error for row in rows]
     return {"requests": len(rows), "median": statistics.median(errors), "worst_under": min(errors),
@@ -198,11 +230,17 @@ def main() -> int:
     parser.add_argument("--provider", action="append", choices=PROVIDERS, help="only this provider (repeatable)")
     parser.add_argument("--summary", action="store_true", help="print only the per-provider table, not each request")
     parser.add_argument("--half", choices=HALVES, help="only the records of this half of the corpus")
+    parser.add_argument("--after", type=int, metavar="N",
+                        help="what is shown once the model's calibration has learnt from N other requests of it")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from ctxguard.tokens import default_counter
 
-    rows = measure(args.corpus, estimate=args.estimate, providers=tuple(args.provider or PROVIDERS), only=args.half)
+    chosen = tuple(args.provider or PROVIDERS)
+    if args.after:
+        rows = measure_after(args.after, args.corpus, providers=chosen)
+    else:
+        rows = measure(args.corpus, estimate=args.estimate, providers=chosen, only=args.half)
     print(f"counter: {'estimate' if args.estimate else default_counter().name}")
     if not args.summary:
         print(table(sorted(rows, key=lambda r: (PROVIDERS.index(r.provider), r.family, r.kind, r.id)), args.markdown))

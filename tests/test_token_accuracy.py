@@ -217,3 +217,15 @@ def test_each_bedrock_family_meets_the_median():
     missed = {family: f"{median:+.1f}%" for family, median in medians.items() if not -10 <= median <= 10}
     assert set(missed) == set(BEDROCK_FAMILY_MISSES), missed
     assert -10 <= accuracy.summary(groups["bedrock", ""])["median"] <= 10
+
+
+def test_after_five_reports_of_a_model_every_providers_median_is_within_five_percent():
+    """Issue 39's second target: once a model's calibration has learnt from 5 reports (other
+    recorded requests of the same model), what ctxguard shows is within ±5% of what was reported,
+    in the median of each provider with a model recorded more than 5 times."""
+    rows = accuracy.measure_after(5)
+    providers = {row.provider for row in rows}
+    assert {"openai", "google_genai", "cohere", "bedrock", "mistral"} <= providers
+    for provider in sorted(providers):
+        median = accuracy.summary([row for row in rows if row.provider == provider])["median"]
+        assert -5 <= median <= 5, f"{provider}: {median:+.1f}%"
