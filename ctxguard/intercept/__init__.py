@@ -22,9 +22,7 @@ This package never inspects or records: it tells the call what happened
 
 from __future__ import annotations
 
-import functools
 import importlib
-import json
 import logging
 import sys
 import time
@@ -40,21 +38,17 @@ from .. import forksafe
 from .._isolation import guarded, report_internal_error
 from ..providers import BY_DISTRIBUTION, PROVIDERS
 from ..providers.base import CallSite, Delegating, Methods, Provider, SharedDispatch
-from . import wire
+from . import routes, wire
 from .answers import HttpResults, observe_answer
 from .frames import transparent, warn_through
 from .inflight import IN_FLIGHT
 from .patching import Site, unwrap, wrap
 from .protocol import CallStarter, Observed
+from .transports import TARGETS
 
 __all__ = ["Installation", "active", "install", "uninstall"]
 
 logger = logging.getLogger("ctxguard")
-
-#: Model endpoints of the SDKs whose requests say who sent them: (path suffix, provider, api).
-_WIRE_APIS = tuple((suffix, p, api) for p in PROVIDERS if isinstance(p.family, Methods)
-                   for suffix, api in p.family.wire_apis)
-
 
 class Installation:
     """What one ``install()`` changed in the process, and undoes at ``uninstall()``.
@@ -273,52 +267,41 @@ def _loaded(name: str, distribution: str) -> Any:
     return None
 
 
-def _patch_wire(installation: Installation, distribution: str) -> None:
-    for module_name, attribute, is_async in wire.TARGETS[distribution]:
+def _patch_wire(installation: Installation, hooked: str) -> None:
+    for module_name, attribute, make in TARGETS[hooked]:
         class_name, method = attribute.split(".")
         try:
             owner = getattr(importlib.import_module(module_name), class_name)
         except (ImportError, AttributeError):
             continue
-        send = functools.partial(wire.async_send if is_async else wire.sync_send, _unguarded)
-        _keep(installation, wrap(owner, method, lambda original, site, send=send: send))
+        wrapper = make(_unguarded)
+        _keep(installation, wrap(owner, method, lambda original, site, wrapper=wrapper: wrapper))
 
 
-def _unguarded(request: Any) -> tuple[Observed, str] | None:
-    """A model request is leaving with no guarded call in flight (a call site ctxguard does not hold:
-    another library's uninstrument removed ctxguard's wrapper, or the app calls an SDK method it
-    looked up before ``instrument()``). Wrap again what was removed, and guard this request from
-    the wire: its body is the request, its response the answer. It cannot be refused (the
-    request is already leaving): enforce mode only observes it."""
+def _unguarded(path: str, sent: bytes) -> tuple[Observed, str] | None:
+    """A model request is leaving with no guarded call in flight: an HTTP client no call site
+    ctxguard holds sent it (DSPy's, a gateway's, the app's own, an SDK method looked up before
+    ``instrument()``, a call site another library's uninstrument unwrapped). Wrap again what was
+    removed, and guard this request from the wire if its body is a model request of a chosen
+    SDK's API (``routes.recognise``): its body is the request, its response the answer. It cannot
+    be refused (the request is already leaving): enforce mode only observes it."""
     installation = _active
     if installation is None:
         return None
-    _repair(installation, request)
-    if "x-stainless-lang" not in request.headers:
-        return None  # not an SDK's request: an app's own HTTP call to a path that looks alike
-    path = request.url.path
-    found = next(((p, api) for suffix, p, api in _WIRE_APIS if path.endswith(suffix)), None)
-    if found is None or found[0].distribution not in installation.chosen:
+    found = routes.recognise(path, sent, installation.chosen)
+    if found is None:
         return None
-    sent = wire.sent_body(request)
-    if sent is None:
-        return None  # a one-shot body, streamed unread: not judged (a model call's body is JSON in memory)
-    try:
-        body = json.loads(sent)
-    except ValueError:
-        return None  # not a JSON body: not a model call
-    if not isinstance(body, dict):
-        return None
+    _repair(installation, path)
     beneath = trace.get_current_span()
-    provider, api = found
-    call = installation.guard.before(provider, api, body, may_block=False)
+    provider, api, request = found
+    call = installation.guard.before(provider, api, request, may_block=False)
     if call is None:
         return None
     call.from_wire(sent, beneath)
     return call, api
 
 
-def _repair(installation: Installation, request: Any) -> None:
+def _repair(installation: Installation, path: str) -> None:
     """A model request went out with no guarded call in flight: put back any wrapper of ctxguard's
     that was removed (another instrumentation's uninstrument restoring what it saved), so the
     next calls are guarded at their call site. Looked at most once a second; said once each way."""
@@ -337,17 +320,17 @@ def _repair(installation: Installation, request: Any) -> None:
     installation.said.add(kind)
     if restored:
         logger.warning("ctxguard: a model request to %s went out unguarded: another library removed ctxguard's "
-                       "wrappers (%d call sites); they are back, later calls are guarded", request.url.path, restored)
+                       "wrappers (%d call sites); they are back, later calls are guarded", path, restored)
     else:
-        logger.warning("ctxguard: a model request to %s bypassed its call site: the app called an SDK method it "
-                       "had looked up before ctxguard.instrument() (a framework client set up earlier, a cached "
-                       "with_raw_response); such requests are guarded from the wire where their SDK says who sent "
-                       "them (%s), without enforce mode; call instrument() before creating clients",
-                       request.url.path, ", ".join(dict.fromkeys(p.distribution for _, p, _ in _WIRE_APIS)))
+        logger.warning("ctxguard: a model request to %s bypassed its call site: an HTTP client of its own sent it "
+                       "(DSPy's, a gateway's, the app's), or an SDK method looked up before ctxguard.instrument() "
+                       "(a framework client set up earlier, a cached with_raw_response); such requests are guarded "
+                       "from the wire, observed only (enforce mode cannot refuse them); where an SDK sends them, "
+                       "call instrument() before creating its clients", path)
 
 
 def _on_import(distribution: str) -> Any:
-    patch = _patch_wire if distribution in wire.TARGETS else _patch
+    patch = _patch_wire if distribution in TARGETS else _patch
 
     def hook(module: Any) -> None:
         with guarded("hook"), _lock:
@@ -370,7 +353,7 @@ def install(guard: CallStarter, *, only: list[str] | None = None) -> Installatio
             guard, frozenset(d for d in BY_DISTRIBUTION if only is None or d in only))
         _keep(installation, wrap(warnings, "warn", lambda original, site: warn_through))
         hooks = [(p.distribution, p.module) for p in PROVIDERS if p.distribution in installation.chosen]
-        for distribution, name in (*hooks, *((d, d) for d in wire.TARGETS)):
+        for distribution, name in (*hooks, *((d, d) for d in TARGETS)):
             if name in _hooked:  # its hook is there from an earlier installation: patch now if imported
                 module = sys.modules.get(name)
                 if module is not None:

@@ -10,10 +10,11 @@ from typing import Any
 from .._isolation import guarded, report_internal_error
 from ..payload import Answer
 from ..providers.base import CallSite, Delegating, SharedDispatch
+from .bodies import Body, body_reader
 from .carriers import manager_proxy, observe_pending, stream_proxy, tap_response
 from .protocol import Observed
 
-__all__ = ["HttpResults", "observe_answer", "observe_provider_answer", "observe_wire_answer"]
+__all__ = ["HttpResults", "observe_answer", "observe_provider_answer", "observe_wire_answer", "wire_reader"]
 
 class HttpResults:
     """The SDK result types that hold their HTTP response instead of a parsed answer (streams, raw
@@ -122,14 +123,26 @@ def _is_stream(result: Any) -> bool:
 
 
 def observe_wire_answer(call: Observed, api: str, response: Any) -> None:
-    """A call guarded from the wire: the server's ``response`` is its answer (an HTTP error, or a
-    body read as it passes, as a Stainless result's is)."""
+    """A call guarded from the wire: the httpx / httpx2 ``response`` is its answer (an HTTP error,
+    or a body read as it passes, as a Stainless result's is)."""
     call.sent()
     if not 200 <= response.status_code < 300:
         call.end("refused", status=response.status_code)
         return
     adapter = call.provider.adapter
-    tap_response(response, call, adapter.stream_reader(api), lambda body: adapter.read_response(api, body))
+    tap_response(response, call, adapter.stream_reader(api), lambda document: adapter.read_response(api, document))
+
+
+def wire_reader(call: Observed, api: str, status: int, content_type: str) -> Body | None:
+    """A call guarded from the wire got its response's head (``status``, ``content_type``): the
+    reader its body is to be fed to as the app reads it; None when the server refused the request
+    (an HTTP error status: the call has ended)."""
+    call.sent()
+    if not 200 <= status < 300:
+        call.end("refused", status=status)
+        return None
+    adapter = call.provider.adapter
+    return body_reader(content_type, adapter.stream_reader(api), lambda document: adapter.read_response(api, document))
 
 
 class _Heard:

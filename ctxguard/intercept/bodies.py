@@ -1,21 +1,25 @@
-"""Bodies read as their bytes arrive: the two readers of an HTTP response's body.
+"""Bodies read as their bytes arrive: the readers of an HTTP response's body.
 
 ``EventBody`` decodes server-sent events and feeds each event's JSON ``data`` to a provider's
-stream reader; ``DocumentBody`` keeps a JSON body until it has all arrived. Both are readers of
-an ``Observation`` (``feed(bytes)``, ``reply()``), and both hold at most ``ANSWER_LIMIT`` of it.
+stream reader; ``LinesBody`` does the same for JSON lines (Ollama's streams); ``DocumentBody`` keeps
+a JSON body until it has all arrived; ``body_reader`` picks one by the response's content type. All
+are readers of an ``Observation`` (``feed(bytes)``, ``reply()``), and hold at most ``ANSWER_LIMIT``
+of it.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import zlib
 from collections.abc import Callable
 from typing import Any
 
 from ..payload import ANSWER_LIMIT, UNREAD, Answer
 from ..providers.base import StreamReader
+from .observation import Reader
 
-__all__ = ["NOTHING", "DocumentBody", "EventBody"]
+__all__ = ["NOTHING", "DocumentBody", "EventBody", "Inflated", "LinesBody", "body_reader", "decoded"]
 
 
 class EventBody:
@@ -82,6 +86,55 @@ class EventBody:
         return self._reader.reply()
 
 
+class LinesBody:
+    """A body of JSON lines (``application/x-ndjson``: Ollama's streams), each line's object fed to a
+    provider's stream reader as it arrives. A line longer than ``ANSWER_LIMIT`` ends the reading,
+    the answer so far ``unread``."""
+
+    __slots__ = ("_buffer", "_reader", "complete", "unread")
+
+    def __init__(self, reader: StreamReader) -> None:
+        self._reader = reader
+        self._buffer = bytearray()
+        self.complete = False
+        self.unread = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self.unread:
+            return
+        buffer = self._buffer
+        buffer += chunk
+        start = 0
+        while True:
+            end = buffer.find(b"\n", start)
+            if end < 0:
+                break
+            self._line(bytes(buffer[start:end]))
+            start = end + 1
+        del buffer[:start]
+        if len(buffer) > ANSWER_LIMIT:
+            self.unread = True
+            self._buffer = bytearray()
+
+    def _line(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return  # not JSON: not an event a reader knows
+        self._reader.feed(event)
+
+    def reply(self) -> Answer | None:
+        if self.unread:
+            reply = self._reader.reply()
+            reply.text, reply.unread = "", UNREAD
+            return reply
+        self._line(bytes(self._buffer))  # a last line without its newline
+        self._buffer = bytearray()
+        return self._reader.reply()
+
+
 class DocumentBody:
     """A JSON body, read once it has all arrived; one longer than ``ANSWER_LIMIT`` is not kept, its
     answer ``unread``."""
@@ -93,6 +146,11 @@ class DocumentBody:
         self._parts: list[bytes] = []
         self.complete = False
         self.size = 0
+
+    @property
+    def unread(self) -> bool:
+        """More than ``ANSWER_LIMIT`` arrived: the document is not kept."""
+        return self.size > ANSWER_LIMIT
 
     def feed(self, chunk: bytes) -> None:
         self.size += len(chunk)
@@ -111,6 +169,77 @@ class DocumentBody:
         except ValueError:
             return None  # not JSON: not an answer a provider module reads
         return self._read(document)
+
+
+#: A reader of a response body, whichever its framing.
+Body = EventBody | LinesBody | DocumentBody
+
+
+def body_reader(content_type: str, reader: StreamReader, read: Callable[[Any], Answer | None]) -> Body:
+    """The reader of a response body with ``content_type``: server-sent events and JSON lines
+    through a provider's stream ``reader``, any other body as one JSON document through ``read``."""
+    if content_type.startswith("text/event-stream"):
+        return EventBody(reader)
+    if content_type.startswith("application/x-ndjson"):
+        return LinesBody(reader)
+    return DocumentBody(read)
+
+
+class Inflated:
+    """A body sent compressed (``Content-Encoding: gzip`` or ``deflate``), inflated as it arrives
+    for the reader beneath: at most ``_STEP`` bytes of output at a time, and nothing once the reader
+    stopped keeping it (``unread``), so a small body that inflates to gigabytes costs no memory."""
+
+    __slots__ = ("_inflate", "_raw", "_reader")
+
+    _STEP = 1 << 20
+
+    def __init__(self, reader: Body, encoding: str) -> None:
+        self._reader = reader
+        self._raw = encoding == "deflate"  # zlib-wrapped, or (as some servers send it) raw deflate
+        # 47: a gzip or zlib header, detected; raw deflate is retried once if the first bytes are neither.
+        self._inflate: Any = zlib.decompressobj(47)
+
+    @property
+    def complete(self) -> bool:
+        return self._reader.complete
+
+    def feed(self, chunk: bytes) -> None:
+        inflate = self._inflate
+        if inflate is None:
+            return
+        try:
+            data = inflate.decompress(chunk, self._STEP)
+        except zlib.error:
+            if not self._raw:
+                self._inflate = None  # not what the header said: the server's fault, left unread
+                return
+            self._raw = False
+            self._inflate = inflate = zlib.decompressobj(-15)
+            self.feed(chunk)
+            return
+        self._raw = False
+        reader = self._reader
+        while data:
+            reader.feed(data)
+            if reader.unread:
+                self._inflate = None
+                return
+            data = inflate.decompress(inflate.unconsumed_tail, self._STEP)
+
+    def reply(self) -> Answer | None:
+        return self._reader.reply()
+
+
+def decoded(body: Body, encoding: str | None) -> Reader:
+    """``body`` behind what the response's ``Content-Encoding`` asks for: itself for none, inflated
+    for ``gzip`` / ``deflate``; a body in another encoding (``br``, ``zstd``) is not read."""
+    encoding = (encoding or "identity").strip().lower()
+    if encoding == "identity":
+        return body
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        return Inflated(body, "deflate" if encoding == "deflate" else "gzip")
+    return NOTHING
 
 
 class _Nothing:

@@ -34,7 +34,7 @@ import wrapt
 
 from ..payload import Answer
 from ..providers.base import Pending, StreamReader
-from .bodies import NOTHING, DocumentBody, EventBody
+from .bodies import NOTHING, DocumentBody, body_reader
 from .frames import transparent
 from .inflight import IN_FLIGHT
 from .observation import Observation, Reader, Sink
@@ -139,8 +139,7 @@ def tap_response(
 ) -> None:
     """Read ``response``'s body for ``sink`` (the call) as it passes: server-sent events through
     ``reader``, a JSON document through ``read``; a body already read is read now."""
-    streamed = response.headers.get("content-type", "").startswith("text/event-stream")
-    body: Reader = EventBody(reader) if streamed else DocumentBody(read)
+    body: Reader = body_reader(response.headers.get("content-type", ""), reader, read)
     if response.is_stream_consumed:
         try:
             content = response.content

@@ -1,15 +1,25 @@
-"""Wire truth: the request body the HTTP client actually sends, for ``wire_intact``.
+"""Wire truth: the request body an HTTP client actually sends, and model requests no call sent.
 
-The SDK wrappers mark the call in flight (a context variable); the last step of
-httpx / httpx2 before the transport (``_send_single_request``, after event hooks
-and auth) hands the body to that call. Private, but the one place that sees the
-bytes as sent whatever transport is configured; when it is missing the check
-simply does not run.
+Two jobs, for every HTTP client observed (``intercept.transports`` lists them: httpx and httpx2,
+``http.client`` with urllib3 and requests above it, aiohttp, lm15's sockets beneath DSPy):
+
+- **The call in flight's body** (``wire_intact``). The SDK wrappers mark the call in flight (a
+  context variable); the client's last step before the transport hands that call the body.
+- **A model request with no call in flight** is guarded from the wire (``leaving``): recognised
+  by what it is (``intercept.routes``), its body judged as the call, its response read as its
+  answer as the app reads it (``answers.wire_reader``), observed only. While it is being sent the
+  call is in flight, so an HTTP client beneath another (httpx over aiohttp, a subclass calling
+  ``http.client``'s ``request``) sees a call in flight and starts no second one.
+
+httpx / httpx2's step is ``_send_single_request`` (after event hooks and auth): private, but the
+one place that sees the bytes as sent whatever transport is configured; when it is missing the
+check simply does not run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
 from .._isolation import report_internal_error
@@ -17,27 +27,57 @@ from .answers import observe_provider_answer, observe_wire_answer
 from .frames import transparent
 from .inflight import IN_FLIGHT
 from .protocol import Observed
+from .routes import model_path
 
 if TYPE_CHECKING:
     from ..providers.base import Provider
 
-__all__ = ["MODEL_PATHS", "TARGETS", "Unguarded", "async_send", "body_send", "sent_body", "sync_send"]
+__all__ = ["Ours", "Unguarded", "async_send", "body_send", "entered", "leaving", "left", "sent_body", "sync_send"]
 
-#: distribution -> (module, "Class.method", is_async)
-TARGETS: dict[str, tuple[tuple[str, str, bool], ...]] = {
-    "httpx": (("httpx._client", "Client._send_single_request", False),
-              ("httpx._client", "AsyncClient._send_single_request", True)),
-    "httpx2": (("httpx2._client", "Client._send_single_request", False),
-               ("httpx2._client", "AsyncClient._send_single_request", True)),
-}
+#: A request guarded from the wire: its call, and the api its adapter reads.
+Ours = tuple[Observed, str]
+
+#: Told of a model request (``(path, body)``) no guarded call sent; returns the call it guards from
+#: the wire for it, if it does (``intercept._unguarded``).
+Unguarded = Callable[[str, bytes], "Ours | None"]
 
 
-#: How the model endpoints' request paths end (Chat Completions, Responses, Anthropic Messages,
-#: Gemini). A request to one with no guarded call in flight went past a call site ctxguard does
-#: not hold (another library's uninstrument removed its wrapper; the app looked the SDK method
-#: up before ``instrument()``). Whole path segments: ``/v1/threads/{id}/messages`` (openai's
-#: Assistants) is not Anthropic's ``/v1/messages``.
-MODEL_PATHS = ("/chat/completions", "/responses", "/v1/messages", ":generateContent", ":streamGenerateContent")
+def leaving(unguarded: Unguarded, path: str, body: Callable[[], Any]) -> Ours | None:
+    """A request to a model endpoint's ``path`` (``routes.model_path``: the caller asked first, so
+    that any other request costs nothing more) is leaving through an observed HTTP client. Its
+    body (``body()``: bytes, or None when the client does not hold it in memory) goes to the call
+    in flight; with none in flight, a model request is guarded from the wire and its call
+    returned. Never raises."""
+    try:
+        call = IN_FLIGHT.get()
+        if call is not None:
+            if call.wire_hash is None:
+                call.wire(body())
+            return None
+        sent = body()
+        if not isinstance(sent, (bytes, bytearray)) or not sent:
+            return None  # a one-shot body, streamed unread (a model call's body is JSON in memory)
+        return unguarded(path, sent if type(sent) is bytes else bytes(sent))
+    except Exception as exc:
+        report_internal_error("response", exc)
+        return None
+
+
+def entered(ours: Ours | None) -> Token[Observed | None] | None:
+    """While a request guarded from the wire is being sent, its call is in flight (``leaving``)."""
+    return IN_FLIGHT.set(ours[0]) if ours is not None else None
+
+
+def left(token: Token[Observed | None] | None, ours: Ours | None, error: BaseException | None = None) -> None:
+    """The request guarded from the wire was sent: its span stops being current (the app's code
+    runs until it reads the response); or it failed to be (``error``): its call ends failed."""
+    if token is not None:
+        IN_FLIGHT.reset(token)
+    if ours is not None:
+        if error is not None:
+            ours[0].end("failed", error=error)
+        else:
+            ours[0].sent()
 
 
 def sent_body(request: Any) -> bytes | None:
@@ -53,26 +93,22 @@ def sent_body(request: Any) -> bytes | None:
     return bytes(content) if isinstance(content, (bytes, bytearray)) else None
 
 
-#: Told of a model request with no guarded call in flight; returns the call it guards from the
-#: wire, with the api its adapter reads, if it does (``intercept._unguarded``).
-Unguarded = Callable[[Any], "tuple[Observed, str] | None"]
-
-
-def _observe(unguarded: Unguarded, args: Any, kwargs: Any) -> tuple[Observed, str] | None:
-    """Hand the body to the call in flight; or, for a model request with none, to ``unguarded``."""
-    try:
-        request = args[0] if args else kwargs.get("request")
-        call = IN_FLIGHT.get()
-        if call is not None:
+def _observe(unguarded: Unguarded, args: Any, kwargs: Any) -> Ours | None:
+    """Hand the body to the call in flight, whatever the request (an SDK's client sends only its
+    calls' requests); or, for a model request with none, to ``unguarded``."""
+    request = args[0] if args else kwargs.get("request")
+    call = IN_FLIGHT.get()
+    if call is not None:
+        try:
             call.wire(sent_body(request))
-        elif request.method == "POST" and request.url.path.endswith(MODEL_PATHS):
-            return unguarded(request)
-    except Exception as exc:
-        report_internal_error("response", exc)
-    return None
+        except Exception as exc:
+            report_internal_error("response", exc)
+        return None
+    path = model_path(request.method, request.url.path)
+    return None if path is None else leaving(unguarded, path, lambda: sent_body(request))
 
 
-def _answered(response: Any, ours: tuple[Observed, str] | None) -> None:
+def _answered(response: Any, ours: Ours | None) -> None:
     """The transport answered: the call guarded from the wire reads its answer from it; a call in
     flight may read the provider's own answer off it (``answers.observe_provider_answer``)."""
     try:
@@ -90,12 +126,13 @@ def _answered(response: Any, ours: tuple[Observed, str] | None) -> None:
 def sync_send(unguarded: Unguarded, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """The wrapper of httpx's ``_send_single_request`` (``functools.partial`` binds ``unguarded``)."""
     ours = _observe(unguarded, args, kwargs)
+    token = entered(ours)
     try:
         response = wrapped(*args, **kwargs)
     except BaseException as exc:
-        if ours is not None:
-            ours[0].end("failed", error=exc)
+        left(token, ours, exc)
         raise
+    left(token, ours)
     _answered(response, ours)
     return response
 
@@ -103,12 +140,13 @@ def sync_send(unguarded: Unguarded, wrapped: Any, instance: Any, args: Any, kwar
 @transparent
 async def async_send(unguarded: Unguarded, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     ours = _observe(unguarded, args, kwargs)
+    token = entered(ours)
     try:
         response = await wrapped(*args, **kwargs)
     except BaseException as exc:
-        if ours is not None:
-            ours[0].end("failed", error=exc)
+        left(token, ours, exc)
         raise
+    left(token, ours)
     _answered(response, ours)
     return response
 

@@ -24,7 +24,7 @@ from ._read import as_str as _str
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
-from .base import CallSite, Identity, Methods, Provider, Translation
+from .base import CallSite, Identity, Methods, Provider, Translation, WireRoute
 from .identity import resource_identity
 
 __all__ = ["ADAPTER", "PROVIDER", "image_tokens", "tool_prompt_tokens"]
@@ -363,6 +363,8 @@ PROVIDER = Provider(
     supported=(0, 2),
     label="anthropic",
     adapter=ADAPTER,
-    family=Methods(SITES, http_results=HTTP_RESULTS, wire_apis=(("/v1/messages", "messages"),)),
+    family=Methods(SITES, http_results=HTTP_RESULTS),
     routes=identity.ROUTES,
+    # ``max_tokens`` is required by the Messages API, and tells its body from Chat Completions'.
+    wire=(WireRoute("/v1/messages", ("model", "messages", "max_tokens"), lambda body, path: ("messages", body)),),
 )

@@ -31,6 +31,7 @@ __all__ = [
     "StreamReader",
     "Translation",
     "WireReaders",
+    "WireRoute",
 ]
 
 #: How a call site answers, declared (never guessed from a class name):
@@ -145,14 +146,11 @@ class Methods:
 
     ``positional``: argument names a site may be called with positionally, in order.
     ``http_results``: SDK results that hold the HTTP response instead of a parsed answer (streams,
-    raw responses), ``(module, class, attribute holding it)``: their bodies are read as they pass.
-    ``wire_apis``: model endpoints ``(path suffix, api)`` guarded from the wire when a request
-    bypassed its site; only for SDKs whose requests say who sent them (``x-stainless-lang``)."""
+    raw responses), ``(module, class, attribute holding it)``: their bodies are read as they pass."""
 
     sites: tuple[CallSite, ...]
     positional: tuple[str, ...] = ()
     http_results: tuple[tuple[str, str, str], ...] = ()
-    wire_apis: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +183,37 @@ class Delegating:
 #: How an SDK is hooked: one of the families ``ctxguard.intercept`` knows how to observe.
 Family = Methods | SharedDispatch | Delegating
 
+#: A request body read as the call its call site would have seen, ``(api, kwargs)``, from the
+#: body and the request's path (where the API puts the model: Gemini, Bedrock); None: not read.
+WireCall = Callable[["Mapping[str, Any]", str], "tuple[str, Mapping[str, Any]] | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class WireRoute:
+    """One of a provider's model endpoints as its requests look on the wire, whoever sends them
+    (its SDK past a call site, a gateway's client, an app's own HTTP code): a ``POST`` whose path
+    (without its query) ends with ``path`` and whose body is a JSON object holding every key of
+    ``keys``, which ``call`` reads as the call its call site would have seen. A request that is not
+    all of that is not this API's: it is left alone, never guessed at.
+
+    >>> from ctxguard.providers import BY_DISTRIBUTION
+    >>> [route.path for route in BY_DISTRIBUTION["anthropic"].wire]
+    ['/v1/messages']
+    >>> BY_DISTRIBUTION["anthropic"].wire[0].keys
+    ('model', 'messages', 'max_tokens')
+    """
+
+    path: str
+    keys: tuple[str, ...]
+    call: WireCall
+
+    def read(self, body: Mapping[str, Any], path: str) -> tuple[str, Mapping[str, Any]] | None:
+        """``body`` (a JSON object sent to ``path``) as its call, if it has this route's shape."""
+        for key in self.keys:
+            if key not in body:
+                return None
+        return self.call(body, path)
+
 
 @dataclass(frozen=True, slots=True)
 class Provider:
@@ -214,6 +243,9 @@ class Provider:
     family: Family
     #: Every other label its calls may carry (the providers its clients reach), each a fixed value.
     routes: tuple[str, ...] = ()
+    #: Its model endpoints as they look on the wire: requests to one that no guarded call sent
+    #: are guarded from the wire (``ctxguard.intercept.routes``), whichever HTTP client sent them.
+    wire: tuple[WireRoute, ...] = ()
 
     @property
     def labels(self) -> tuple[str, ...]:

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import unquote
 
 from ..memo import Memo
 from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
@@ -50,7 +51,7 @@ from ._read import role as _role
 from ._read import text_of as _text
 from .anthropic import ADAPTER as ANTHROPIC
 from .anthropic import STRUCTURED_OUTPUT_PROMPT, THINKING_PROMPT, image_tokens, tool_prompt_tokens
-from .base import CallSite, Pending, Provider, SharedDispatch, Translation
+from .base import CallSite, Pending, Provider, SharedDispatch, Translation, WireRoute
 from .bedrock_families import ANTHROPIC as CLAUDE
 from .bedrock_families import Family, family
 
@@ -546,6 +547,23 @@ def as_call(body: Mapping[str, Any], model: str | None = None) -> tuple[str, Map
     return "invoke_model", {"modelId": model, "body": json.dumps(body)}
 
 
+def _from_wire(api: str) -> Callable[[Mapping[str, Any], str], tuple[str, Mapping[str, Any]] | None]:
+    """A body sent to the Runtime's ``/model/{modelId}/{operation}`` as the call ``api`` would have
+    made: the model is the path's (percent-encoded: ``anthropic.claude-3-haiku-20240307-v1%3A0``);
+    a path without ``/model/`` is not the Runtime's."""
+
+    def read(body: Mapping[str, Any], path: str) -> tuple[str, Mapping[str, Any]] | None:
+        _, found, rest = path.partition("/model/")
+        model = unquote(rest.rpartition("/")[0]) if found else ""
+        if not model:
+            return None
+        if api.startswith("converse"):
+            return api, {**body, "modelId": model}
+        return api, {"modelId": model, "body": json.dumps(body)}
+
+    return read
+
+
 PROVIDER = Provider(
     distribution="botocore",
     module="botocore",
@@ -553,4 +571,9 @@ PROVIDER = Provider(
     label=LABEL,
     adapter=ADAPTER,
     family=SharedDispatch(SITES, dispatch=dispatch, pending=pending, transport=TRANSPORT),
+    # Converse's body is its own; ``invoke_model``'s is the model family's (read as its call reads it).
+    wire=(WireRoute("/converse", ("messages",), _from_wire("converse")),
+          WireRoute("/converse-stream", ("messages",), _from_wire("converse_stream")),
+          WireRoute("/invoke", (), _from_wire("invoke_model")),
+          WireRoute("/invoke-with-response-stream", (), _from_wire("invoke_model_with_response_stream"))),
 )

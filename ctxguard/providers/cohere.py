@@ -42,7 +42,7 @@ from ._read import as_str as _str
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
-from .base import CallSite, Methods, Provider, Translation
+from .base import CallSite, Methods, Provider, Translation, WireRoute
 
 __all__ = ["ADAPTER", "PROVIDER", "image_tokens"]
 
@@ -806,4 +806,5 @@ PROVIDER = Provider(
     label="cohere",
     adapter=ADAPTER,
     family=Methods(SITES),
+    wire=(WireRoute("/v2/chat", ("model", "messages"), lambda body, path: as_call(body)),),
 )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,7 +31,7 @@ from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import get as _get
 from ._read import role as _role
-from .base import CallSite, Identity, Methods, Provider, Translation
+from .base import CallSite, Identity, Methods, Provider, Translation, WireRoute
 
 __all__ = ["ADAPTER", "CLASSIC", "CURRENT", "GEMINI_API", "PROVIDER", "VERTEX_AI", "GeminiCounting", "counting"]
 
@@ -403,7 +403,7 @@ class GoogleGenAIAdapter(Translation):
         return view
 
     def read_response(self, api: str, result: Any) -> Answer | None:
-        if _get(result, "candidates") is None and _get(result, "usage_metadata") is None:
+        if _get(result, "candidates") is None and _field(result, "usage_metadata") is None:
             return None
         reader = _Responses()
         reader.feed(result)
@@ -439,8 +439,8 @@ class _Responses:
 
     def feed(self, response: Any) -> None:
         reply = self._reply
-        reply.id = reply.id or _str(_get(response, "response_id"))
-        reply.model = reply.model or _str(_get(response, "model_version"))
+        reply.id = reply.id or _str(_field(response, "response_id"))
+        reply.model = reply.model or _str(_field(response, "model_version"))
         reasons = []
         for index, candidate in enumerate(_get(response, "candidates") or ()):
             content = _get(candidate, "content")
@@ -449,18 +449,19 @@ class _Responses:
                     text = _str(_get(part, "text"))
                     if text and not _get(part, "thought"):
                         self._text.add(text)
-            reason = _get(candidate, "finish_reason")
+            reason = _field(candidate, "finish_reason")
             value = _str(getattr(reason, "value", reason))
             if value:
                 reasons.append(value)
         if reasons:
             reply.finish_reasons = reasons
-        usage = _get(response, "usage_metadata")
+        usage = _field(response, "usage_metadata")
         if usage is not None:
-            reply.input_tokens = _int(_get(usage, "prompt_token_count"))
-            output = _int(_get(usage, "candidates_token_count"))
+            reply.input_tokens = _int(_field(usage, "prompt_token_count"))
+            output = _int(_field(usage, "candidates_token_count"))
             # Thinking tokens are generated and billed as output too.
-            reply.output_tokens = None if output is None else output + (_int(_get(usage, "thoughts_token_count")) or 0)
+            thoughts = _int(_field(usage, "thoughts_token_count")) or 0
+            reply.output_tokens = None if output is None else output + thoughts
 
     def reply(self) -> Answer:
         return self._text.fill(self._reply)
@@ -481,6 +482,17 @@ def as_call(body: Mapping[str, Any], model: str | None = None) -> tuple[str, Map
                                 "config": config}
 
 
+def _from_wire(api: str) -> Callable[[Mapping[str, Any], str], tuple[str, Mapping[str, Any]]]:
+    """A REST body sent to ``.../models/{model}:{method}`` (the Gemini API's and Vertex AI's path) as
+    the call ``api`` would have made: the model is the path's."""
+
+    def read(body: Mapping[str, Any], path: str) -> tuple[str, Mapping[str, Any]]:
+        model = path.rpartition("/models/")[2].partition(":")[0] or None
+        return api, as_call(body, model)[1]
+
+    return read
+
+
 PROVIDER = Provider(
     distribution="google-genai",
     module="google.genai",
@@ -489,4 +501,6 @@ PROVIDER = Provider(
     adapter=ADAPTER,
     family=Methods(SITES),
     routes=(GEMINI_API, VERTEX_AI),
+    wire=(WireRoute(":generateContent", ("contents",), _from_wire("generate_content")),
+          WireRoute(":streamGenerateContent", ("contents",), _from_wire("generate_content_stream"))),
 )

@@ -31,7 +31,7 @@ from ._read import canonical, elements, family, items, jsonable, structured_part
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
-from .base import CallSite, Methods, Provider, Translation
+from .base import CallSite, Methods, Provider, Translation, WireRoute
 
 __all__ = ["ADAPTER", "PROVIDER"]
 
@@ -338,4 +338,6 @@ PROVIDER = Provider(
     label="mistral_ai",
     adapter=ADAPTER,
     family=Methods(SITES, http_results=HTTP_RESULTS),
+    # OpenAI's path and shape: with openai's module chosen too, its route (first) reads these.
+    wire=(WireRoute("/v1/chat/completions", ("model", "messages"), lambda body, path: as_call(body)),),
 )

@@ -39,7 +39,7 @@ from ._read import canonical, elements, family, items, tool_texts
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
-from .base import CallSite, Methods, Provider, Translation
+from .base import CallSite, Methods, Provider, Translation, WireRoute
 
 __all__ = ["ADAPTER", "PROVIDER", "Template", "image_tokens", "template"]
 
@@ -455,4 +455,5 @@ PROVIDER = Provider(
     label="ollama",
     adapter=ADAPTER,
     family=Methods(SITES, positional=("model", "messages")),
+    wire=(WireRoute("/api/chat", ("model", "messages"), lambda body, path: as_call(body)),),
 )

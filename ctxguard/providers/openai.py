@@ -35,7 +35,7 @@ from ._read import canonical, elements, exact_key, items, jsonable, structured_p
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
-from .base import CallSite, Identity, Methods, Provider, Translation
+from .base import CallSite, Identity, Methods, Provider, Translation, WireRoute
 from .identity import resource_identity
 
 __all__ = ["ADAPTER", "PROVIDER"]
@@ -524,7 +524,10 @@ PROVIDER = Provider(
     supported=(1, 3),
     label="openai",
     adapter=ADAPTER,
-    family=Methods(SITES, http_results=HTTP_RESULTS,
-                   wire_apis=(("/chat/completions", "chat.completions"), ("/responses", "responses"))),
+    family=Methods(SITES, http_results=HTTP_RESULTS),
     routes=identity.ROUTES,
+    # Whole path segments, so ``/v1/threads/{id}/messages`` (Assistants) is no model endpoint; every
+    # OpenAI-compatible server (vLLM, LM Studio, gateways, Groq...) answers at the same paths.
+    wire=(WireRoute("/chat/completions", ("model", "messages"), lambda body, path: ("chat.completions", body)),
+          WireRoute("/responses", ("model", "input"), lambda body, path: ("responses", body))),
 )

@@ -210,17 +210,20 @@ def test_a_method_looked_up_before_instrument_is_guarded_from_the_wire(harness, 
     assert sum("bypassed its call site" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_only_an_sdks_model_request_is_guarded_from_the_wire(harness, llm, client):
-    """An app's own HTTP call to a lookalike path, and the SDK's listing of stored completions (a
-    GET on the same path), are not model calls."""
+def test_a_model_request_is_known_by_its_path_and_body_not_by_who_sent_it(harness, llm, client):
+    """An app's own HTTP call of the API's shape is a model call, guarded from the wire; a body not
+    of its shape to the same path, and the SDK's listing of stored completions (a GET on the same
+    path), are not."""
     import httpx
 
     harness.start(mode="observe")
-    httpx.post(f"{llm.base_url}/chat/completions", json={"model": "gpt-4o", "messages": MESSAGES})
+    httpx.post(f"{llm.base_url}/chat/completions", json={"model": "gpt-4o", "prompt": "not a chat"})
     with pytest.raises(openai.NotFoundError):  # the fake serves no listing
         client.chat.completions.list()
     assert guard_spans(harness) == []
     assert [r.method for r in llm.requests] == ["POST", "GET"]
+    httpx.post(f"{llm.base_url}/chat/completions", json={"model": "gpt-4o", "messages": MESSAGES})
+    assert only_guard_span(harness).attributes["ctxguard.guarded_at"] == "wire"
 
 
 def test_a_non_model_endpoint_whose_path_ends_like_one_is_not_guarded(harness, llm, client, caplog):

@@ -421,16 +421,20 @@ def test_a_model_set_on_the_client_is_not_read(harness, llm):
     assert (a["server.address"], a["server.port"]) == ("127.0.0.1", llm.port)
 
 
-def test_a_call_past_the_call_site_is_not_guarded_from_the_wire(harness, llm, caplog):
-    """A known limit: a bound method looked up before ``instrument()`` bypasses the wrapper, and the wire
-    fallback guards only the SDKs whose requests say who sent them (``x-stainless-lang``)."""
+def test_a_call_past_the_call_site_is_guarded_from_the_wire_as_the_chat_completions_it_sends(harness, llm, caplog):
+    """A bound method looked up before ``instrument()`` bypasses the wrapper; its request is still a
+    model request by what it is (a POST to ``/v1/chat/completions`` of that API's shape), so it is
+    guarded from the wire, read as the OpenAI-compatible request it is (label ``openai``: the
+    router's host is not one the provider table names)."""
     with make(llm) as client:
         early = client.chat_completion
         with caplog.at_level("WARNING", logger="ctxguard"):
             harness.start(mode="observe")
             early(HISTORY, model=MODEL)
-    assert "x-stainless-lang" not in llm.requests[0].headers
-    assert guard_spans(harness) == []
+    span = only_guard_span(harness)
+    assert span.attributes["ctxguard.guarded_at"] == "wire"
+    assert span.attributes["gen_ai.provider.name"] == "openai"
+    assert span.attributes["gen_ai.response.id"] == llm.responses[0].id
     assert any("bypassed its call site" in r.getMessage() for r in caplog.records)
 
 
