@@ -14,7 +14,16 @@ http.client        ``HTTPConnection.request`` (urllib.request, hand-made clients
                    ``getresponse`` (its response's socket file tapped: ``intercept.http_client``)
 urllib3            ``HTTPConnection.request`` (urllib3, requests): its own, which writes through
                    http.client's primitives; the response through http.client's ``getresponse``
+aiohttp            ``ClientRequest.send`` (the body as serialised) and ``ClientResponse.start``
+                   (its body reader proxied: ``intercept.aiohttp_client``)
+lm15 (DSPy)        ``StdlibTransport.stream`` and ``StdlibAsyncTransport._do_stream``: lm15 writes
+                   HTTP over sockets itself (``intercept.lm15_client``); vendored by DSPy 3.4 as
+                   ``dspy._vendor.lm15``, and on its own as ``lm15``
 =================  ==============================================================================
+
+A client stacked on another (requests on urllib3 on http.client, httpx on LiteLLM's aiohttp
+transport) is observed once: the outer one's request is the one guarded, and while it is sent its
+call is in flight, so the one beneath only hands it the body it already has.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from . import http_client
+from . import aiohttp_client, http_client, lm15_client
 from .wire import Unguarded, async_send, sync_send
 
 __all__ = ["TARGETS"]
@@ -42,4 +51,10 @@ TARGETS: dict[str, tuple[tuple[str, str, Make], ...]] = {
                     ("http.client", "HTTPConnection.getresponse", lambda unguarded: http_client.getresponse)),
     "urllib3": (("urllib3.connection", "HTTPConnection.request",
                  lambda unguarded: http_client.request(unguarded, "utf-8")),),
+    "aiohttp": (("aiohttp.client_reqrep", "ClientRequest.send", aiohttp_client.send),
+                ("aiohttp.client_reqrep", "ClientResponse.start", lambda unguarded: aiohttp_client.start)),
+    **{f"{package}.transports": ((f"{package}.transports", "StdlibTransport.stream", lm15_client.stream),
+                                 (f"{package}.transports", "StdlibAsyncTransport._do_stream",
+                                  lm15_client.async_stream))
+       for package in ("dspy._vendor.lm15", "lm15")},
 }
