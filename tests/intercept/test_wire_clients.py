@@ -202,3 +202,45 @@ def test_ctxguard_uninstrumented_leaves_the_clients_as_they_were(harness, llm):
         send(llm, False)
     assert guard_spans(harness) == []
     assert "request" not in {k for k, v in vars(http.client.HTTPConnection).items() if hasattr(v, "__wrapped__")}
+
+
+# -- a client stacked on another is observed once ---------------------------------------------
+
+
+def _httpx():  # type: ignore[no-untyped-def]
+    import httpx
+
+    class OverRequests(httpx.BaseTransport):
+        """httpx sending through requests (then urllib3, then http.client)."""
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            sent = requests.request(request.method, str(request.url), data=request.read(),
+                                    headers={"Content-Type": "application/json"})
+            return httpx.Response(sent.status_code, headers=dict(sent.headers), content=sent.content)
+
+    class OverAiohttp(httpx.AsyncBaseTransport):
+        """httpx sending through aiohttp (as LiteLLM's aiohttp transport does)."""
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            async with aiohttp.ClientSession() as session, session.request(
+                    request.method, str(request.url), data=request.read(),
+                    headers={"Content-Type": "application/json"}) as sent:
+                return httpx.Response(sent.status, headers=dict(sent.headers), content=await sent.read())
+
+    return httpx, OverRequests, OverAiohttp
+
+
+def test_a_client_stacked_on_another_is_observed_once(harness):
+    httpx, over_requests, over_aiohttp = _httpx()
+
+    def scenario(llm: FakeLLM) -> Any:
+        with httpx.Client(transport=over_requests()) as client:
+            first = client.post(f"{llm.base_url}/chat/completions", json=chat(False)).json()
+
+        async def through_aiohttp() -> Any:
+            async with httpx.AsyncClient(transport=over_aiohttp()) as client:
+                return (await client.post(f"{llm.base_url}/chat/completions", json=chat(False))).json()
+
+        return [first, asyncio.run(through_aiohttp())]
+
+    play(harness, scenario)  # one span per request that arrived

@@ -342,3 +342,22 @@ def test_a_stream_broken_off_and_dropped_still_ends_its_span(harness, llm, gemin
     assert a["ctxguard.stream.abandoned"] is True
     assert harness.metric("ctxguard_checks_total", check="answer_consistent", outcome="skip") == 1
     assert harness.metric("ctxguard_guard_duration_seconds_count") == 1
+
+
+@pytest.mark.asyncio
+async def test_the_async_client_over_aiohttp_has_its_body_judged_on_the_wire(harness, llm):
+    """With aiohttp installed the async client sends through it, not httpx: the body aiohttp
+    sends is handed to the call in flight, so ``wire_intact`` is judged rather than skipped."""
+    pytest.importorskip("aiohttp")
+    harness.start(mode="observe")
+    llm.script("one", "two")
+    client = genai.Client(api_key="t", http_options={"base_url": llm.gemini_base_url})
+    assert client._api_client._use_aiohttp()
+    await client.aio.models.generate_content(model=MODEL, contents="hi", config={"system_instruction": SYSTEM})
+    stream = await client.aio.models.generate_content_stream(model=MODEL, contents="hi",
+                                                             config={"system_instruction": SYSTEM})
+    assert "".join([c.text async for c in stream]) == "two"
+    spans = guard_spans(harness)
+    assert [s.attributes.get("ctxguard.guarded_at") for s in spans] == [None, None]  # at the call site
+    assert [s.attributes["ctxguard.wire.hash"] for s in spans] == [Digester(KEY).bytes(r.body) for r in llm.requests]
+    assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 2
