@@ -179,11 +179,18 @@ def keep_bare_calls_bare() -> None:
     model request that bypassed its call site is guarded from the wire (ctxguard.providers'
     ``_unguarded``): the baseline would then be a guarded call, and its state (memos, digests)
     would move the guarded side's. Here it stays bare: no request path is a model endpoint's.
-    (Commits before the ``Installation`` (3ff1f86) asked ``wire.on_unguarded`` instead; setting it
-    too keeps the script running against them, ``PYTHONPATH=<checkout>``.)"""
+    (Commits before the routes the providers declare (issue 40) read ``wire.MODEL_PATHS``, and
+    before the ``Installation`` (3ff1f86) ``wire.on_unguarded``; setting them too keeps the script
+    running against them, ``PYTHONPATH=<checkout>``.)"""
     from ctxguard.intercept import wire
 
-    wire.MODEL_PATHS = ()
+    try:
+        from ctxguard.intercept import routes
+    except ImportError:
+        pass
+    else:
+        routes.SUFFIXES = ()
+    wire.MODEL_PATHS = ()  # type: ignore[attr-defined]
     wire.on_unguarded = None  # type: ignore[attr-defined]
 
 

@@ -244,3 +244,54 @@ def test_a_client_stacked_on_another_is_observed_once(harness):
         return [first, asyncio.run(through_aiohttp())]
 
     play(harness, scenario)  # one span per request that arrived
+
+
+# -- every declared API, by what its requests are --------------------------------------------
+
+SYSTEM = "You are the order assistant."
+
+#: (API, its URL on the fake, the request body, the ``provider`` label): each with its system
+#: instruction missing, so ``system_at_head`` fails on each.
+APIS: dict[str, tuple[Callable[[FakeLLM], str], Callable[[bool], dict[str, Any]], str]] = {
+    "responses": (lambda llm: f"{llm.base_url}/responses",
+                  lambda stream: {"model": "gpt-4o", "input": "Where is my parcel?", "stream": stream}, "openai"),
+    "anthropic": (lambda llm: f"{llm.anthropic_base_url}/v1/messages",
+                  lambda stream: {"model": "claude-sonnet-4-20250514", "max_tokens": 50, "stream": stream,
+                                  "messages": [{"role": "user", "content": "Where is my parcel?"}]}, "anthropic"),
+    "gemini": (lambda llm: f"{llm.gemini_base_url}/v1beta/models/gemini-2.5-flash:generateContent",
+               lambda stream: {"contents": [{"role": "user", "parts": [{"text": "Where is my parcel?"}]}]},
+               "gcp.gen_ai"),
+    "gemini-stream": (lambda llm: f"{llm.gemini_base_url}/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+                      lambda stream: {"contents": [{"role": "user", "parts": [{"text": "Where is my parcel?"}]}]},
+                      "gcp.gen_ai"),
+    "ollama": (lambda llm: f"{llm.ollama_host}/api/chat",
+               lambda stream: {"model": "qwen3:8b", "stream": stream,
+                               "messages": [{"role": "user", "content": "Where is my parcel?"}]}, "ollama"),
+    "cohere": (lambda llm: f"{llm.cohere_base_url}/v2/chat",
+               lambda stream: {"model": "command-a-03-2025", "stream": stream,
+                               "messages": [{"role": "user", "content": "Where is my parcel?"}]}, "cohere"),
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("api", list(APIS))
+def test_every_declared_api_is_recognised_and_its_answer_read(harness, llm, api, stream):
+    from tests.frameworks.helpers import REPLY_KEYS, served
+
+    url, body, label = APIS[api]
+    if api.startswith("gemini") and stream != api.endswith("stream"):
+        pytest.skip("Gemini's path says whether it streams")
+    harness.start(mode="observe")
+    response = requests.post(url(llm), json=body(stream), stream=stream)
+    got = list(response.iter_lines()) if stream else response.json()
+    assert got
+    (span,) = guard_spans(harness)
+    a = span.attributes
+    assert (a["ctxguard.guarded_at"], a["gen_ai.provider.name"]) == ("wire", label)
+    assert "system_at_head" in a["ctxguard.violations"]
+    recorded = {k: tuple(a[k]) if k.endswith("finish_reasons") else a[k] for k in REPLY_KEYS if k in a}
+    expected = served(llm.responses[0])
+    if api == "cohere":
+        del expected["gen_ai.response.model"]  # Cohere's answers do not name their model
+    assert recorded == expected
+    assert recorded.get("gen_ai.response.finish_reasons")
