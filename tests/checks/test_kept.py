@@ -189,3 +189,25 @@ def test_the_provider_modules_say_what_their_provider_may_read_as_less() -> None
                                           ).loose_tool_counts
     assert not google_genai.ADAPTER.normalise("generate_content", {"model": "gemini-2.0-flash", "contents": "hi"}
                                               ).loose_tool_counts
+
+
+def test_a_failure_to_count_exactly_is_counted_and_the_check_skips(harness, llm, client, monkeypatch, internal_errors):
+    """Counting the payload exactly for the answer fails: the error is swallowed and counted
+    (``where="tokens"``), the check skips saying why, and the call still has one outcome per check."""
+    from ctxguard.testing import Reply
+
+    def boom(*args: object) -> None:
+        raise RuntimeError("injected")
+
+    monkeypatch.delenv("CTXGUARD_TOKENIZER", raising=False)  # the choice is the test's (CI runs one suite eager)
+    harness.start(mode="observe", tokenizer="lazy")
+    monkeypatch.setattr(Measurer, "exact", boom)
+    llm.script(Reply(text="ok", input_tokens=20))
+    client.chat.completions.create(model="gpt-4o", messages=[{"role": "system", "content": PROSE},
+                                                             {"role": "user", "content": "and now?"}])
+    assert [where for where, _ in internal_errors] == ["tokens"]
+    internal_errors.clear()
+    skipped = harness.spans()[0].attributes["ctxguard.checks.skipped"]
+    assert "provider_kept_all: not counted exactly" in skipped
+    assert harness.metric("ctxguard_checks_total", check="provider_kept_all", outcome="skip") == 1
+    assert harness.metric("ctxguard_guard_errors_total", where="tokens") == 1
