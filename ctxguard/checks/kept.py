@@ -21,23 +21,28 @@ provider is known to read as less, or not at all:
 - half of a text over ``tokens.TIKTOKEN_MAX_CHARS``, which is estimated, not counted.
 
 A report below that by ``SLACK`` tokens or more fails: a prompt of a few hundred tokens never does,
-whatever a template or a tokenizer makes of it. The check does not judge a request whose history
-the provider holds (``previous_response_id``: the report counts more than was sent), one that lets
-the provider edit its context and say so (``context_management``), an answer blocked by a
-guardrail (the count is the filter's), or a count that is the four-characters estimate (no
-tiktoken). A request counted in byte bounds (``tokenizer="lazy"``) is judged on the count it shows
-first and counted exactly only when that shows a drop (``NEEDS_EXACT``). After sending, it never
-blocks; enforce mode only records it.
+whatever a template or a tokenizer makes of it. Every provider's reported input includes what it
+served from a cache (docs/budget.md), so a cached prefix needs nothing. The check does not judge an
+answer with no input count (or 0, which some OpenAI-compatible servers write for a usage they do
+not know), a request whose history the provider holds (``previous_response_id``: the report
+counts more than was sent), one that lets the provider edit its context and say so
+(``context_management``), an answer a guardrail blocked (the count is the filter's), or a count
+that is the four-characters estimate (no tiktoken). A request counted in byte bounds
+(``tokenizer="lazy"``) is judged on the count it shows first and counted exactly only when that
+shows a drop (``NEEDS_EXACT``). The request's whole text is compared first: only a report below it
+has the messages looked at. After sending, it never blocks; enforce mode only records it.
 """
 
 from __future__ import annotations
 
-from ..payload import Answer, Payload
+from collections.abc import Iterator
+
+from ..payload import Answer, Message, Payload
 from ..tokens import BOUND, TIKTOKEN_MAX_CHARS, TiktokenCounter, utf8_bytes
 from ..violations import Violation
 from .base import NEEDS_EXACT, Context, Skip
 
-__all__ = ["FLOOR", "SLACK", "least_read", "provider_kept_all"]
+__all__ = ["FLOOR", "SLACK", "provider_kept_all", "text_read"]
 
 #: The least share of a message's text tokens, as counted here, that a server keeping it reads: the
 #: lowest reported share on the recorded corpus is 0.80 (a Chat Completions request of 474 text
@@ -56,35 +61,37 @@ def provider_kept_all(payload: Payload, ctx: Context, reply: Answer | None, unan
     reported = reply.input_tokens
     if payload.unreadable is not None:
         return Skip(payload.unreadable)
-    if reported is None:
+    if not reported:  # none, or 0: some OpenAI-compatible servers put zeros in a usage they do not know
         return Skip("the answer reports no input tokens")
     why = payload.history_elsewhere or payload.server_edits
     if why is not None:
         return Skip(why)
     if any(word in reason.lower() for reason in reply.finish_reasons for word in _BLOCKED):
         return Skip(f"the input was blocked ({', '.join(reply.finish_reasons)}): the count is the filter's")
+    # The whole text first (no message is looked at on most calls), then the messages whose text counts.
     if payload.basis == BOUND.name:
-        # Bytes: the count shown (at the model's learnt tokens a byte) decides when it finds no drop.
-        shown = payload.tokens - payload.fixed
-        return [] if reported > FLOOR * shown - SLACK else NEEDS_EXACT
+        # Bytes: the count they show (at the model's learnt tokens a byte) decides when it finds no drop.
+        if _far_below(reported, payload.tokens - payload.fixed) and _far_below(
+                reported, payload.scale * sum(m.tokens - m.fixed for m in _read(payload))):
+            return NEEDS_EXACT
+        return []
     if payload.basis != TiktokenCounter.name:
         return Skip(f"counted with the {payload.basis}, not a tokenizer: too loose to say tokens were dropped")
-    least = least_read(payload)
-    if reported > least - SLACK:
+    if not _far_below(reported, payload.raw_tokens - payload.fixed):
+        return []
+    text = text_read(payload)
+    if not _far_below(reported, text):
         return []
     return [Violation("provider_kept_all",
-                      f"{reported:,} input tokens reported for {payload.raw_tokens:,} sent (at least {least:,} if "
-                      "all were kept): the provider cut the prompt")]
+                      f"{reported:,} input tokens reported for {payload.raw_tokens:,} sent (at least "
+                      f"{int(FLOOR * text):,} if all were kept): the provider cut the prompt")]
 
 
-def least_read(payload: Payload) -> int:
-    """What a server that kept all of ``payload`` (counted exactly) read at least, in tokens:
-    ``FLOOR`` of its messages' text tokens, but those a provider may read as less (above)."""
+def text_read(payload: Payload) -> float:
+    """The text tokens of ``payload`` (counted exactly) that a server keeping it all reads, as a
+    provider may count them: its messages', but those providers read as less (above)."""
     total = 0.0
-    loose = payload.loose_tool_counts
-    for message in payload.messages:
-        if message.reasoning or (loose and message.tool_refs):
-            continue
+    for message in _read(payload):
         tokens: float = message.tokens - message.fixed
         text = message.text
         if len(text) > TIKTOKEN_MAX_CHARS:
@@ -92,4 +99,15 @@ def least_read(payload: Payload) -> int:
         if tokens > 0 and not text.isascii():
             tokens *= len(text.encode("ascii", "ignore")) / utf8_bytes(text)
         total += tokens
-    return int(FLOOR * total)
+    return total
+
+
+def _far_below(reported: int, text: float) -> bool:
+    """Whether ``reported`` input tokens are ``SLACK`` or more below ``FLOOR`` of ``text`` tokens."""
+    return reported <= FLOOR * text - SLACK
+
+
+def _read(payload: Payload) -> Iterator[Message]:
+    """The messages whose text counts toward what a server that kept them read."""
+    loose = payload.loose_tool_counts
+    return (m for m in payload.messages if not (m.reasoning or (loose and m.tool_refs)))

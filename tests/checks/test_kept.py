@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ctxguard.checks import NEEDS_EXACT, Skip
-from ctxguard.checks.kept import FLOOR, SLACK, least_read, provider_kept_all
+from ctxguard.checks.kept import FLOOR, SLACK, provider_kept_all, text_read
 from ctxguard.digest import Digester
 from ctxguard.measure import Measurer
 from ctxguard.payload import TOOL_CALL, TOOL_RESULT, Answer, Item, Payload, RequestView, tool_ref
@@ -41,6 +41,8 @@ def message(role: str, text: str, *refs: str) -> Item:
 
 
 LONG = measured(message(*SYSTEM), message("user", PROSE), message("assistant", "Noted."), message(*QUESTION))
+#: The least a server keeping all of ``LONG`` reads: half its messages' text tokens.
+LEAST = int(FLOOR * text_read(LONG))
 
 
 def kept(id: str, p: Payload, reported: int | None, *, expect: str, says: str = "", finish: tuple[str, ...] = (),
@@ -53,9 +55,11 @@ def kept(id: str, p: Payload, reported: int | None, *, expect: str, says: str = 
     kept("all of it reported", LONG, LONG.raw_tokens, expect=PASS),
     kept("a quarter of it reported: the server cut it", LONG, LONG.raw_tokens // 4, expect=FAIL,
          says=f"{LONG.raw_tokens // 4:,} input tokens reported for {LONG.raw_tokens:,} sent"),
-    kept("nothing reported kept", LONG, 0, expect=FAIL, says="the provider cut the prompt"),
-    kept("SLACK below the least read", LONG, least_read(LONG) - SLACK, expect=FAIL, says="at least"),
-    kept("one token less than SLACK below it", LONG, least_read(LONG) - SLACK + 1, expect=PASS),
+    kept("a tenth of it reported", LONG, LONG.raw_tokens // 10, expect=FAIL, says="the provider cut the prompt"),
+    kept("an input count of 0: a usage the server does not know", LONG, 0, expect=SKIP,
+         says="the answer reports no input tokens"),
+    kept("SLACK below the least read", LONG, LEAST - SLACK, expect=FAIL, says=f"at least {LEAST:,} if all were kept"),
+    kept("one token less than SLACK below it", LONG, LEAST - SLACK + 1, expect=PASS),
     kept("a short prompt reported at one token", measured(message(*QUESTION)), 1, expect=PASS),
     kept("no answer", LONG, None, answered=False, unanswered="the call failed", expect=SKIP,
          says="the call failed"),
@@ -115,7 +119,7 @@ def test_tool_results_count_where_the_provider_reads_them_whole() -> None:
                 message("tool", PROSE, tool_ref(TOOL_RESULT, "call_1")), message(*QUESTION))
     p = measured(*exchange)
     assert provider_kept_all(p, context(p), Answer(input_tokens=40), "")
-    assert least_read(p) > FLOOR * 2000 > least_read(measured(*exchange, loose_tool_counts=True))
+    assert text_read(p) > 2000 > text_read(measured(*exchange, loose_tool_counts=True))
 
 
 def test_a_count_in_bytes_is_judged_again_exactly_only_when_it_shows_a_drop() -> None:
@@ -161,7 +165,7 @@ def test_no_record_of_the_recorded_corpus_fails() -> None:
         elif result:
             failed.append(f"{record['id']}: {result[0].detail}")
         else:
-            judged.append((record["reported_input_tokens"], least_read(p), record["id"]))
+            judged.append((record["reported_input_tokens"], FLOOR * text_read(p), record["id"]))
     assert failed == []
     assert len(judged) >= 400 and len(skipped) == 3
     assert all("invoke_model" in next(r["api"] for r in accuracy.records() if r["id"] == i) for i in skipped)
