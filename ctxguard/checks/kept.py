@@ -26,11 +26,12 @@ served from a cache (docs/budget.md), so a cached prefix needs nothing. The chec
 answer with no input count (or 0, which some OpenAI-compatible servers write for a usage they do
 not know), a request whose history the provider holds (``previous_response_id``: the report
 counts more than was sent), one that lets the provider edit its context and say so
-(``context_management``), an answer a guardrail blocked (the count is the filter's), or a count
+(``context_management``), a low count on an answer a guardrail blocked (it is the filter's), or a count
 that is the four-characters estimate (no tiktoken). A request counted in byte bounds
 (``tokenizer="lazy"``) is judged on the count it shows first and counted exactly only when that
 shows a drop (``NEEDS_EXACT``). The request's whole text is compared first: only a report below it
-has the messages looked at. After sending, it never blocks; enforce mode only records it.
+has the messages (and the finish reasons) looked at. After sending, it never blocks; enforce mode
+only records it.
 """
 
 from __future__ import annotations
@@ -58,27 +59,27 @@ def provider_kept_all(payload: Payload, ctx: Context, reply: Answer | None, unan
     """After the response: the reported input tokens are not far below the request's own count."""
     if reply is None:
         return Skip(unanswered)
-    reported = reply.input_tokens
     if payload.unreadable is not None:
         return Skip(payload.unreadable)
+    reported = reply.input_tokens
     if not reported:  # none, or 0: some OpenAI-compatible servers put zeros in a usage they do not know
         return Skip("the answer reports no input tokens")
     why = payload.history_elsewhere or payload.server_edits
     if why is not None:
         return Skip(why)
+    bound = payload.basis == BOUND.name
+    if not bound and payload.basis != TiktokenCounter.name:
+        return Skip(f"counted with the {payload.basis}, not a tokenizer: too loose to say tokens were dropped")
+    # The whole text first: most calls end here, no message looked at. A count in bytes shows its
+    # text at the model's learnt tokens a byte (``Payload.tokens``).
+    whole = payload.tokens - payload.fixed if bound else payload.raw_tokens - payload.fixed
+    if not _far_below(reported, whole):
+        return []
     if any(word in reason.lower() for reason in reply.finish_reasons for word in _BLOCKED):
         return Skip(f"the input was blocked ({', '.join(reply.finish_reasons)}): the count is the filter's")
-    # The whole text first (no message is looked at on most calls), then the messages whose text counts.
-    if payload.basis == BOUND.name:
-        # Bytes: the count they show (at the model's learnt tokens a byte) decides when it finds no drop.
-        if _far_below(reported, payload.tokens - payload.fixed) and _far_below(
-                reported, payload.scale * sum(m.tokens - m.fixed for m in _read(payload))):
-            return NEEDS_EXACT
-        return []
-    if payload.basis != TiktokenCounter.name:
-        return Skip(f"counted with the {payload.basis}, not a tokenizer: too loose to say tokens were dropped")
-    if not _far_below(reported, payload.raw_tokens - payload.fixed):
-        return []
+    if bound:  # what its messages show decides when it finds no drop; else it is counted exactly
+        shown = payload.scale * sum(m.tokens - m.fixed for m in _read(payload))
+        return NEEDS_EXACT if _far_below(reported, shown) else []
     text = text_read(payload)
     if not _far_below(reported, text):
         return []
