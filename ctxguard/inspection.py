@@ -308,9 +308,25 @@ class Inspector:
         return [verdict.add_late(name, Skip(why)) for name in WIRE_CHECKS]
 
     def answer(self, verdict: Verdict, reply: Answer | None, unanswered: str) -> list[Outcome]:
-        """The answer checks, once the answer is known (``unanswered``: why there is none, if so). A
-        check the payload's byte bounds cannot decide (``NEEDS_EXACT``) is judged again on the payload
-        counted exactly, loading the exact counter if it is not yet (docs/budget.md, "Kept whole")."""
+        """The answer checks, once the answer is known (``unanswered``: why there is none, if so); then
+        the input tokens the answer reports teach the calibration, unless ``provider_kept_all`` found
+        them the count of a cut prompt: a server that cuts prompts would teach it that the model's
+        text costs less than it does, hiding the next over-budget request (docs/budget.md, "Kept
+        whole")."""
+        judged = self._answer_checks(verdict, reply, unanswered)
+        payload = verdict.payload
+        if reply is not None and reply.input_tokens and payload.unreadable is None and not any(
+                o.check == "provider_kept_all" and o.outcome == "fail" for o in judged):
+            try:
+                self.measurer.observe(payload, reply.input_tokens)
+            except Exception as exc:
+                report_internal_error("tokens", exc)
+        return judged
+
+    def _answer_checks(self, verdict: Verdict, reply: Answer | None, unanswered: str) -> list[Outcome]:
+        """Each answer check's outcome. A check the payload's byte bounds cannot decide
+        (``NEEDS_EXACT``) is judged again on the payload counted exactly, loading the exact counter if
+        it is not yet."""
         ctx = verdict.ctx
         if ctx is None:
             return []

@@ -97,3 +97,23 @@ def test_a_request_the_provider_module_cannot_read_is_no_verdict_and_counted(int
     assert [where for where, _ in internal_errors] == ["normalise"]
     internal_errors.clear()
     assert broken is OPENAI.adapter
+
+
+@pytest.mark.skipif(not tiktoken_installed(), reason="counted exactly with tiktoken")
+def test_a_report_of_a_cut_prompt_teaches_the_calibration_nothing(monkeypatch):
+    """A server cutting every prompt to a tenth would teach the calibration that the model's text
+    costs a tenth of its count (and, past its bounds, that ctxguard over-counts the model): the
+    reports ``provider_kept_all`` fails are not learnt from; the others are."""
+    monkeypatch.delenv("CTXGUARD_TOKENIZER", raising=False)
+    inspector = inspector_for(Config(digest_key=b"k", tokenizer="eager"), facts.Sinks())
+    long = {"role": "user", "content": "The parcel left the depot in Lyon on Monday. " * 200}
+    scope = ("c5", None)
+    verdict = inspector.inspect(inspector.measure(OPENAI, "chat.completions", {  # type: ignore[arg-type]
+        "model": "gpt-4o", "messages": [SYSTEM, long]}, scope), scope, Policy())
+    whole = verdict.payload.raw_tokens
+    for _ in range(8):
+        assert inspector.answer(verdict, Answer(input_tokens=whole // 10), "")[-1].outcome == "fail"
+    assert inspector.measurer.calibration.factor("gpt-4o") is None
+    for _ in range(5):
+        assert inspector.answer(verdict, Answer(input_tokens=whole), "")[-1].outcome == "pass"
+    assert inspector.measurer.calibration.factor("gpt-4o") == 1.0
