@@ -248,7 +248,7 @@ def checkpoint(stage: str, content: Any, *, conversation: str | None = None, ten
         raise ValueError("stage must be a non-empty name other than capture, payload and answer (automatic)")
     scope = _scope(conversation, tenant, "checkpoint")
     with guarded("ledger"):
-        SINKS.stages.put(scope, stage, normalise(strings_in(content)))
+        SINKS.stages.put(scope, stage, strings_in(content))
 
 
 def stage(name: str) -> Callable[[F], F]:
@@ -286,4 +286,4 @@ def _record_stage(name: str, result: Any) -> None:
     scope = current_conversation()
     if scope is not None:
         with guarded("ledger"):
-            SINKS.stages.put(scope, name, normalise(strings_in(result)))
+            SINKS.stages.put(scope, name, strings_in(result))

@@ -2,8 +2,8 @@
 answer's claims match, does a fact survive long conversations, capture to a file.
 
 They match text the way the fact checks do (``ctxguard.facts.matching``): Unicode
-NFKC, case-folded, whitespace collapsed; values shorter than three characters are
-refused rather than matched everywhere.
+NFKC, case-folded, whitespace collapsed, a grouped number in any grouping; values
+shorter than three characters are refused rather than matched everywhere.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from typing import Any
 
 from .._instrument import active_guard
 from ..capture import CaptureWriter, Redact
+from ..facts.ledger import Version
 from ..facts.matching import MIN_MATCH_CHARS, normalise, strings_in, value_text
+from ..facts.stages import Checkpoint
 
 __all__ = [
     "ClaimProblem",
@@ -36,11 +38,12 @@ _CONTENT_FIELDS = ("messages", "input", "instructions", "system", "contents", "s
                    "systemInstruction", "prompt")
 
 
-def _needle(value: object) -> str:
-    needle = normalise(value_text(value))
+def _needle(value: object) -> Version:
+    text = value_text(value)
+    needle = normalise(text)
     if len(needle) < MIN_MATCH_CHARS:
         raise ValueError(f"{value!r} is too short to be matched reliably (fewer than {MIN_MATCH_CHARS} characters)")
-    return needle
+    return Version("", text, needle, 0)
 
 
 def _body_text(body: Any) -> str:
@@ -50,12 +53,12 @@ def _body_text(body: Any) -> str:
         try:
             body = json.loads(body)
         except ValueError:
-            return normalise(body)  # plain text
+            return str(body)  # plain text
     elif hasattr(body, "json") and isinstance(getattr(body, "body", None), (bytes, bytearray)):
         body = body.json  # a FakeLLM RecordedRequest
     if isinstance(body, Mapping) and any(k in body for k in _CONTENT_FIELDS):
         body = [body[k] for k in _CONTENT_FIELDS if k in body]
-    return normalise(strings_in(body))  # SEPARATOR (NUL) survives: no value matches across messages
+    return strings_in(body)  # SEPARATOR (NUL) survives: no value matches across messages
 
 
 def payload_contains(body: Any, value: object) -> bool:
@@ -67,8 +70,10 @@ def payload_contains(body: Any, value: object) -> bool:
 
     >>> payload_contains({"messages": [{"role": "user", "content": "Ship to LYON"}]}, "Lyon")
     True
+    >>> payload_contains({"messages": [{"role": "user", "content": "call 0612345678"}]}, "06 12 34 56 78")
+    True
     """
-    return _needle(value) in _body_text(body)
+    return Checkpoint.of(_body_text(body)).holds(_needle(value))
 
 
 # -- flip points ---------------------------------------------------------------
@@ -267,7 +272,7 @@ def assert_fact_survives(
         if not bodies:
             raise ValueError(f"run({n}) returned no request bodies")
         for i, body in enumerate(bodies, 1):
-            if needle not in _body_text(body):
+            if not Checkpoint.of(_body_text(body)).holds(needle):
                 raise FactLost(name, n, i if len(bodies) > 1 else None, survived)
         survived.append(n)
 
