@@ -10,6 +10,7 @@ import openai
 import pytest
 
 import ctxguard
+import ctxguard.facts as facts_mod
 
 SYSTEM = {"role": "system", "content": "You are the order assistant."}
 
@@ -412,6 +413,27 @@ def test_a_stale_grouped_number_in_the_answer_is_inconsistent(harness, llm, clie
         ctxguard.record_fact("phone", "07 98 76 54 32")
         ask(client, "my new number is 0798765432")
     assert failed(harness) == ["answer_consistent"]
+
+
+def test_a_value_no_check_can_find_is_warned_of_once(harness, llm, client, caplog, monkeypatch):
+    """docs/facts.md, "Matching": such a value is kept and judged where it can be, never dropped silently."""
+    monkeypatch.setattr(facts_mod, "_WARNED", set())
+    harness.start(mode="observe")
+    with ctxguard.conversation("c"), caplog.at_level("WARNING", logger="ctxguard"):
+        ctxguard.record_fact("code", "98 76 54")
+        ctxguard.record_fact("locker", "B-7 C-9")
+        ctxguard.record_fact("size", "M")
+        ctxguard.record_fact("phone", "06 12 34 56 78")  # a grouped number: found, no warning
+        ctxguard.record_fact("city", "Pune")  # not distinctive: no leak by design, no warning
+    warned = [r.getMessage() for r in caplog.records if r.name == "ctxguard"]
+    assert len(warned) == 2, warned
+    assert "fact_scoped never finds it in another conversation's payload" in warned[0]
+    assert "shorter than 3 characters" in warned[1]
+    assert not any(v in m for m in warned for v in ("98 76 54", "B-7", "code", "locker"))  # neither value nor id
+    with ctxguard.conversation("c"):
+        ask(client, "code 98 76 54, locker B-7 C-9, phone 0612345678, Pune")
+    assert failed(harness) == []  # its own conversation's checks judge it as usual
+    assert sorted(last(harness)["ctxguard.facts.present"]) == ["city@1", "code@1", "locker@1", "phone@1"]
 
 
 # -- the three trimming bugs ----------------------------------------------------------
