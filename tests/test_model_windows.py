@@ -18,6 +18,7 @@ import pytest
 import ctxguard
 from ctxguard import budget
 from ctxguard.budget import MODEL_WINDOWS, add_model_windows, load_model_windows, window_for
+from tests.docblocks import block
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -172,6 +173,26 @@ def test_an_override_file_in_either_format_and_shape_wins_over_the_shipped_table
     add_model_windows(load_model_windows(path))
     assert window_for("gpt-4o-2024-08-06") == 64_000 and window_for("openai/acme-ft") == 16_384
     assert window_for("gpt-4.1") == 1_047_576 and window_for("my-finetune-v7") is None
+
+
+@pytest.mark.parametrize(("lang", "name"), [("toml", "windows.toml"), ("json", "windows.json")])
+def test_the_documented_windows_files_load_every_entry(tmp_path, lang, name):
+    """docs/budget.md, "Adding or overriding windows": its example files, read from the doc itself. A
+    TOML file may mix ids at its top level with tables under ``models`` (before: only the tables were read,
+    and the gateway's cap on gpt-4o silently ignored)."""
+    path = tmp_path / name
+    path.write_text(block("docs/budget.md", "Adding or overriding windows", lang).text, encoding="utf-8")
+    expected = {"my-finetune-v7": 32_768, "gpt-4o": 64_000}
+    if lang == "toml":
+        expected["acme-support-ft"] = 16_384
+    assert load_model_windows(path) == expected
+
+
+def test_an_id_given_twice_in_one_file_is_refused(tmp_path):
+    path = tmp_path / "windows.toml"
+    path.write_text('"gpt-4o" = 64000\n\n[models."GPT-4o"]\nwindow = 32000\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="'gpt-4o' is given twice"):
+        load_model_windows(path)
 
 
 @pytest.mark.parametrize(("name", "text", "problem"), [
