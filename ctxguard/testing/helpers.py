@@ -18,7 +18,7 @@ from typing import Any
 from .._instrument import active_guard
 from ..capture import CaptureWriter, Redact
 from ..facts.ledger import Version
-from ..facts.matching import MIN_MATCH_CHARS, normalise, strings_in, value_text
+from ..facts.matching import MIN_MATCH_CHARS, match_key, normalise, strings_in, value_text
 from ..facts.stages import Checkpoint
 
 __all__ = [
@@ -195,26 +195,38 @@ def _pairs(actual: Any) -> list[tuple[str, str]]:
     return pairs
 
 
+def _same(value: object) -> str:
+    """What two claimed values compare as: equal when the fact checks would match one for the other."""
+    return match_key(value_text(value))
+
+
+def _values(stale: object) -> Iterable[object]:
+    """One stale value (a string, a number, a date) or several (a list, tuple or set of them)."""
+    return stale if isinstance(stale, (list, tuple, set, frozenset)) else (stale,)
+
+
 def assert_claims(
     actual: Mapping[str, Any] | Iterable[Any],
     expected: Mapping[str, Any],
     *,
-    stale: Mapping[str, Iterable[Any]] | None = None,
+    stale: Mapping[str, Any] | None = None,
 ) -> None:
     """Assert that structured answer claims are exactly ``expected``.
 
     ``actual``: claims parsed from the model's answer, as (name, value) pairs or
     mappings with ``claim``/``key``/``id`` and ``value`` (a claim made twice is a
-    duplicate even if both agree). ``stale``: earlier values per claim, so that a
-    reverted correction reads as ``stale`` rather than ``wrong``. Values compare
-    normalised (case, Unicode form, spacing). Raises ``ClaimsMismatch``.
+    duplicate even if both agree). ``stale``: earlier values per claim, one value or a
+    list of them (``{"city": "Mumbai"}``, ``{"city": ["Mumbai", "Pune"]}``), so that a
+    reverted correction reads as ``stale`` rather than ``wrong``. Values compare as the
+    fact checks match them (case, Unicode form, spacing; a grouped number in any
+    grouping). Raises ``ClaimsMismatch``.
 
     >>> assert_claims([("city", "Lyon")], {"city": "lyon"})
     """
     claimed: dict[str, list[str]] = {}
     for key, value in _pairs(actual):
         claimed.setdefault(key, []).append(value)
-    old = {k: {normalise(value_text(v)) for v in vs} for k, vs in (stale or {}).items()}
+    old = {k: {_same(v) for v in _values(vs)} for k, vs in (stale or {}).items()}
     problems: list[ClaimProblem] = []
     for key, values in claimed.items():
         if key not in expected:
@@ -223,9 +235,9 @@ def assert_claims(
         want = value_text(expected[key])
         if len(values) > 1:
             problems.append(ClaimProblem("duplicate", key, want, tuple(values)))
-        wrong = [v for v in values if normalise(v) != normalise(want)]
+        wrong = [v for v in values if _same(v) != _same(want)]
         if wrong:
-            kind = "stale" if all(normalise(v) in old.get(key, ()) for v in wrong) else "wrong"
+            kind = "stale" if all(_same(v) in old.get(key, ()) for v in wrong) else "wrong"
             problems.append(ClaimProblem(kind, key, want, tuple(wrong)))
     for key, value in expected.items():
         if key not in claimed:
