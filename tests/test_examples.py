@@ -28,6 +28,18 @@ def test_retention_example_suite_passes():
     assert "5 passed" in out.stdout
 
 
+def test_the_example_suites_need_nothing_but_pytest():
+    """In the README's venv (ctxguard[openai,tiktoken] and pytest, no pytest-asyncio) the examples run
+    under their own examples/pytest.ini, not the repository's settings (before: "Unknown config
+    option: asyncio_mode" on every run). Without the asyncio plugin, an unknown option is an error here."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:asyncio",
+                          "-W", "error::pytest.PytestConfigWarning", "examples/test_retention.py",
+                          "examples/test_retention_suite.py", "examples/test_context_builder.py"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "warning" not in out.stdout.lower()
+
+
 def _suite(bug: str | None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SHOP_BUG"}
     env["COLUMNS"] = "1000"  # each FAILED line of the summary carries its whole message
