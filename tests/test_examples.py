@@ -29,7 +29,8 @@ def test_retention_example_suite_passes():
 
 
 def test_the_example_suites_need_nothing_but_pytest():
-    """In the README's venv (ctxguard[openai,tiktoken] and pytest, no pytest-asyncio) the examples run
+    """README.md, "Quick start": `pip install pytest && pytest examples/test_retention_suite.py`.
+    In the README's venv (ctxguard[openai,tiktoken] and pytest, no pytest-asyncio) the examples run
     under their own examples/pytest.ini, not the repository's settings (before: "Unknown config
     option: asyncio_mode" on every run). Without the asyncio plugin, an unknown option is an error here."""
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:asyncio",
