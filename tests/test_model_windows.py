@@ -66,6 +66,13 @@ def test_every_entry_has_a_positive_window_a_provider_an_https_source_and_a_past
             assert type(entry["retired"]) is datetime.date and entry["retired"] <= today, model
 
 
+def test_the_documented_entry_is_a_shipped_one():
+    """docs/budget.md, "The window table": its example is an entry of the shipped file, field for field."""
+    [(model, entry)] = tomllib.loads(block("docs/budget.md", "The window table", "toml").text)["models"].items()
+    assert set(entry) <= FIELDS
+    assert {k: v for k, v in shipped()[model].items() if k in entry} == entry
+
+
 def test_ids_are_lowercase_unique_and_never_look_like_a_wrapper_the_resolution_removes():
     headers = re.findall(r'^\[models\."([^"]+)"\]$', DATA.read_text(encoding="utf-8"), re.MULTILINE)
     assert len(headers) == len(set(headers)) == len(shipped())
