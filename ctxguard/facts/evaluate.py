@@ -28,8 +28,8 @@ class FactView:
     found as written is looked for among the messages' numbers, in any grouping.
     """
 
-    __slots__ = ("_positions", "_sent", "_terms", "checkpoints", "digests", "foreign", "locations", "norms", "reach",
-                 "state", "terms", "too_short", "unavailable", "unsearched")
+    __slots__ = ("_positions", "_sent", "_terms", "_terms_of", "checkpoints", "digests", "foreign", "locations",
+                 "norms", "reach", "state", "too_short", "unavailable", "unsearched")
 
     def __init__(
         self,
@@ -47,7 +47,7 @@ class FactView:
         self.locations = locations  # fact_id@version -> digest of a message that carried it
         #: Each message's words and grouped numbers (``index.terms``; none for a large message), computed
         #: when first needed: the candidate values of other conversations, a number in any grouping.
-        self.terms = terms
+        self._terms_of = terms
         self._terms: list[frozenset[str]] | None = None
         # Other conversations' values sent here, each with its conversation: a scope, or (found by
         # the fleet index) the digest of a conversation of another process, the value as found here.
@@ -109,7 +109,7 @@ class FactView:
     def message_terms(self) -> list[frozenset[str]]:
         """Each message's words and grouped numbers (computed once per call, cached by message digest)."""
         if self._terms is None:
-            self._terms = self.terms()
+            self._terms = self._terms_of()
         return self._terms
 
     def _carrier_of_number(self, key: str) -> int:

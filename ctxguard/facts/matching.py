@@ -16,6 +16,7 @@ short numbers are never read as one (``number_key``).
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
@@ -131,8 +132,19 @@ def number_key(value: str) -> str | None:
     >>> number_key("2026-12-03"), number_key("12 34 56"), number_key("ACC-7731-0042")
     (None, None, None)
     """
-    if not _ANY_DIGIT.search(value):
-        return None
+    if len(value) > _NUMBER_VALUE_CHARS and len(value.strip()) > _NUMBER_VALUE_CHARS:
+        return None  # too long to be one (and not worth remembering)
+    return _number_key(value) if _ANY_DIGIT.search(value) else None
+
+
+#: A value of more characters than this is never a grouped number (its leading "+" aside).
+_NUMBER_VALUE_CHARS = NUMBER_MAX_CHARS + 1
+
+
+# A fact's value is read again on every call whose ledger is reduced afresh (RedisLedger): its
+# number is remembered, for short values only, so 8,192 of them take about 1 MiB.
+@functools.lru_cache(maxsize=8_192)
+def _number_key(value: str) -> str | None:
     text = unicodedata.normalize("NFKC", value).strip()
     text = text[1:] if text.startswith("+") else text
     found = list(_numbers_in(text))
