@@ -21,7 +21,7 @@ from .cache import TwoGenerationCache, text_bytes, words_bytes
 from .checks import ANSWER_CHECKS, NEEDS_EXACT, WIRE_CHECKS, Context, Outcome, Skip, outcome, run_checks
 from .conversation import ConversationMemory, Diff, Scope
 from .facts.evaluate import FactView, build_view
-from .facts.index import words
+from .facts.index import terms
 from .facts.ledger import FactState
 from .facts.matching import Chunked, searchable
 from .facts.redis import LedgerSlow
@@ -223,14 +223,15 @@ class Inspector:
             self._norms.put(digest, cached)
         return cached
 
-    def words(self, digest: str, norm: str | Chunked) -> frozenset[str]:
-        """A message's words (for the cross-conversation index), cached by its digest; none
-        for a text too large to normalise (it is not searched for other conversations' values)."""
+    def terms(self, digest: str, text: str, norm: str | Chunked) -> frozenset[str]:
+        """A message's words and grouped numbers (for the cross-conversation index, and a number in
+        any grouping), cached by its digest; none for a text too large to normalise (it is not
+        searched for other conversations' values, and its numbers are searched in chunks)."""
         if isinstance(norm, Chunked):
             return frozenset()
         cached = self._words.get(digest)
         if cached is None:
-            cached = words(norm)
+            cached = terms(norm, text)
             self._words.put(digest, cached)
         return cached
 
@@ -280,7 +281,7 @@ class Inspector:
                 checkpoints,
                 self.memory.fact_locations(scope),
                 sinks.index,
-                lambda: [self.words(m.digest, n) for m, n in zip(payload.messages, norms, strict=True)],
+                lambda: [self.terms(m.digest, m.text, n) for m, n in zip(payload.messages, norms, strict=True)],
                 fleet,
                 sinks.reach(),
                 unavailable,

@@ -39,7 +39,8 @@ def test_budget_prints_the_equation_and_turns():
 def test_budget_unknown_model_needs_a_window():
     out = run("budget", "--model", "mystery")
     assert out.returncode == 2
-    assert "unknown context window" in out.stderr and "pass --window N" in out.stderr
+    # The command line's own flag, not the Python argument (before: "pass window=").
+    assert out.stderr == "ctxguard budget: unknown context window for model 'mystery'; pass --window N\n"
     assert run("budget", "--model", "mystery", "--window", "8000", "--max-tokens", "9000").returncode == 1
 
 
