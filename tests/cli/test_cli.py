@@ -13,10 +13,8 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 def test_demo_finds_the_flip_point_and_prints_totals():
-    started = time.monotonic()
-    out = run("demo")
+    out = run("demo")  # within run()'s timeout: how long it takes is bench/footprint.py's to say, not a test's
     assert out.returncode == 0, out.stderr
-    assert time.monotonic() - started < 10
     lines = out.stdout.splitlines()
     assert lines.count("flip point: turn 4") == 1
     assert "flip point: none (system prompt kept)" in lines
