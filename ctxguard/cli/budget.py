@@ -5,13 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..budget import budget_for, window_for
+from ..budget import budget_for
 
 
 def run_budget(args: argparse.Namespace) -> int:
-    if args.window is None and window_for(args.model) is None:
-        print(f"ctxguard budget: unknown context window for model {args.model!r}; pass --window N", file=sys.stderr)
-        return 2
     try:
         breakdown = budget_for(
             args.model,
