@@ -59,3 +59,26 @@ def test_the_litellm_engine_is_guarded_at_litellms_call_site(harness, asynchrono
         assert [list(s.attributes["ctxguard.violations"]) for s in played.spans] == [["fact_present"]] * 2
 
     play(harness, scenario("litellm", asynchronous), then=flagged)
+
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_the_default_engine_sent_a_request_without_its_system_prompt_is_flagged(harness, asynchronous):
+    """An app that hands DSPy's LM a request of its own (``dspy.lm15.Request``, DSPy 3.4's way to
+    send messages) and left its system prompt out (the planted defect): guarded from the wire,
+    ``system_at_head`` flagged."""
+    lm15 = dspy.lm15
+    request = lm15.Request(model="openai/gpt-4o", messages=(lm15.Message.user("Where is my parcel?"),))
+
+    def run(llm):  # type: ignore[no-untyped-def]
+        llm.script("It is on its way.")
+        lm = dspy.LM("openai/gpt-4o", api_base=llm.base_url, api_key="t", cache=False, num_retries=0)
+        response = asyncio.run(lm.acall(request)) if asynchronous else lm(request)
+        return response.text
+
+    def flagged(played) -> None:  # type: ignore[no-untyped-def]
+        (span,) = played.spans
+        assert span.attributes.get("ctxguard.guarded_at") == "wire"
+        assert list(span.attributes["ctxguard.violations"]) == ["system_at_head"]
+
+    play(harness, run, then=flagged)
