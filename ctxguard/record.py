@@ -30,7 +30,14 @@ from .telemetry.ids import ExportedIds
 from .telemetry.log import WarningLimiter, log_violations
 from .telemetry.meter import Meters
 from .telemetry.metrics import Hist, Metrics
-from .telemetry.neighbours import claimed_beneath, inference_span, ours_to_add, records_usage, their_call_span
+from .telemetry.neighbours import (
+    claimed_beneath,
+    inference_span,
+    ours_to_add,
+    records_usage,
+    started_beneath,
+    their_call_span,
+)
 from .violations import Violation
 
 __all__ = ["Recorder", "CallTelemetry"]
@@ -66,8 +73,10 @@ class CallTelemetry:
     def sees_usage_beneath(self) -> None:
         """The transport is sending this call's body: something beneath ctxguard (Logfire, the
         anthropic SDK's own tracing) with a GenAI span of this call open records usage."""
-        current = trace.get_current_span()
-        if current is not self.span and (inference_span(current, None) or claimed_beneath(current, self.span)):
+        current, ours = trace.get_current_span(), self.span
+        if current is ours:
+            return
+        if (inference_span(current, None) and started_beneath(current, ours)) or claimed_beneath(current, ours):
             self.usage_elsewhere = True
 
 

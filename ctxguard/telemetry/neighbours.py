@@ -16,7 +16,7 @@ from opentelemetry.trace import SpanKind
 
 from . import spans as attr
 
-__all__ = ["claimed_beneath", "inference_span", "ours_to_add", "records_usage", "their_call_span"]
+__all__ = ["claimed_beneath", "inference_span", "ours_to_add", "records_usage", "started_beneath", "their_call_span"]
 
 
 def inference_span(span: trace.Span, model: str | None) -> bool:
@@ -62,15 +62,24 @@ def their_call_span(span: trace.Span, operation: str, model: str | None) -> bool
 _SUPPRESSED = getattr(otel_context, "_SUPPRESS_INSTRUMENTATION_KEY", None)
 
 
+def started_beneath(span: trace.Span, ours: trace.Span | None) -> bool:
+    """Whether ``span`` started as a child of ``ours``. A span current when the transport sends is
+    not beneath ctxguard's because it is current: the anthropic SDK's own span of a
+    ``messages.stream`` request opens in ``__enter__``, after ctxguard's span stopped being current,
+    as the root of another trace (or a child of the app's span)."""
+    parent = getattr(span, "parent", None)
+    return ours is not None and parent is not None and parent.span_id == ours.get_span_context().span_id
+
+
 def claimed_beneath(current: trace.Span, ours: trace.Span | None) -> bool:
     """Whether an instrumentation between the call site and the transport took this call over:
     it suppressed the ones beneath it, and the current span is a non-recording stand-in carrying
-    the context of a span ctxguard did not start (Logfire gives a suppressed span the context of
-    its own request span, which records the usage)."""
-    if current.is_recording() or _SUPPRESSED is None or not otel_context.get_value(_SUPPRESSED):
+    the context of another span of ctxguard's trace (Logfire gives a suppressed span the context
+    of its own request span, which records the usage)."""
+    if ours is None or current.is_recording() or _SUPPRESSED is None or not otel_context.get_value(_SUPPRESSED):
         return False
-    theirs = current.get_span_context()
-    return theirs.is_valid and (ours is None or theirs.span_id != ours.get_span_context().span_id)
+    theirs, mine = current.get_span_context(), ours.get_span_context()
+    return theirs.is_valid and theirs.trace_id == mine.trace_id and theirs.span_id != mine.span_id
 
 
 def records_usage(over: Any) -> bool:

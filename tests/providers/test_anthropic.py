@@ -202,6 +202,29 @@ def test_anthropics_own_span_is_a_child_of_ctxguards(harness, llm):
     assert len(ours) == 1
     assert theirs, "the anthropic SDK records its own span"
     assert all(s.parent is not None and s.parent.span_id == ours[0].context.span_id for s in theirs)
+    # The SDK's span, beneath ctxguard's, records the usage: ctxguard's leaves it out.
+    assert [s.instrumentation_scope.name for s in spans if "gen_ai.usage.output_tokens" in s.attributes] == [
+        "com.anthropic.sdk.python"]
+
+
+@pytest.mark.skipif("open_telemetry" not in inspect.signature(anthropic.Anthropic.__init__).parameters,
+                    reason="this anthropic release records no spans of its own (0.x)")
+def test_a_stream_managers_usage_stays_on_ctxguards_span(harness, llm):
+    """``messages.stream`` returns a manager, and ctxguard's span stops being current then; the SDK
+    sends in ``__enter__``, where its own span opens as the root of another trace. That span is
+    not beneath ctxguard's, so ctxguard's keeps the usage: each trace has one span with it
+    (before, ctxguard's span left it to the SDK's and its trace had none)."""
+    harness.start(mode="observe")
+    with anthropic.Anthropic(base_url=llm.anthropic_base_url, api_key="t", max_retries=0,
+                             open_telemetry={"tracer_provider": harness.tracer_provider}) as c:
+        with c.messages.stream(model="claude-sonnet-4-20250514", max_tokens=10, system=SYSTEM,
+                               messages=MESSAGES) as stream:
+            stream.get_final_message()
+    (ours,) = [s for s in harness.spans() if s.attributes.get("ctxguard.payload.hash")]
+    (theirs,) = [s for s in harness.spans() if s.instrumentation_scope.name == "com.anthropic.sdk.python"]
+    assert theirs.parent is None and theirs.context.trace_id != ours.context.trace_id
+    assert ours.attributes["gen_ai.usage.input_tokens"] == llm.responses[0].input_tokens
+    assert ours.attributes["gen_ai.usage.output_tokens"] == llm.responses[0].output_tokens
 
 
 def test_bad_input_never_crashes(harness, llm, claude):
