@@ -215,11 +215,11 @@ def test_a_stream_managers_usage_stays_on_ctxguards_span(harness, llm):
     not beneath ctxguard's, so ctxguard's keeps the usage: each trace has one span with it
     (before, ctxguard's span left it to the SDK's and its trace had none)."""
     harness.start(mode="observe")
-    with anthropic.Anthropic(base_url=llm.anthropic_base_url, api_key="t", max_retries=0,
-                             open_telemetry={"tracer_provider": harness.tracer_provider}) as c:
-        with c.messages.stream(model="claude-sonnet-4-20250514", max_tokens=10, system=SYSTEM,
-                               messages=MESSAGES) as stream:
-            stream.get_final_message()
+    c = anthropic.Anthropic(base_url=llm.anthropic_base_url, api_key="t", max_retries=0,
+                            open_telemetry={"tracer_provider": harness.tracer_provider})
+    with c, c.messages.stream(model="claude-sonnet-4-20250514", max_tokens=10, system=SYSTEM,
+                              messages=MESSAGES) as stream:
+        stream.get_final_message()
     (ours,) = [s for s in harness.spans() if s.attributes.get("ctxguard.payload.hash")]
     (theirs,) = [s for s in harness.spans() if s.instrumentation_scope.name == "com.anthropic.sdk.python"]
     assert theirs.parent is None and theirs.context.trace_id != ours.context.trace_id
