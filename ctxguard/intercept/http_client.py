@@ -24,7 +24,8 @@ the tap is collected.
 
 Between the two, the request's call waits on the connection (one attribute of its ``__dict__``,
 taken back by ``getresponse``); every other request pays a method comparison in ``request`` and
-a dict look-up in ``getresponse``.
+a dict look-up in ``getresponse``, and wrapt's call through each (docs/performance.md, "Observing
+HTTP clients": 29,000 instructions a plain GET, 9% of http.client's own).
 """
 
 from __future__ import annotations
