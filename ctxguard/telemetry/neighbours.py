@@ -74,12 +74,12 @@ def started_beneath(span: trace.Span, ours: trace.Span | None) -> bool:
 def claimed_beneath(current: trace.Span, ours: trace.Span | None) -> bool:
     """Whether an instrumentation between the call site and the transport took this call over:
     it suppressed the ones beneath it, and the current span is a non-recording stand-in carrying
-    the context of another span of ctxguard's trace (Logfire gives a suppressed span the context
-    of its own request span, which records the usage)."""
-    if ours is None or current.is_recording() or _SUPPRESSED is None or not otel_context.get_value(_SUPPRESSED):
+    the context of a span ctxguard did not start (Logfire gives a suppressed span the context of
+    its own request span, which records the usage)."""
+    if current.is_recording() or _SUPPRESSED is None or not otel_context.get_value(_SUPPRESSED):
         return False
-    theirs, mine = current.get_span_context(), ours.get_span_context()
-    return theirs.is_valid and theirs.trace_id == mine.trace_id and theirs.span_id != mine.span_id
+    theirs = current.get_span_context()
+    return theirs.is_valid and (ours is None or theirs.span_id != ours.get_span_context().span_id)
 
 
 def records_usage(over: Any) -> bool:
