@@ -95,7 +95,7 @@ def served(response: ServedResponse) -> dict[str, Any]:
 def head_role(request: RecordedRequest) -> str:
     """The role of the first thing the model reads in ``request``'s body, stated independently of
     ctxguard's readers: Chat ``messages[0]``; Responses ``instructions`` or the first input item;
-    Anthropic ``system`` or ``messages[0]``."""
+    Anthropic ``system`` or ``messages[0]``; Gemini ``systemInstruction`` or ``contents[0]``."""
     body = request.json
     route = request.path.split("?", 1)[0]
     if route.endswith("/responses"):
@@ -109,6 +109,12 @@ def head_role(request: RecordedRequest) -> str:
         system = body.get("system")
         texts = [system] if isinstance(system, str) else [b.get("text", "") for b in system or ()]
         return "system" if any(t.strip() for t in texts) else body["messages"][0]["role"]
+    if route.endswith(("generateContent", "streamGenerateContent")):
+        system = body.get("systemInstruction") or body.get("system_instruction") or {}
+        if any(part.get("text", "").strip() for part in system.get("parts", ())):
+            return "system"
+        role = body["contents"][0].get("role", "user")
+        return "assistant" if role == "model" else str(role)
     return str(body["messages"][0]["role"])
 
 
