@@ -16,6 +16,9 @@ from tests.frameworks.helpers import framework, play, stable
 framework("autogen_agentchat")
 framework("autogen_ext.models.openai")
 
+# gpt-4o answers as gpt-4o-2024-08-06, as OpenAI does; autogen-ext warns of the mismatch
+pytestmark = pytest.mark.filterwarnings("ignore:Resolved model mismatch:UserWarning")
+
 from autogen_agentchat.agents import AssistantAgent  # noqa: E402
 from autogen_core.model_context import BufferedChatCompletionContext  # noqa: E402
 from autogen_core.models import AssistantMessage, SystemMessage, UserMessage  # noqa: E402
