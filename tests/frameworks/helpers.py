@@ -30,7 +30,6 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor

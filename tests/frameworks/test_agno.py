@@ -46,7 +46,10 @@ def converse(agent: Agent, questions: list[str], how: str) -> list[str]:
 
     if how == "astream":
         async def turns() -> list[str]:
-            return [text([e async for e in agent.arun(q, stream=True)]) for q in questions]
+            answers = []
+            for q in questions:
+                answers.append(text([e async for e in agent.arun(q, stream=True)]))
+            return answers
         return asyncio.run(turns())
     if how == "stream":
         return [text(agent.run(q, stream=True)) for q in questions]
