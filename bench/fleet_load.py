@@ -25,8 +25,11 @@ Per run, from ``/proc`` and Redis, after a warm-up of ``--warmup`` requests (oth
 
 Reported: medians over the rounds (and the spread), per concurrency, with ctxguard, without, and
 the difference; then RSS over time. ``--cache-bytes`` sets ``CTXGUARD_CACHE_BYTES`` for the runs
-with ctxguard; ``--py-spy PATH`` samples one worker of each run with ctxguard (raw collapsed
-stacks, for ``bench/fleet_profile.py``).
+with ctxguard. ``--profile``: one more pair of runs (with, without; not in the table) with
+cProfile on in every worker while measured, and where the worker CPU goes, a request, by area
+(ctxguard's modules, the SDK, the HTTP client, Flask, redis-py, ...) with and without: the
+profiler's own cost inflates every area, by the function calls it sees, so read the split as
+proportions.
 
     .venv/bin/python bench/fleet_load.py [--requests 2000] [--concurrency 8,32] [--rounds 3]
                                          [--workers 4] [--turns 16] [--history 10-40]
@@ -38,6 +41,7 @@ import argparse
 import http.client
 import json
 import os
+import pstats
 import random
 import shutil
 import signal
@@ -53,6 +57,7 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from queue import Empty, Queue
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.append(str(ROOT))  # after PYTHONPATH: a checkout given there is the one measured
@@ -119,11 +124,23 @@ def _push(key, message):
 
 fleet._push = _push
 app = fleet.app
+_profile = []
+
 def _gc_reset(*_):  # the bench's signal at the start of what it measures
     _gc["collections"], _gc["seconds"] = [0, 0, 0], [0.0, 0.0, 0.0]
+    if os.environ.get("FLEET_BENCH_PROFILE") and not _profile:
+        import cProfile
+        _profile.append(cProfile.Profile(time.thread_time))  # CPU, not the wait for the next request
+        _profile[0].enable()
+
+def _profile_stats():
+    if _profile:
+        _profile[0].disable()
+        _profile[0].dump_stats(os.path.join(os.environ["FLEET_BENCH_READY"], f"{os.getpid()}.prof"))
 
 signal.signal(signal.SIGRTMIN, _gc_reset)  # gunicorn leaves it alone
 atexit.register(_gc_stats)  # gunicorn's worker exits through sys.exit() on SIGTERM
+atexit.register(_profile_stats)
 
 open(os.path.join(os.environ["FLEET_BENCH_READY"], str(os.getpid())), "w").close()
 """
@@ -191,12 +208,16 @@ class Run:
     samples: list[tuple[int, dict[int, tuple[int, int]]]] = field(default_factory=list)
     gc_ms: float = 0.0  # the workers' time in the garbage collector, a request
     gc_full: float = 0.0  # full (generation 2) collections, per 1,000 requests
+    gc_collections: list[float] = field(default_factory=list)  # per 1,000 requests, by generation
+    #: With ``--profile``: the workers' profiled seconds by area, and ctxguard's functions by self time.
+    areas: Counter[str] = field(default_factory=Counter)
+    functions: list[tuple[float, int, str]] = field(default_factory=list)
 
 
 class Fleet:
     """One gunicorn master and its workers for one run."""
 
-    def __init__(self, tmp: Path, env: dict[str, str], workers: int, py_spy: str | None) -> None:
+    def __init__(self, tmp: Path, env: dict[str, str], workers: int) -> None:
         self.tmp, self.workers = tmp, workers
         tmp.mkdir()
         (tmp / "fleet_bench_app.py").write_text(WRAPPER)
@@ -216,28 +237,8 @@ class Fleet:
             raise RuntimeError((tmp / "gunicorn.log").read_text())
         self.pids = sorted(int(p.name) for p in ready.iterdir())
         assert set(self.pids) == set(children(self.master.pid)), "a worker was replaced while starting"
-        self.py_spy = py_spy
-        self.spy: subprocess.Popen[bytes] | None = None
-        self.profile = tmp / f"py-spy-{self.pids[0]}.txt"
-
-    def start_profile(self) -> None:
-        """Sample the first worker (all its threads, on CPU only) until ``stop_profile``."""
-        if self.py_spy:
-            self.spy = subprocess.Popen([self.py_spy, "record", "--pid", str(self.pids[0]), "--rate", "200",
-                                         "--format", "raw", "--gil", "--nonblocking", "-o", str(self.profile)],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(1.0)  # py-spy attaches
-
-    def stop_profile(self) -> None:
-        if self.spy is not None:
-            self.spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
-            try:
-                self.spy.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                stop(self.spy)
 
     def close(self) -> None:
-        self.stop_profile()
         if children(self.master.pid) != self.pids:
             print(f"warning: workers replaced during the run: {self.pids} -> {children(self.master.pid)}",
                   file=sys.stderr)
@@ -342,12 +343,11 @@ def one_run(tmp: Path, variant: str, concurrency: int, args: argparse.Namespace,
     env = {**env, **VARIANTS[variant]}
     if args.cache_bytes:
         env["CTXGUARD_CACHE_BYTES"] = str(args.cache_bytes)
-    fleet = Fleet(tmp / tag, env, args.workers, args.py_spy)
+    fleet = Fleet(tmp / tag, env, args.workers)
     try:
         run.boot_rss = {pid: rss(pid) for pid in fleet.pids}
         drive(fleet, warm, args.concurrency_of_warmup or concurrency, rng, None, args.sample_every)
         run.samples.append((0, {w: (0, rss(w)) for w in fleet.pids}))
-        fleet.start_profile()
         for pid in fleet.pids:
             os.kill(pid, signal.SIGRTMIN)  # the wrapper's GC timing starts again
         cpu0 = {pid: cpu_seconds(pid) for pid in fleet.pids}
@@ -357,7 +357,6 @@ def one_run(tmp: Path, variant: str, concurrency: int, args: argparse.Namespace,
         run.seconds = time.perf_counter() - started
         cpu1 = {pid: cpu_seconds(pid) for pid in fleet.pids}
         redis1, commands1 = cpu_seconds(redis_pid), commandstats(store)
-        fleet.stop_profile()
         run.requests = sum(run.served.values())
         if run.samples[-1][0] != run.requests:
             run.samples.append((run.requests, {w: (run.served[w], rss(w)) for w in fleet.pids}))
@@ -373,9 +372,67 @@ def one_run(tmp: Path, variant: str, concurrency: int, args: argparse.Namespace,
     if len(stats) == len(fleet.pids):
         run.gc_ms = 1000 * sum(sum(g["seconds"]) for g in stats) / run.requests
         run.gc_full = 1000 * sum(g["collections"][2] for g in stats) / run.requests
+        run.gc_collections = [1000 * sum(g["collections"][n] for g in stats) / run.requests for n in range(3)]
+    profiles = [tmp / tag / "ready" / f"{pid}.prof" for pid in fleet.pids]
+    if env.get("FLEET_BENCH_PROFILE") and all(p.exists() for p in profiles):
+        run.areas, run.functions = where_it_goes(profiles)
     if not args.keep:
         shutil.rmtree(tmp / tag / "prometheus", ignore_errors=True)
     return run
+
+
+def area_of(filename: str) -> str:
+    """Where a profiled function lives: ctxguard's module (or package), else the distribution or the
+    standard library module's top-level name."""
+    if filename.startswith(str(CHECKOUT / "ctxguard")):
+        parts = Path(filename).relative_to(CHECKOUT).parts
+        return "/".join(parts[:2])
+    if "site-packages/" in filename:
+        return filename.split("site-packages/", 1)[1].split("/", 1)[0].removesuffix(".py")
+    if filename.startswith(sys.base_prefix):
+        return "stdlib " + Path(filename).relative_to(Path(sys.base_prefix, "lib")).parts[1].removesuffix(".py")
+    return Path(filename).name
+
+
+def where_it_goes(files: list[Path]) -> tuple[Counter[str], list[tuple[float, int, str]]]:
+    """Self time by area, a C function's given to the areas of its Python callers (by the time each
+    caller spent in it), and ctxguard's Python functions by self time (seconds, calls, name)."""
+    stats: dict[Any, Any] = pstats.Stats(*map(str, files)).stats  # type: ignore[attr-defined]
+    areas: Counter[str] = Counter()
+    functions = []
+    for (filename, line, name), (_, calls, self_time, _, callers) in stats.items():
+        if filename == "~":  # a built-in: charged to who called it
+            spent = sum(c[2] for c in callers.values()) or 1.0
+            for (caller_file, _, _), c in callers.items():
+                areas[area_of(caller_file) if caller_file != "~" else "C"] += self_time * c[2] / spent
+            continue
+        area = area_of(filename)
+        areas[area] += self_time
+        if area.startswith("ctxguard"):
+            functions.append((self_time, calls, f"{Path(filename).relative_to(CHECKOUT)}:{line} {name}"))
+    return areas, sorted(functions, reverse=True)
+
+
+def report_profile(pair: list[Run]) -> None:
+    with_, without = pair
+    print(f"\n### Where a worker's CPU goes, a request (cProfile on thread CPU time in every worker, "
+          f"{with_.concurrency} clients, {with_.requests:,} requests; profiled, so inflated: read as proportions)\n")
+    print(f"Measured from /proc in these profiled runs: with {with_.cpu_per_request_ms:.2f} ms, without "
+          f"{without.cpu_per_request_ms:.2f} ms a request.\n")
+    per = {r.variant: {a: 1000 * t / r.requests for a, t in r.areas.items()} for r in pair}
+    names = sorted(set(per["with"]) | set(per["without"]),
+                   key=lambda a: -(per["with"].get(a, 0) - per["without"].get(a, 0)))
+    print("| area | with ms | without ms | difference ms |")
+    print("|---|---:|---:|---:|")
+    for area in names:
+        a, b = per["with"].get(area, 0.0), per["without"].get(area, 0.0)
+        if max(a, b) >= 0.005:
+            print(f"| {area} | {a:.3f} | {b:.3f} | {a - b:+.3f} |")
+    print(f"| all | {sum(per['with'].values()):.3f} | {sum(per['without'].values()):.3f} | "
+          f"{sum(per['with'].values()) - sum(per['without'].values()):+.3f} |")
+    print("\nctxguard's functions by self time (µs a request, calls a request):\n")
+    for seconds, calls, name in with_.functions[:25]:
+        print(f"    {1e6 * seconds / with_.requests:7.1f}  {calls / with_.requests:6.1f}  {name}")
 
 
 def spread(values: list[float], digits: int = 2) -> str:
@@ -432,8 +489,9 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
                     added[name] += (a.commands[name] / a.requests - b.commands[name] / b.requests) / args.rounds
             print(f"\nRedis commands a request, {variant} - without (mean of rounds): " + ", ".join(
                 f"{name} {v:+.3f}" for name, v in sorted(added.items(), key=lambda kv: -abs(kv[1])) if abs(v) >= 0.001))
-        print("\nFull GC collections per 1,000 requests (median of rounds): " + ", ".join(
-            f"{variant} {statistics.median(r.gc_full for r in group):.1f}" for variant, group in groups.items()))
+        print("\nGC collections per 1,000 requests, generations 0/1/2 (median of rounds): " + ", ".join(
+            f"{variant} " + "/".join(f"{statistics.median(r.gc_collections[n] for r in group if r.gc_collections):.1f}"
+                                     for n in range(3)) for variant, group in groups.items()))
         print("\nWorker RSS (MiB, median over workers and rounds) by requests the fleet had served:\n")
         points = [s[0] for s in groups[args.variants[0]][0].samples]
         print("| requests | " + " | ".join(f"{p:,}" for p in points) + " |")
@@ -471,8 +529,8 @@ def main() -> None:
     parser.add_argument("--cache-bytes", type=int, default=0, help="CTXGUARD_CACHE_BYTES")
     parser.add_argument("--variants", default="with,without",
                         help=f"runs a round, of {', '.join(VARIANTS)} (default with,without)")
-    parser.add_argument("--py-spy", metavar="PATH", help="py-spy binary: sample one worker of each run with ctxguard")
-    parser.add_argument("--keep", metavar="DIR", help="keep logs (and py-spy files) under DIR")
+    parser.add_argument("--profile", action="store_true", help="one more pair of runs, profiled: where the CPU goes")
+    parser.add_argument("--keep", metavar="DIR", help="keep logs (and profiles) under DIR")
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     args.variants = args.variants.split(",")
@@ -508,7 +566,19 @@ def main() -> None:
                     print(f"{tag}: {run.requests / run.seconds:.0f} req/s, {run.cpu_per_request_ms:.3f} ms CPU a "
                           f"request, {sum(run.commands.values()) / run.requests:.2f} Redis commands a request, RSS "
                           f"{statistics.median(v[1] for v in run.samples[-1][1].values()) / MiB:.1f} MiB", flush=True)
-    report(runs, args)
+        profiled = []
+        if args.profile:
+            for variant in ("with", "without"):
+                tag = f"profile-c{args.concurrency[0]}-{variant}"
+                profiled.append(one_run(tmp, variant, args.concurrency[0], args, store, server.proc.pid,
+                                        {**env, "FLEET_BENCH_PROFILE": "1"}, tag))
+                assert fake.stdin is not None
+                fake.stdin.write("clear\n")
+                fake.stdin.flush()
+    if runs:
+        report(runs, args)
+    if profiled:
+        report_profile(profiled)
 
 
 if __name__ == "__main__":
