@@ -127,17 +127,20 @@ class Recorder:
         exported = self.ids.violations(verdict.violations)
         if exported:
             self._log(verdict, exported)
-        if over is not None:
-            theirs = trace.get_current_span()
-            if self.config.span == "auto" and their_call_span(theirs, payload.operation, payload.model):
-                # Another instrumentation wraps this call site and its span of the call is current:
-                # ctxguard's attributes and events go on it, so a trace shows one span per call.
-                t.span, t.adopted = theirs, True
-                a = self._attributes(verdict)
-                attr.set_attributes(theirs, {k: v for k, v in a.items() if ours_to_add(k, theirs)})
-                attr.violation_events(theirs, exported)
-                return
-            t.usage_elsewhere = records_usage(over) or inference_span(theirs, payload.model)
+        theirs = trace.get_current_span()
+        if over is not None and self.config.span == "auto" and their_call_span(theirs, payload.operation,
+                                                                               payload.model):
+            # Another instrumentation wraps this call site and its span of the call is current:
+            # ctxguard's attributes and events go on it, so a trace shows one span per call.
+            t.span, t.adopted = theirs, True
+            a = self._attributes(verdict)
+            attr.set_attributes(theirs, {k: v for k, v in a.items() if ours_to_add(k, theirs)})
+            attr.violation_events(theirs, exported)
+            return
+        # The usage is another span's: that of an instrumentation wrapping this call site, or a GenAI
+        # span of this call current around it, wrapper or none (a framework's span of the model run:
+        # OpenTelemetry's LangChain instrumentation makes its own current around the model's work).
+        t.usage_elsewhere = (over is not None and records_usage(over)) or inference_span(theirs, payload.model)
         # Attributes go on right after creation, through the non-validating fast path;
         # handing them to start_span would have the SDK re-validate each one. But the names of the
         # checks that failed are start attributes: a sampler sees them (``ViolationSampler``).

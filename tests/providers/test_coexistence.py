@@ -170,6 +170,25 @@ def test_a_genai_span_beneath_ctxguard_keeps_the_usage(harness, llm, client):
     assert len(_usage_spans(harness)) == 1
 
 
+@pytest.mark.parametrize("span", ["auto", "own"])
+def test_a_frameworks_genai_span_around_the_call_keeps_the_usage(harness, llm, client, span):
+    """A framework's instrumentation (OpenTelemetry's LangChain one) makes its GenAI span of the
+    model run current around the SDK call without wrapping the call site, and records the usage
+    on it: ctxguard's span, its child, leaves the usage to it (before: both spans carried it)."""
+    tracer = harness.tracer_provider.get_tracer("framework")
+    harness.start(mode="observe", span=span)
+    with tracer.start_as_current_span("chat gpt-4o", kind=trace.SpanKind.CLIENT,
+                                      attributes={"gen_ai.operation.name": "chat",
+                                                  "gen_ai.request.model": "gpt-4o"}) as theirs:
+        result = _call(client)
+        theirs.set_attribute("gen_ai.usage.input_tokens", result.usage.prompt_tokens)
+    ours = only_guard_span(harness)
+    assert ours.parent.span_id == theirs.get_span_context().span_id
+    assert "gen_ai.usage.input_tokens" not in ours.attributes
+    assert ours.attributes["gen_ai.response.id"] == llm.responses[0].id
+    assert len(_usage_spans(harness)) == 1
+
+
 def test_a_wrapper_removed_by_another_librarys_restore_comes_back(harness, llm, client, caplog):
     """A library that saved the SDK's function and puts it back on uninstrument (OpenInference's
     anthropic instrumentation does) removes ctxguard's wrapper with its own: the next model
