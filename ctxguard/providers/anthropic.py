@@ -290,9 +290,10 @@ def _input_tokens(usage: Any) -> int | None:
 
 
 class _AnthropicEvents:
-    """``stream=True``: message_start, content_block_delta, message_delta events."""
+    """``stream=True``: message_start, content_block_delta, message_delta, message_stop events."""
 
     def __init__(self) -> None:
+        self.complete = False  # message_stop, the last event, arrived (``StreamReader``)
         self._reply = Answer()
         self._text = AnswerText()
 
@@ -320,6 +321,8 @@ class _AnthropicEvents:
                 reply.output_tokens = _int(_get(usage, "output_tokens"))
                 if _int(_get(usage, "input_tokens")) is not None:
                     reply.input_tokens = _input_tokens(usage)
+        elif kind == "message_stop":
+            self.complete = True
         elif kind == "error":
             error = _get(event, "error")
             reply.error = _str(_get(error, "type")) if error is not None else None

@@ -473,6 +473,7 @@ class _ConverseStream:
     """ConverseStream events: messageStart, contentBlockStart / Delta / Stop, messageStop, metadata."""
 
     def __init__(self) -> None:
+        self.complete = False  # metadata, the last event, arrived (``StreamReader``)
         self._reply = Answer()
         self._text = AnswerText()
 
@@ -492,6 +493,7 @@ class _ConverseStream:
         metadata = _get(event, "metadata")
         if metadata is not None:
             _usage(self._reply, _get(metadata, "usage"))
+            self.complete = True
 
     def reply(self) -> Answer:
         return self._text.fill(self._reply)
@@ -521,6 +523,11 @@ class _InvokeChunks:
         metrics = document.get("amazon-bedrock-invocationMetrics")
         if metrics is not None:
             self._metrics = metrics
+
+    @property
+    def complete(self) -> bool:
+        """The model's last event arrived (Anthropic's ``message_stop``, which brings Bedrock's counts)."""
+        return bool(getattr(self._anthropic, "complete", False))
 
     def reply(self) -> Answer:
         answer = self._anthropic.reply()

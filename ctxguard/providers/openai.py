@@ -487,6 +487,7 @@ class _ResponsesStream:
     _FINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
     def __init__(self) -> None:
+        self.complete = False  # the final event arrived (``StreamReader``)
         self._final: Answer | None = None
         self._started = Answer()  # who answers, from the first event: kept if the stream fails midway
         self._text = AnswerText()
@@ -499,6 +500,7 @@ class _ResponsesStream:
                 self._text.add(delta)
         elif kind in self._FINAL:
             self._final = _response_reply(_get(event, "response"))
+            self.complete = True
         elif kind == "response.created":
             response = _get(event, "response")
             self._started.id, self._started.model = _str(_get(response, "id")), _str(_get(response, "model"))
