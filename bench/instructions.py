@@ -239,7 +239,7 @@ def whole(side: str, orig: Any, chat: Any, peer: Any, tracer: Any, messages: lis
 
 
 def chat_shape(messages: list[dict[str, str]], send: Callable[[list[Any]], tuple[Any, bytes]]) -> Any:
-    """The ``chat`` shape, on the child's own client (bench/overhead.py's fixed ``chat.completion``)."""
+    """The ``chat`` shape, on the child's own client (bench/overhead.py's ``chat.completion``)."""
     import openai
     import overhead as ov
     import shapes

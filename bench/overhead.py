@@ -4,7 +4,7 @@ Method
 ------
 * The real ``openai.OpenAI`` client runs on an in-process ``MockTransport``
   (``httpx2`` for openai 3.x, ``httpx`` for 1.x): no sockets, the handler returns
-  a fixed, valid ``chat.completion``. Both sides therefore pay the full SDK cost
+  a valid ``chat.completion`` (its usage grown with the body sent). Both sides therefore pay the full SDK cost
   (request building, JSON encoding, response parsing); only ctxguard differs.
 * ctxguard is instrumented once with every check on (pinned block, system at
   head, budget), a private Prometheus registry and an OpenTelemetry SDK
@@ -71,11 +71,14 @@ TURNS = 500
 WINDOWS = ((1, 50), (201, 250), (451, 500))
 WORDS = "order parcel courier refund warehouse invoice customer address delivery tracking status".split()  # noqa: SIM905
 _CHOICE = {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
-_USAGE = {"prompt_tokens": 100, "completion_tokens": 1, "total_tokens": 101}
-COMPLETION = json.dumps(
+#: The answer, its usage left to fill in: input tokens grow with what was sent (body bytes // 4),
+#: as a provider's do. A fixed count would be a server that cut most of the prompt
+#: (``provider_kept_all``) or a count ctxguard is far out of range of, and the runs would
+#: measure a violation's path.
+_ANSWER = json.dumps(
     {"id": "chatcmpl-bench", "object": "chat.completion", "created": 1_700_000_000, "model": MODEL}
-    | {"choices": [_CHOICE], "usage": _USAGE}
-).encode()
+    | {"choices": [_CHOICE], "usage": {"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 0}}
+).replace('"prompt_tokens": 0', '"prompt_tokens": %d').replace('"total_tokens": 0', '"total_tokens": %d')
 
 Message = dict[str, str]
 
@@ -87,8 +90,14 @@ class DropExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
+def completion(request: Any) -> bytes:
+    """A ``chat.completion`` answering "ok", its input tokens the request's body bytes // 4."""
+    prompt = len(request.content) // 4
+    return (_ANSWER % (prompt, prompt + 1)).encode()
+
+
 def handler(request: Any) -> Any:
-    return http_lib.Response(200, content=COMPLETION, headers={"content-type": "application/json"})
+    return http_lib.Response(200, content=completion(request), headers={"content-type": "application/json"})
 
 
 def text(i: int) -> str:

@@ -3,9 +3,9 @@
 Each shape is a real SDK call (the original, unwrapped function) on an in-process mock
 transport, as in bench/overhead.py: ``send(history)`` makes it and returns the parsed
 response and the body the SDK really sent, which ctxguard's hooks are then given. The
-mock's usage grows with what was sent (input tokens = body bytes // 4), except for
-``chat`` and ``facts``, which keep bench/overhead.py's fixed ``chat.completion`` (so
-``chat`` counts what it always did, and ``facts`` differs from ``chat`` by the facts alone).
+mock's usage grows with what was sent (input tokens = body bytes // 4); ``chat`` and
+``facts`` answer bench/overhead.py's ``chat.completion`` (so ``facts`` differs from ``chat``
+by the facts alone).
 
 * ``chat``: Chat Completions, a system message holding a pinned block, plain messages;
 * ``tools``: Chat Completions with three function tools, a tool-using agent's history

@@ -188,19 +188,26 @@ def _unknown(model: str | None) -> str:
 
 def _entries(data: object, where: str) -> dict[str, int]:
     """``{id: window}`` from a mapping of ids to windows, or to tables with a ``window`` (the shipped
-    file's shape, also under a top-level ``models``)."""
-    if isinstance(data, Mapping) and isinstance(data.get("models"), Mapping):
-        data = data["models"]
+    file's shape), and the tables under a top-level ``models`` beside them (a TOML file may mix
+    ``"gpt-4o" = 64000`` with ``[models."acme-ft"]``). An id given twice is refused: which one
+    was meant cannot be told."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{where}: expected a mapping of model id to window, got {type(data).__name__}")
+    items = [(model, value) for model, value in data.items() if not (model == "models" and isinstance(value, Mapping))]
+    tables = data.get("models")
+    if isinstance(tables, Mapping):
+        items.extend(tables.items())
     entries: dict[str, int] = {}
-    for model, value in data.items():
+    for model, value in items:
         window = value.get("window") if isinstance(value, Mapping) else value
         if not isinstance(model, str) or not model.strip():
             raise ValueError(f"{where}: a model id must be a non-empty string, got {model!r}")
         if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
             raise ValueError(f"{where}: {model!r}: the window must be a positive number of tokens, got {window!r}")
-        entries[model.strip().lower()] = window
+        key = model.strip().lower()
+        if key in entries:
+            raise ValueError(f"{where}: {key!r} is given twice")
+        entries[key] = window
     return entries
 
 

@@ -150,13 +150,8 @@ class Call:
             reply = self._provider_said  # what the provider said, not its translation
         if error_type is None and reply is not None and reply.error is not None:
             error_type = reply.error
-        if reply is not None and reply.input_tokens and payload.unreadable is None:
-            try:
-                stages.inspector.measurer.observe(payload, reply.input_tokens)
-            except Exception as exc:
-                report_internal_error("tokens", exc)
         try:
-            judged = stages.inspector.answer(verdict, reply, unanswered)
+            judged = stages.inspector.answer(verdict, reply, unanswered)  # and the calibration learns from it
             if self.wire_hash is None:
                 # The transport was not observed (not sent, a helper that sends later, another
                 # HTTP stack): counted as skips, so every call still yields one outcome per check.

@@ -18,10 +18,10 @@ from . import facts as facts_mod
 from ._isolation import guarded, report_internal_error
 from .budget import BudgetEval
 from .cache import TwoGenerationCache, text_bytes, words_bytes
-from .checks import ANSWER_CHECKS, WIRE_CHECKS, Context, Outcome, Skip, outcome, run_checks
+from .checks import ANSWER_CHECKS, NEEDS_EXACT, WIRE_CHECKS, Context, Outcome, Skip, outcome, run_checks
 from .conversation import ConversationMemory, Diff, Scope
 from .facts.evaluate import FactView, build_view
-from .facts.index import words
+from .facts.index import terms
 from .facts.ledger import FactState
 from .facts.matching import Chunked, searchable
 from .facts.redis import LedgerSlow
@@ -223,14 +223,15 @@ class Inspector:
             self._norms.put(digest, cached)
         return cached
 
-    def words(self, digest: str, norm: str | Chunked) -> frozenset[str]:
-        """A message's words (for the cross-conversation index), cached by its digest; none
-        for a text too large to normalise (it is not searched for other conversations' values)."""
+    def terms(self, digest: str, text: str, norm: str | Chunked) -> frozenset[str]:
+        """A message's words and grouped numbers (for the cross-conversation index, and a number in
+        any grouping), cached by its digest; none for a text too large to normalise (it is not
+        searched for other conversations' values, and its numbers are searched in chunks)."""
         if isinstance(norm, Chunked):
             return frozenset()
         cached = self._words.get(digest)
         if cached is None:
-            cached = words(norm)
+            cached = terms(norm, text)
             self._words.put(digest, cached)
         return cached
 
@@ -280,7 +281,7 @@ class Inspector:
                 checkpoints,
                 self.memory.fact_locations(scope),
                 sinks.index,
-                lambda: [self.words(m.digest, n) for m, n in zip(payload.messages, norms, strict=True)],
+                lambda: [self.terms(m.digest, m.text, n) for m, n in zip(payload.messages, norms, strict=True)],
                 fleet,
                 sinks.reach(),
                 unavailable,
@@ -307,15 +308,40 @@ class Inspector:
             return []
         return [verdict.add_late(name, Skip(why)) for name in WIRE_CHECKS]
 
-    @staticmethod
-    def answer(verdict: Verdict, reply: Answer | None, unanswered: str) -> list[Outcome]:
-        """The answer checks, once the answer is known (``unanswered``: why there is none, if so)."""
+    def answer(self, verdict: Verdict, reply: Answer | None, unanswered: str) -> list[Outcome]:
+        """The answer checks, once the answer is known (``unanswered``: why there is none, if so); then
+        the input tokens the answer reports teach the calibration, unless ``provider_kept_all`` found
+        them the count of a cut prompt: a server that cuts prompts would teach it that the model's
+        text costs less than it does, hiding the next over-budget request (docs/budget.md, "Kept
+        whole")."""
+        judged = self._answer_checks(verdict, reply, unanswered)
+        payload = verdict.payload
+        if reply is not None and reply.input_tokens and payload.unreadable is None and not any(
+                o.check == "provider_kept_all" and o.outcome == "fail" for o in judged):
+            try:
+                self.measurer.observe(payload, reply.input_tokens)
+            except Exception as exc:
+                report_internal_error("tokens", exc)
+        return judged
+
+    def _answer_checks(self, verdict: Verdict, reply: Answer | None, unanswered: str) -> list[Outcome]:
+        """Each answer check's outcome. A check the payload's byte bounds cannot decide
+        (``NEEDS_EXACT``) is judged again on the payload counted exactly, loading the exact counter if
+        it is not yet."""
         ctx = verdict.ctx
         if ctx is None:
             return []
         judged = []
+        payload = verdict.payload
         for name, judge in ANSWER_CHECKS.items():
-            judged.append(verdict.add_late(name, judge(verdict.payload, ctx, reply, unanswered)))
+            result = judge(payload, ctx, reply, unanswered)
+            if result is NEEDS_EXACT:
+                try:
+                    payload = self.measurer.exact(payload)
+                except Exception as exc:  # judged on the bounds again: a skip, "not counted exactly"
+                    report_internal_error("tokens", exc)
+                result = judge(payload, ctx, reply, unanswered)
+            judged.append(verdict.add_late(name, result))
         return judged
 
 

@@ -21,7 +21,7 @@ from ._isolation import report_internal_error
 from .cache import ENTRY_BYTES, TwoGenerationCache, str_bytes, text_bytes
 from .digest import Digester
 from .memo import Memo
-from .payload import TOOL_REFS, Item, Message, Payload, RequestView, message_key
+from .payload import REASONING_REFS, TOOL_REFS, Item, Message, Payload, RequestView, message_key
 from .tokens import (
     BOUND,
     BOUND_SCALE,
@@ -61,7 +61,7 @@ def _common(items: list[Item], kept: list[Item]) -> int:
 
 #: What a measured message keeps beside its text and refs: its Item tuple, the Message, its
 #: digest, key, token count and role (``Message.size``).
-MESSAGE_BYTES = 378
+MESSAGE_BYTES = 386
 
 
 def _tool_refs(refs: tuple[str, ...]) -> tuple[str, ...]:
@@ -203,8 +203,9 @@ class Measurer:
         tools = _tool_refs(refs) if refs else ()
         if tools and tools is not refs:
             size += getsizeof(tools)  # its own tuple; the strings are the refs'
+        reasoning = (bool(refs) and not REASONING_REFS.isdisjoint(refs)) or (role == "assistant" and "</think>" in text)
         message = Message(role, text, digest, tokens, source, size, message_key(role, digest), tool_refs=tools,
-                          bound=bound, fixed=fixed)
+                          bound=bound, fixed=fixed, reasoning=reasoning)
         basis.messages.put(item, message)
         return message
 
@@ -353,6 +354,7 @@ class Measurer:
             max_output_tokens=view.max_output_tokens, stream=view.stream,
             history_elsewhere=view.history_elsewhere, unreadable=view.unreadable, reply_room=view.reply_room,
             extends=extends, first_tool=first_tool, tool_results=view.tool_results, window=view.window,
+            server_edits=view.server_edits, loose_tool_counts=view.loose_tool_counts,
             basis=basis.counter.name, view=view if basis.counter is BOUND else None,
             bound=bound, ceiling=most, fixed=fixed, scale=scale, out_of_range=self.out_of_range(view.model),
         )

@@ -8,8 +8,8 @@ against the facts recorded before it. A body is read by the provider module of t
 that wrote it (the line's ``sdk``; a line without one, by its label when that is an SDK's
 own), never by a guess: a body no module reads is counted as not judged
 (``offline_reader`` says why). Checks judged only after sending
-(``wire_intact``: the capture *is* the wire body; ``answer_consistent``: no
-answer is captured) are not part of offline results.
+(``wire_intact``: the capture *is* the wire body; ``answer_consistent`` and
+``provider_kept_all``: no answer is captured) are not part of offline results.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ __all__ = [
     "ANSWER_LIMIT",
     "CHOICES_KEPT",
     "KEY_BYTES",
+    "REASONING_REFS",
     "ROLES",
     "SYSTEM_ROLES",
     "TOOL_CALL",
@@ -80,6 +81,11 @@ TOOL_RESULT = "id:tool_result"
 TOOL_ELSEWHERE = "id:tool_elsewhere"
 #: What every tool ref begins with (``Message.tool_refs`` keeps the refs that do).
 TOOL_REFS = "id:tool_"
+#: The refs provider modules write for a previous answer's reasoning sent back (Anthropic ``thinking``
+#: and ``redacted_thinking`` blocks, Responses ``reasoning`` items, Converse ``reasoningContent``,
+#: Ollama's and Mistral's ``thinking``): providers leave most of it out of the prompt
+#: (``Message.reasoning``).
+REASONING_REFS = frozenset({"id:thinking", "id:redacted_thinking", "id:reasoning"})
 
 
 def tool_ref(kind: str, call_id: str | None, name: str | None = None) -> str:
@@ -123,6 +129,15 @@ class RequestView:
     #: The context window the request itself sets, in tokens, when the API lets it (Ollama's
     #: ``options.num_ctx``): it, not the model table's, is what the server holds the prompt to.
     window: int | None = None
+    #: Why the provider may read less of the request than it carries, at the request's own asking and
+    #: saying so in its answer (Anthropic's and the Responses API's ``context_management``), if so:
+    #: ``provider_kept_all`` does not judge such a request.
+    server_edits: str | None = None
+    #: Whether the provider may count the tool calls and results well below their text as read here
+    #: (Gemini 2.5 and later on Vertex AI count only their keys and string values, as Gemini 2.0 does,
+    #: and the request does not say which service it reaches: docs/budget.md, "Gemini"):
+    #: ``provider_kept_all`` then leaves them out of what the server must have read.
+    loose_tool_counts: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +161,11 @@ class Message:
     #: The tokens of it that are not its text's (its framing, and what its images or files cost):
     #: counted as they are whatever counts the text, set by the measurer.
     fixed: int = 0
+    #: Whether it carries a previous answer's reasoning, which providers leave out of the prompt: a
+    #: part with one of ``REASONING_REFS``, or in an assistant message a ``</think>`` (the open reasoning
+    #: models' way, which their chat templates cut from earlier turns: DeepSeek R1's, Qwen3's). Set by
+    #: the measurer; ``provider_kept_all`` does not take its text as read.
+    reasoning: bool = False
 
 
 @dataclass(slots=True)
@@ -190,6 +210,10 @@ class Payload:
     server: tuple[str, int | None] | None = None
     #: ``RequestView.tool_results``.
     tool_results: str = "next"
+    #: ``RequestView.server_edits``.
+    server_edits: str | None = None
+    #: ``RequestView.loose_tool_counts``.
+    loose_tool_counts: bool = False
     #: What counted ``raw_tokens`` (``TokenCounter.name``): ``"bound"`` while the measurer counts
     #: byte bounds, which prove most verdicts without the exact counts (docs/budget.md).
     basis: str = ""

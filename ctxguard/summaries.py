@@ -17,7 +17,8 @@ from . import forksafe
 from .cache import BoundedLRU
 from .conversation import Scope
 from .facts.ledger import Version
-from .facts.matching import MIN_MATCH_CHARS, normalise
+from .facts.matching import MIN_MATCH_CHARS
+from .facts.stages import Checkpoint
 
 __all__ = ["SUMMARY_PROMPT", "LossyNotes", "lost_facts"]
 
@@ -47,11 +48,11 @@ Conversation:
 def lost_facts(summary: str, active: Iterable[Version]) -> list[str]:
     """Ids of the active facts whose value the summary no longer carries.
 
-    Matched like the fact checks match a payload (normalised substring); values too
-    short to match reliably are not judged.
+    Matched like the fact checks match a payload (normalised substring; a grouped number in any
+    grouping); values too short to match reliably are not judged.
     """
-    text = normalise(summary)
-    return [v.fact_id for v in active if len(v.norm) >= MIN_MATCH_CHARS and v.norm not in text]
+    text = Checkpoint.of(summary)
+    return [v.fact_id for v in active if len(v.norm) >= MIN_MATCH_CHARS and not text.holds(v)]
 
 
 class LossyNotes:

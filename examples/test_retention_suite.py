@@ -61,6 +61,8 @@ def test_a_deleted_phone_number_stays_deleted(fake_llm, client):
 
 
 def test_customers_never_see_each_others_facts(fake_llm, client):
+    """Carol's phone in Dave's request is ``fact_scoped``: enforce mode blocks the request before it
+    is sent (the assertion below checks the fake received nothing of it either)."""
     ShopAssistant(client, "carol").say(f"my phone is {PHONE}")
     ShopAssistant(client, "dave").say("hello, where is my parcel?")
     assert not payload_contains(fake_llm.requests[-1], PHONE)

@@ -3,12 +3,15 @@ recorded, no SDK, no server. (End to end, through the real SDKs: tests/providers
 
 from __future__ import annotations
 
+import pytest
+
 from ctxguard import facts
 from ctxguard.config import Config
 from ctxguard.guard import inspector_for
 from ctxguard.payload import Answer
 from ctxguard.policy import Pinned, Policy
 from ctxguard.providers import BY_DISTRIBUTION
+from ctxguard.tokens import tiktoken_installed
 
 OPENAI = BY_DISTRIBUTION["openai"]
 SYSTEM = {"role": "system", "content": "You are the order assistant."}
@@ -49,11 +52,34 @@ def test_the_checks_after_sending_are_added_late_once_each():
     wire = inspector.wire(verdict, b'{"messages": [{"role": "system", "content": "You are the order assistant."}]}')
     answer = inspector.answer(verdict, Answer(text="It ships tomorrow."), "")
     assert [o.check for o in wire] == ["wire_intact"] and [o.outcome for o in wire] == ["pass"]
-    assert [o.check for o in answer] == ["answer_consistent"] and answer[0].outcome == "skip"  # no facts
-    assert [o.check for o in verdict.late] == ["wire_intact", "answer_consistent"]
+    assert [(o.check, o.outcome) for o in answer] == [
+        ("answer_consistent", "skip"),  # no facts
+        ("provider_kept_all", "skip")]  # no input count
+    assert [o.check for o in verdict.late] == ["wire_intact", "answer_consistent", "provider_kept_all"]
     unseen = inspector.wire_not_observed(verdict, "the body sent was not observed")
     assert [(o.check, o.outcome, o.reason) for o in unseen] == [
         ("wire_intact", "skip", "the body sent was not observed")]
+
+
+@pytest.mark.skipif(not tiktoken_installed(), reason="counted exactly with tiktoken")
+def test_an_answer_check_the_byte_bounds_cannot_decide_is_judged_on_the_exact_count(monkeypatch):
+    """A report far below what a request counted in bytes shows has the request counted exactly for
+    the answer's checks (``NEEDS_EXACT``); the verdict's payload, recorded on the span, stays as sent."""
+    monkeypatch.delenv("CTXGUARD_TOKENIZER", raising=False)
+    inspector = inspector_for(Config(digest_key=b"k", tokenizer="lazy"), facts.Sinks())
+    long = {"role": "user", "content": "The parcel left the depot in Lyon on Monday. " * 200}
+    scope = ("c4", None)
+    verdict = inspector.inspect(inspector.measure(OPENAI, "chat.completions", {  # type: ignore[arg-type]
+        "model": "gpt-4o", "messages": [SYSTEM, long]}, scope), scope, Policy())
+    assert verdict.payload.basis == "bound"
+    kept = inspector.answer(verdict, Answer(input_tokens=verdict.payload.tokens), "")
+    assert [(o.check, o.outcome) for o in kept][-1] == ("provider_kept_all", "pass")
+    assert verdict.payload.basis == "bound"  # passed on the bytes: nothing counted exactly
+    cut = inspector.answer(verdict, Answer(input_tokens=100), "")
+    assert [(o.check, o.outcome) for o in cut][-1] == ("provider_kept_all", "fail")
+    assert cut[-1].violations[0].detail.startswith("100 input tokens reported for ")
+    assert verdict.payload.basis == "bound"
+    assert inspector.measurer.counter.name == "tiktoken"  # loaded for it, from now on counting exactly
 
 
 def test_a_request_the_provider_module_cannot_read_is_no_verdict_and_counted(internal_errors):
@@ -71,3 +97,23 @@ def test_a_request_the_provider_module_cannot_read_is_no_verdict_and_counted(int
     assert [where for where, _ in internal_errors] == ["normalise"]
     internal_errors.clear()
     assert broken is OPENAI.adapter
+
+
+@pytest.mark.skipif(not tiktoken_installed(), reason="counted exactly with tiktoken")
+def test_a_report_of_a_cut_prompt_teaches_the_calibration_nothing(monkeypatch):
+    """A server cutting every prompt to a tenth would teach the calibration that the model's text
+    costs a tenth of its count (and, past its bounds, that ctxguard over-counts the model): the
+    reports ``provider_kept_all`` fails are not learnt from; the others are."""
+    monkeypatch.delenv("CTXGUARD_TOKENIZER", raising=False)
+    inspector = inspector_for(Config(digest_key=b"k", tokenizer="eager"), facts.Sinks())
+    long = {"role": "user", "content": "The parcel left the depot in Lyon on Monday. " * 200}
+    scope = ("c5", None)
+    verdict = inspector.inspect(inspector.measure(OPENAI, "chat.completions", {  # type: ignore[arg-type]
+        "model": "gpt-4o", "messages": [SYSTEM, long]}, scope), scope, Policy())
+    whole = verdict.payload.raw_tokens
+    for _ in range(8):
+        assert inspector.answer(verdict, Answer(input_tokens=whole // 10), "")[-1].outcome == "fail"
+    assert inspector.measurer.calibration.factor("gpt-4o") is None
+    for _ in range(5):
+        assert inspector.answer(verdict, Answer(input_tokens=whole), "")[-1].outcome == "pass"
+    assert inspector.measurer.calibration.factor("gpt-4o") == 1.0

@@ -18,6 +18,7 @@ import pytest
 import ctxguard
 from ctxguard import budget
 from ctxguard.budget import MODEL_WINDOWS, add_model_windows, load_model_windows, window_for
+from tests.docblocks import block
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -63,6 +64,13 @@ def test_every_entry_has_a_positive_window_a_provider_an_https_source_and_a_past
         assert entry.get("confidence", "unconfirmed") == "unconfirmed", model
         if "retired" in entry:
             assert type(entry["retired"]) is datetime.date and entry["retired"] <= today, model
+
+
+def test_the_documented_entry_is_a_shipped_one():
+    """docs/budget.md, "The window table": its example is an entry of the shipped file, field for field."""
+    [(model, entry)] = tomllib.loads(block("docs/budget.md", "The window table", "toml").text)["models"].items()
+    assert set(entry) <= FIELDS
+    assert {k: v for k, v in shipped()[model].items() if k in entry} == entry
 
 
 def test_ids_are_lowercase_unique_and_never_look_like_a_wrapper_the_resolution_removes():
@@ -277,6 +285,26 @@ def test_an_override_file_in_either_format_and_shape_wins_over_the_shipped_table
     add_model_windows(load_model_windows(path))
     assert window_for("gpt-4o-2024-08-06") == 64_000 and window_for("openai/acme-ft") == 16_384
     assert window_for("gpt-4.1") == 1_047_576 and window_for("my-finetune-v7") is None
+
+
+@pytest.mark.parametrize(("lang", "name"), [("toml", "windows.toml"), ("json", "windows.json")])
+def test_the_documented_windows_files_load_every_entry(tmp_path, lang, name):
+    """docs/budget.md, "Adding or overriding windows": its example files, read from the doc itself. A
+    TOML file may mix ids at its top level with tables under ``models`` (before: only the tables were read,
+    and the gateway's cap on gpt-4o silently ignored)."""
+    path = tmp_path / name
+    path.write_text(block("docs/budget.md", "Adding or overriding windows", lang).text, encoding="utf-8")
+    expected = {"my-finetune-v7": 32_768, "gpt-4o": 64_000}
+    if lang == "toml":
+        expected["acme-support-ft"] = 16_384
+    assert load_model_windows(path) == expected
+
+
+def test_an_id_given_twice_in_one_file_is_refused(tmp_path):
+    path = tmp_path / "windows.toml"
+    path.write_text('"gpt-4o" = 64000\n\n[models."GPT-4o"]\nwindow = 32000\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="'gpt-4o' is given twice"):
+        load_model_windows(path)
 
 
 @pytest.mark.parametrize(("name", "text", "problem"), [

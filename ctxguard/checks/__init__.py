@@ -7,11 +7,13 @@ all read it. A check never knows which provider produced the payload.
 - ``before``: ``(Payload, Context) -> list[Violation] | Skip``, judged before sending (in
   enforce mode a violation blocks the call);
 - ``wire``: ``(Payload, Context, body) -> ...``, on the request body the transport sends;
-- ``answer``: ``(Payload, Context, Answer | None, unanswered) -> ...``, when the call ends.
+- ``answer``: ``(Payload, Context, Answer | None, unanswered) -> ...``, when the call ends;
+  ``NEEDS_EXACT`` when the payload's byte bounds cannot decide it (it is judged again on the
+  payload counted exactly).
 
 >>> from ctxguard.checks import BY_NAME, REGISTRY
 >>> [(c.name, c.phase) for c in REGISTRY if c.phase != "before"]
-[('answer_consistent', 'answer'), ('wire_intact', 'wire')]
+[('answer_consistent', 'answer'), ('provider_kept_all', 'answer'), ('wire_intact', 'wire')]
 >>> BY_NAME["system_at_head"].guards
 'the instruction is the first message'
 """
@@ -23,11 +25,11 @@ from collections.abc import Mapping
 
 from ..payload import Payload
 from ..violations import Violation
-from . import budget, facts, pinned, structure, tools, wire
-from .base import UNLISTED, AnswerCheck, Check, Context, Declared, Outcome, Skip, WireCheck
+from . import budget, facts, kept, pinned, structure, tools, wire
+from .base import NEEDS_EXACT, UNLISTED, AnswerCheck, Check, Context, Declared, Outcome, Skip, WireCheck
 
 __all__ = [
-    "ANSWER_CHECKS", "BY_NAME", "CHECKS", "CHECK_NAMES", "REGISTRY", "WIRE_CHECKS",
+    "ANSWER_CHECKS", "BY_NAME", "CHECKS", "CHECK_NAMES", "NEEDS_EXACT", "REGISTRY", "WIRE_CHECKS",
     "Context", "Declared", "Outcome", "Skip", "outcome", "run_checks",
 ]
 
@@ -44,6 +46,7 @@ REGISTRY: tuple[Declared, ...] = (
     Declared("fact_scoped", "before", facts.fact_scoped, "no other conversation's fact is sent"),
     Declared("answer_consistent", "answer", facts.answer_consistent, "the answer does not state a stale value"),
     Declared("tool_pairs_intact", "before", tools.tool_pairs_intact, "no tool call is cut from its result"),
+    Declared("provider_kept_all", "answer", kept.provider_kept_all, "the provider read the whole prompt"),
     Declared("wire_intact", "wire", wire.wire_intact, "what was inspected is what the SDK sent"),
 )
 

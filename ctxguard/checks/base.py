@@ -13,7 +13,9 @@ from ..pinned import PinnedBlock
 from ..policy import Policy
 from ..violations import Violation
 
-__all__ = ["UNLISTED", "AnswerCheck", "Check", "Context", "Declared", "Outcome", "Phase", "Skip", "WireCheck"]
+__all__ = [
+    "NEEDS_EXACT", "UNLISTED", "AnswerCheck", "Check", "Context", "Declared", "Outcome", "Phase", "Skip", "WireCheck",
+]
 
 
 @dataclass(slots=True)
@@ -25,6 +27,9 @@ class Skip:
 
 #: A skip whose reason another check already gives on the span: counted, not listed again.
 UNLISTED = Skip("")
+#: What an answer check returns when the payload's byte bounds cannot decide it: it is judged
+#: again on the payload counted exactly (``Inspector.answer``), which it then always decides.
+NEEDS_EXACT = Skip("not counted exactly")
 
 
 @dataclass(slots=True)

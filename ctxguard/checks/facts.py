@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..facts.evaluate import FactView
 from ..facts.ledger import Version
-from ..facts.matching import LARGE_TEXT, MIN_MATCH_CHARS, normalise
+from ..facts.matching import LARGE_TEXT, MIN_MATCH_CHARS
+from ..facts.stages import Checkpoint
 from ..payload import Answer, Payload
 from ..violations import Violation
 from .base import UNLISTED, Context, Skip
@@ -122,13 +123,13 @@ def answer_consistent(payload: Payload, ctx: Context, reply: Answer | None, unan
         return Skip(reply.unread)
     if not reply.text:
         return Skip("no answer text")
-    answer_norm = normalise(reply.text)
+    answer = Checkpoint.of(reply.text)  # the answer, searched as a stage's checkpoint is
     violations = []
     for fact_id, stale in view.state.stale.items():
         active = view.state.active[fact_id]
-        if fact_id in view.too_short or not view.sent(active) or active.norm in answer_norm:
+        if fact_id in view.too_short or not view.sent(active) or answer.holds(active):
             continue
-        said = [v for v in stale if len(v.norm) >= MIN_MATCH_CHARS and v.norm in answer_norm]
+        said = [v for v in stale if len(v.norm) >= MIN_MATCH_CHARS and answer.holds(v)]
         if said:
             violations.append(
                 Violation("answer_consistent", f"answer states {said[-1].label}; {active.label} was sent",

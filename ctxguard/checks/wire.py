@@ -29,7 +29,8 @@ from ..cache import ENTRY_BYTES, TwoGenerationCache
 from ..facts.evaluate import FactView
 from ..facts.index import WORD as _WORD
 from ..facts.ledger import Version
-from ..facts.matching import LARGE_TEXT, normalise, strings_in
+from ..facts.matching import LARGE_TEXT, normalise, numbers, strings_in
+from ..facts.stages import Checkpoint
 from ..payload import Payload
 from ..violations import Violation
 from .base import Context
@@ -142,7 +143,7 @@ def _facts_on_the_wire(payload: Payload, ctx: Context, view: FactView, body: byt
     if violations:
         sent = _decoded(body)
         if sent is not None:  # the body's own text says otherwise: not a loss
-            violations = [v for v in violations if view.state.active[v.fact_id or ""].norm not in sent]
+            violations = [v for v in violations if not sent.holds(view.state.active[v.fact_id or ""])]
     return violations
 
 
@@ -150,8 +151,8 @@ def _facts_on_the_wire(payload: Payload, ctx: Context, view: FactView, body: byt
 _DECODED_BYTES = 8 << 20
 
 
-def _decoded(body: bytes) -> str | None:
-    """Every string of the body as sent, normalised: what settles a fact whose line is not in
+def _decoded(body: bytes) -> Checkpoint | None:
+    """Every string of the body as sent, searched as a checkpoint is: what settles a fact whose line is not in
     the raw bytes because the SDK sent it as structure, not text (a tool call's object
     arguments, an Anthropic ``tool_use`` input: nested JSON, where ctxguard's line is the
     value's text, or canonical JSON with other spacing and key order). Only read when a fact
@@ -162,7 +163,7 @@ def _decoded(body: bytes) -> str | None:
         decoded = json.loads(body)
     except ValueError:
         return None
-    return normalise(strings_in(_parsed_strings(decoded)))
+    return Checkpoint.of(strings_in(_parsed_strings(decoded)))
 
 
 def _parsed_strings(node: Any) -> Any:
@@ -220,13 +221,14 @@ def _in_one_piece(text: str, body: bytes) -> bool:
 
 
 def _lines_holding(text: str, versions: list[Version]) -> list[tuple[Version, list[str]]]:
-    """For each version, the raw lines of ``text`` whose normalised form holds its value."""
+    """For each version, the raw lines of ``text`` whose normalised form holds its value (a grouped
+    number: in any grouping, among the line's numbers)."""
     raw = [line for line in text.splitlines() if line.strip()]
     norms = [normalise(line) for line in raw]
     keys: list[str] = []
     for version in versions:
         found = _WORD.findall(version.norm)
-        keys.append(max(found, key=len) if found else "")
+        keys.append(max(found, key=len) if found and version.number is None else "")
     wanted = {key for key in keys if key}
     by_word: dict[str, list[int]] = {}
     if wanted:
@@ -234,8 +236,18 @@ def _lines_holding(text: str, versions: list[Version]) -> list[tuple[Version, li
             for word in wanted.intersection(_WORD.findall(norm)):
                 by_word.setdefault(word, []).append(i)
     every = range(len(norms))
+    line_numbers: dict[int, frozenset[str]] = {}
+
+    def holds(i: int, version: Version) -> bool:
+        if version.norm in norms[i]:
+            return True
+        if version.number is None:
+            return False
+        if i not in line_numbers:
+            line_numbers[i] = numbers(raw[i])
+        return version.number in line_numbers[i]
+
     out = []
     for version, key in zip(versions, keys, strict=True):
-        value = version.norm
-        out.append((version, [raw[i] for i in (by_word.get(key, ()) if key else every) if value in norms[i]]))
+        out.append((version, [raw[i] for i in (by_word.get(key, ()) if key else every) if holds(i, version)]))
     return out

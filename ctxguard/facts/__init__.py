@@ -20,9 +20,9 @@ from .._isolation import guarded, report_internal_error
 from ..cache import BoundedLRU
 from ..conversation import Scope, current_conversation
 from ..digest import Digester
-from .index import ValueIndex
+from .index import WORD, ValueIndex
 from .ledger import FactEvent, FactState, Ledger, MemoryLedger, Version, reduce
-from .matching import normalise, strings_in, value_text
+from .matching import MIN_MATCH_CHARS, distinctive, normalise, number_key, strings_in, value_text
 from .redis import RedisLedger, SharedValuesReader
 from .stages import STAGES, StageBook
 
@@ -233,7 +233,32 @@ def record_fact(
     if expires_at is not None and (not isinstance(expires_at, datetime) or expires_at.tzinfo is None):
         raise ValueError("expires_at must be a timezone-aware datetime")
     scope = _scope(conversation, tenant, "record_fact")
+    _warn_if_never_matched(text)
     SINKS.record(FactEvent(scope, fact_id, text, sequence, expires_at, bool(required)))
+
+
+#: What ``record_fact`` has warned of, in this process: each kind of value is warned of once.
+_WARNED: set[str] = set()
+
+
+def _warn_if_never_matched(value: str) -> None:
+    """One warning per kind of value a check will never find (docs/facts.md, "Matching"); never the
+    value, nor the fact id (an id may be personal data, exported only as a digest with hash_ids)."""
+    norm = normalise(value)
+    if len(norm) < MIN_MATCH_CHARS:
+        kind, why = "too_short", (
+            "shorter than 3 characters once normalised: never judged present, sent or absent in any payload "
+            "(spans list it in ctxguard.facts.too_short)")
+    elif distinctive(norm) and number_key(value) is None and WORD.search(norm) is None:
+        kind, why = "no_word", (
+            "neither a grouped number nor a value with a run of 3 letters or digits (like '12 34 56' or 'A-1'): "
+            "fact_scoped never finds it in another conversation's payload (its own checks judge it as usual)")
+    else:
+        return
+    if kind not in _WARNED:
+        _WARNED.add(kind)
+        logger.warning("ctxguard: record_fact got a value %s; logged once per process (docs/facts.md, \"Matching\")",
+                       why)
 
 
 def forget_fact(fact_id: str, *, conversation: str | None = None, tenant: str | None = None) -> None:
@@ -248,7 +273,7 @@ def checkpoint(stage: str, content: Any, *, conversation: str | None = None, ten
         raise ValueError("stage must be a non-empty name other than capture, payload and answer (automatic)")
     scope = _scope(conversation, tenant, "checkpoint")
     with guarded("ledger"):
-        SINKS.stages.put(scope, stage, normalise(strings_in(content)))
+        SINKS.stages.put(scope, stage, strings_in(content))
 
 
 def stage(name: str) -> Callable[[F], F]:
@@ -286,4 +311,4 @@ def _record_stage(name: str, result: Any) -> None:
     scope = current_conversation()
     if scope is not None:
         with guarded("ledger"):
-            SINKS.stages.put(scope, name, normalise(strings_in(result)))
+            SINKS.stages.put(scope, name, strings_in(result))

@@ -9,6 +9,7 @@ from .index import ValueIndex
 from .ledger import FactState, Version
 from .matching import MIN_MATCH_CHARS, Chunked, distinctive
 from .shared import DigestIndex
+from .stages import Checkpoint
 
 __all__ = ["FactView", "build_view"]
 
@@ -23,25 +24,31 @@ class FactView:
     Presence in the payload is computed once per version per call, and remembered
     across calls as the digest of the message that carried it: while that message is
     in the payload, the value is (a digest pins the exact content), so a fact that
-    stays put costs a set look-up, not a scan of the history.
+    stays put costs a set look-up, not a scan of the history. A grouped number not
+    found as written is looked for among the messages' numbers, in any grouping.
     """
 
-    __slots__ = ("_positions", "_sent", "checkpoints", "digests", "foreign", "locations", "norms", "reach", "state",
-                 "too_short", "unavailable", "unsearched")
+    __slots__ = ("_positions", "_sent", "_terms", "_terms_of", "checkpoints", "digests", "foreign", "locations",
+                 "norms", "reach", "state", "too_short", "unavailable", "unsearched")
 
     def __init__(
         self,
         state: FactState,
         norms: list[str | Chunked],
         digests: list[str],
-        checkpoints: dict[str, str],
+        checkpoints: dict[str, Checkpoint],
         locations: dict[str, str],
+        terms: Callable[[], list[frozenset[str]]] = list,
     ) -> None:
         self.state = state
         self.norms = norms
         self.digests = digests
-        self.checkpoints = checkpoints  # stage -> normalised text
+        self.checkpoints = checkpoints  # stage -> what it held
         self.locations = locations  # fact_id@version -> digest of a message that carried it
+        #: Each message's words and grouped numbers (``index.terms``; none for a large message), computed
+        #: when first needed: the candidate values of other conversations, a number in any grouping.
+        self._terms_of = terms
+        self._terms: list[frozenset[str]] | None = None
         # Other conversations' values sent here, each with its conversation: a scope, or (found by
         # the fleet index) the digest of a conversation of another process, the value as found here.
         self.foreign: list[tuple[Scope | str, Version]] = []
@@ -92,8 +99,31 @@ class FactView:
                     self.locations[label] = self.digests[i]
                     found = i
                     break
+        if found < 0 and version.number is not None:
+            found = self._carrier_of_number(version.number)
+            if found >= 0:
+                self.locations[label] = self.digests[found]
         self._sent[label] = found
         return found
+
+    def message_terms(self) -> list[frozenset[str]]:
+        """Each message's words and grouped numbers (computed once per call, cached by message digest)."""
+        if self._terms is None:
+            self._terms = self._terms_of()
+        return self._terms
+
+    def _carrier_of_number(self, key: str) -> int:
+        terms = None
+        for i, text in enumerate(self.norms):
+            if isinstance(text, Chunked):
+                if text.has_number(key):
+                    return i
+                continue
+            if terms is None:
+                terms = self.message_terms()
+            if key in terms[i]:
+                return i
+        return -1
 
     def divergence(self, fact_id: str, wanted: Version | None) -> tuple[str, Version | None]:
         """Earliest stage that did not hold ``wanted`` (None: that held a value it must not)."""
@@ -103,11 +133,11 @@ class FactView:
                 observed = next((v for v in versions if v is not wanted and self.sent(v)), None)
                 held = wanted is not None and self.sent(wanted)
             else:
-                text = self.checkpoints.get(stage)
-                if text is None:
+                held_there = self.checkpoints.get(stage)
+                if held_there is None:
                     continue
-                observed = next((v for v in versions if v is not wanted and v.norm in text), None)
-                held = wanted is not None and wanted.norm in text
+                observed = next((v for v in versions if v is not wanted and held_there.holds(v)), None)
+                held = wanted is not None and held_there.holds(wanted)
             if (wanted is None and observed is not None) or (wanted is not None and not held):
                 return stage, observed
         return "payload", None
@@ -118,17 +148,18 @@ def build_view(
     scope: Scope,
     norms: list[str | Chunked],
     digests: list[str],
-    checkpoints: dict[str, str],
+    checkpoints: dict[str, Checkpoint],
     locations: dict[str, str],
     index: ValueIndex,
-    message_words: Callable[[], list[frozenset[str]]],
+    message_terms: Callable[[], list[frozenset[str]]],
     fleet: DigestIndex | None = None,
     reach: str | None = None,
     unavailable: str | None = None,
 ) -> FactView:
-    """``fleet``: the other processes' values (a shared ``RedisLedger``), None when it holds none;
-    ``unavailable``: why ``state`` is empty (the ledger could not be read)."""
-    view = FactView(state, norms, digests, checkpoints, locations)
+    """``message_terms``: each message's words and grouped numbers (``index.terms``); ``fleet``: the
+    other processes' values (a shared ``RedisLedger``), None when it holds none; ``unavailable``:
+    why ``state`` is empty (the ledger could not be read)."""
+    view = FactView(state, norms, digests, checkpoints, locations, message_terms)
     view.reach = reach
     view.unavailable = unavailable
     for fact_id, version in state.active.items():
@@ -137,27 +168,34 @@ def build_view(
     large = [text for text in norms if isinstance(text, Chunked)]
     if large:
         # Every value of the conversation looked for in one pass over each large text.
-        values = [v.norm for v in state.active.values() if len(v.norm) >= MIN_MATCH_CHARS]
-        values.extend(v.norm for versions in (*state.stale.values(), *state.forgotten.values()) for v in versions
-                      if len(v.norm) >= MIN_MATCH_CHARS)
+        versions = [v for v in state.active.values() if len(v.norm) >= MIN_MATCH_CHARS]
+        versions.extend(v for group in (*state.stale.values(), *state.forgotten.values()) for v in group
+                        if len(v.norm) >= MIN_MATCH_CHARS)
+        values = [v.norm for v in versions]
+        keys = [v.number for v in versions if v.number is not None]
         for text in large:
-            text.search(values)
+            text.search(values, keys)
         view.unsearched = len(large) if len(index) or fleet is not None else 0
     if len(index) or fleet is not None:
-        mwords = message_words()
-        own = state.norms
-        for candidate in index.foreign(scope, mwords) if len(index) else ():
+        mterms = view.message_terms()
+        own = state.keys
+        for candidate in index.foreign(scope, mterms) if len(index) else ():
             version = candidate.version
-            norm = version.norm
-            if norm in own or not distinctive(norm):
+            norm, number = version.norm, version.number
+            if norm in own or number in own or not distinctive(norm):
                 continue
-            # A message can hold the value only if it has all the value's words: a set test
-            # first, the substring search only in the few messages that pass it.
-            value_words = candidate.words
-            if any(value_words <= ws and norm in text for text, ws in zip(norms, mwords, strict=True)):
+            if number is not None:  # in a message's numbers (or words: written without groups)
+                found = any(number in ts for ts in mterms)
+            else:
+                # A message can hold the value only if it has all the value's words: a set test
+                # first, the substring search only in the few messages that pass it.
+                value_words = candidate.words
+                found = any(value_words <= ts and norm in text for text, ts in zip(norms, mterms, strict=True))
+            if found:
                 view.foreign.append((candidate.scope, version))
         if fleet is not None:
-            here = {version.norm for _, version in view.foreign}  # found in this process: named by its scope
-            view.foreign.extend(found for found in fleet.foreign(scope, own, norms, digests, mwords)
-                                if found[1].norm not in here)
+            # Found in this process, named by its scope: as written, and as a number however written.
+            here = {key for _, version in view.foreign for key in (version.norm, version.number) if key}
+            view.foreign.extend(found for found in fleet.foreign(scope, own, norms, digests, mterms)
+                                if found[1].norm not in here and found[1].number not in here)
     return view

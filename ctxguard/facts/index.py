@@ -9,7 +9,9 @@ hold all its words. A value is one entry however many conversations recorded it
 (the last few are remembered, to name one), so a value shared by a hundred
 thousand conversations costs a call what a value of one does. The index is
 bounded (oldest values dropped first) and lives in this process. A value hidden inside a longer word ("ACC-77310" around
-"ACC-7731") is not found by this route: a leak has to appear as itself.
+"ACC-7731") is not found by this route: a leak has to appear as itself. A grouped number
+("+33 6 12 34 56 78") is indexed as its number ("33612345678"), which a message's terms hold
+whatever grouping it is written in (``matching.numbers``).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from .. import forksafe
 from ..cache import BoundedLRU
 from ..conversation import Scope
 from .ledger import Version
+from .matching import numbers
 
-__all__ = ["MAX_OWNERS", "WORD", "Candidate", "ValueIndex", "words"]
+__all__ = ["MAX_OWNERS", "WORD", "Candidate", "ValueIndex", "terms", "words"]
 
 #: What counts as a word of a value or a message: three or more word characters.
 WORD = re.compile(r"\w{3,}")
@@ -45,6 +48,12 @@ def words(norm_text: str) -> frozenset[str]:
     return frozenset(WORD.findall(norm_text))
 
 
+def terms(norm_text: str, text: str) -> frozenset[str]:
+    """A message's words and grouped numbers (``text`` as it is, ``norm_text`` normalised): what
+    selects the values that could be in it, and a grouped number is in it if it is among them."""
+    return words(norm_text) | numbers(text)
+
+
 class _Value:
     __slots__ = ("owners", "word", "words")
 
@@ -59,7 +68,8 @@ class ValueIndex:
     that recorded it. Bounded: ``max_entries`` values, ``MAX_OWNERS`` conversations each."""
 
     def __init__(self, max_entries: int = 100_000) -> None:
-        self._values: BoundedLRU[str, _Value] = BoundedLRU(max_entries)  # normalised value -> entry, oldest first
+        # normalised value (a grouped number: its number) -> entry, oldest first
+        self._values: BoundedLRU[str, _Value] = BoundedLRU(max_entries)
         self._by_word: dict[str, set[str]] = {}
         self._words: set[str] = set()  # the keys of _by_word, as a set for fast intersections
         self._lock = forksafe.lock()
@@ -76,18 +86,20 @@ class ValueIndex:
         return len(self._values)
 
     def add(self, scope: Scope, version: Version) -> None:
-        norm = version.norm
-        candidates = WORD.findall(norm)
+        """Index ``version``; a value with no word of three characters that is not a grouped number
+        cannot be looked for by word and is not indexed (``record_fact`` says so, once)."""
+        key = version.number or version.norm  # a grouped number, as itself: one entry however written
+        candidates = [key] if version.number else WORD.findall(key)
         if not candidates:
             return
         with self._lock:
-            entry = self._values.get(norm)
+            entry = self._values.get(key)
             if entry is None:
                 word = min(candidates, key=lambda w: (len(self._by_word.get(w, ())), -len(w)))
                 entry = _Value(word, frozenset(candidates))
-                self._by_word.setdefault(word, set()).add(norm)
+                self._by_word.setdefault(word, set()).add(key)
                 self._words.add(word)
-                for old, gone in self._values.put(norm, entry):
+                for old, gone in self._values.put(key, entry):
                     bucket = self._by_word[gone.word]
                     bucket.discard(old)
                     if not bucket:
@@ -108,8 +120,8 @@ class ValueIndex:
                 hits |= ws & indexed
             out: list[Candidate] = []
             for word in hits:
-                for norm in self._by_word[word]:
-                    entry = self._values[norm]
+                for key in self._by_word[word]:
+                    entry = self._values[key]
                     if scope not in entry.owners:
                         other, version = next(reversed(entry.owners.items()))
                         out.append(Candidate(word, entry.words, other, version))

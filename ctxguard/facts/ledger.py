@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from .. import forksafe
 from ..cache import BoundedLRU
 from ..conversation import Scope
-from .matching import normalise
+from .matching import normalise, number_key
 
 __all__ = ["FactEvent", "FactState", "Ledger", "MemoryLedger", "Version", "reduce"]
 
@@ -79,6 +79,11 @@ class Version:
     def label(self) -> str:
         return f"{self.fact_id}@{self.version}"
 
+    @cached_property
+    def number(self) -> str | None:
+        """The grouped number the value is (``matching.number_key``), found in any grouping; or None."""
+        return number_key(self.value)
+
 
 @dataclass
 class FactState:
@@ -92,11 +97,16 @@ class FactState:
     @cached_property
     def norms(self) -> frozenset[str]:
         """Every value this conversation ever recorded (active, stale or forgotten), normalised."""
-        return frozenset(
-            v.norm
-            for group in (*self.stale.values(), *self.forgotten.values(), self.active.values())
-            for v in group
-        )
+        return frozenset(v.norm for v in self._all())
+
+    @cached_property
+    def keys(self) -> frozenset[str]:
+        """``norms``, and the numbers among them as ``matching.numbers`` reads them: what another
+        conversation's value found in a payload is compared with to tell it is this one's own."""
+        return self.norms | {v.number for v in self._all() if v.number is not None}
+
+    def _all(self) -> list[Version]:
+        return [v for group in (*self.stale.values(), *self.forgotten.values(), self.active.values()) for v in group]
 
     def versions(self, fact_id: str) -> list[Version]:
         out = list(self.stale.get(fact_id, ()))

@@ -57,7 +57,7 @@ from .._isolation import report_internal_error
 from ..conversation import Scope
 from ..digest import Digester
 from .ledger import FactEvent, FactState, reduce
-from .matching import normalise
+from .matching import match_key
 from .shared import DigestIndex, SharedValue, ValueDigests
 
 __all__ = ["LedgerSlow", "RedisLedger", "SharedValuesReader"]
@@ -226,7 +226,8 @@ class RedisLedger:
         args: list[Any] = [json.dumps(payload), self.max_events, self.ttl_seconds or 0, self.max_shared]
         reader = self._reader
         if reader is not None and event.value is not None:
-            shared = reader.digests.shared(event.scope, event.fact_id, normalise(event.value), reader.origin)
+            # A grouped number is shared as its number, so that any grouping of it is found.
+            shared = reader.digests.shared(event.scope, event.fact_id, match_key(event.value), reader.origin)
             if shared is not None:
                 for field in shared.fields().items():
                     args.extend(field)

@@ -4,14 +4,15 @@ A value recorded in one process has to be recognised in another process's payloa
 another conversation, without the value leaving the process that recorded it and without
 a Redis round trip on the LLM call. What crosses is a ``SharedValue``: keyed digests (a
 key derived from the digest key, ``CTXGUARD_DIGEST_KEY``) of the conversation, of the
-normalised value and of each of its words, plus the fact id, the value's length and
-where its anchor word (its longest) starts in it. The other processes keep them in a
-``DigestIndex``, bounded like ``ValueIndex``: a payload's word digests select the few
-candidate values, and a candidate is confirmed by digesting, at each place its anchor
-word occurs in a message, the slice of the message where the value would be and
-comparing it with the value's digest. A confirmed match is exact (the slice is the
-value, normalised), and all this process learns of the value is what its own payload
-already held. Processes with different digest keys cannot match each other's values.
+normalised value (a grouped number: its number, in any grouping) and of each of its
+words, plus the fact id, the value's length and where its anchor word (its longest) starts
+in it. The other processes keep them in a ``DigestIndex``, bounded like ``ValueIndex``: a
+payload's word digests select the few candidate values, and a candidate is confirmed by
+digesting, at each place its anchor word occurs in a message, the slice of the message
+where the value would be and comparing it with the value's digest. A confirmed match is
+exact (the slice is the value, normalised), and all this process learns of the value is
+what its own payload already held. Processes with different digest keys cannot match
+each other's values.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ..conversation import Scope
 from ..digest import Digester
 from .index import MAX_OWNERS, WORD
 from .ledger import Version
-from .matching import MIN_MATCH_CHARS, Chunked, distinctive
+from .matching import MIN_MATCH_CHARS, Chunked, distinctive, written
 
 __all__ = ["WORD_HEX", "DigestIndex", "SharedValue", "ValueDigests"]
 
@@ -99,8 +100,9 @@ class ValueDigests:
         return {self.word(w): w for w in words}
 
     def shared(self, scope: Scope, fact_id: str, norm: str, origin: str) -> SharedValue | None:
-        """What is published of a recorded value; None for a value no other conversation's payload
-        is judged for (not distinctive, or without a word of three characters)."""
+        """What is published of a recorded value, ``norm`` as it is matched (``matching.match_key``: a
+        grouped number as its number); None for a value no other conversation's payload is judged for
+        (not distinctive, or without a word of three characters)."""
         if len(norm) < MIN_MATCH_CHARS or not distinctive(norm):
             return None
         found = list(WORD.finditer(norm))
@@ -206,19 +208,25 @@ class DigestIndex:
             if any(owner == mine for owner, _ in owners):
                 continue
             found = self._confirm(value, entry, norms, maps)
-            if found is not None and found not in own:
-                owner, fact_id = owners[-1]
-                out.append((owner, Version(fact_id, found, found, 0)))
+            if found is None:
+                continue
+            owner, fact_id = owners[-1]
+            version = Version(fact_id, found, found, 0)
+            if found not in own and version.number not in own:  # own: values, and numbers however written
+                out.append((owner, version))
         return out
 
     def _confirm(self, value: str, entry: _Shared, norms: Sequence[str | Chunked],
                  maps: list[dict[str, str]]) -> str | None:
-        """The value, if a message holds it: the slice at each place its anchor word occurs, digested."""
+        """The value, if a message holds it: the slice at each place its anchor word occurs, digested;
+        a value that is one word (a grouped number is shared as its number), that term itself."""
         words, offset, length = entry.words, entry.offset, entry.length
         for text, m in zip(norms, maps, strict=True):
             if not isinstance(text, str) or not words <= m.keys():
                 continue
             anchor = m[entry.anchor]
+            if offset == 0 and length == len(anchor) and self.digests.value(anchor) == value:
+                return written(text, anchor)  # a word of the message, or one of its numbers, as written
             at = text.find(anchor)
             while at >= 0:
                 start = at - offset

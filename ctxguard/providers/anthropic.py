@@ -211,6 +211,10 @@ class AnthropicAdapter(Translation):
             max_output_tokens=max_tokens,
             stream=_get(kwargs, "stream") is True or api == "messages.stream",
         )
+        if _get(kwargs, "context_management") is not None:
+            # Edits the server applies (clearing old tool results or thinking, compacting), which the
+            # answer lists (``context_management.applied_edits``): asked for, and said.
+            view.server_edits = "the request lets the provider edit its context (context_management)"
         thinking = _get(kwargs, "thinking")
         budget = _int(_get(thinking, "budget_tokens")) if thinking is not None else None
         if budget is not None and max_tokens is not None:

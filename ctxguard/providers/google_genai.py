@@ -371,6 +371,8 @@ class GoogleGenAIAdapter(Translation):
             stream=api == "generate_content_stream",
             message_framing=how.framing,
             reply_priming=0,
+            # Counted as their JSON, which Vertex AI counts as Gemini 2.0 does: keys and strings only.
+            loose_tool_counts=how.as_json,
         )
         reading = _Reading(model, how, _level(_field(config, "media_resolution")) if config is not None else None)
         if config is not None:

@@ -382,6 +382,10 @@ class OpenAIAdapter(Translation):
         for key in ("previous_response_id", "conversation"):
             if _get(kwargs, key) is not None:
                 view.history_elsewhere = f"history is provider-managed ({key})"
+        if _get(kwargs, "context_management") is not None:
+            # Compaction past a threshold, which the answer shows as a ``compaction`` output item: asked
+            # for, and said (unlike ``truncation="auto"``, whose answer says nothing of what it dropped).
+            view.server_edits = "the request lets the provider compact its context (context_management)"
         view.tool_results = "later"  # paired by call id wherever the output is (docs/design.md)
         instructions = _get(kwargs, "instructions")
         if isinstance(instructions, str) and instructions:

@@ -10,9 +10,9 @@ sampler is given. So::
     provider = TracerProvider(sampler=ctxguard.ViolationSampler(ParentBased(TraceIdRatioBased(0.01))))
 
 records every violating call and 1% of the rest. What it cannot see: a violation judged after
-sending (``wire_intact``, ``answer_consistent``: the span is already started, sampled or not),
-and calls whose attributes go on another instrumentation's span (``span="auto"``: that span's
-sampling was decided by its own start). docs/operations.md gives the OpenTelemetry Collector
+sending (``wire_intact``, ``answer_consistent``, ``provider_kept_all``: the span is already started,
+sampled or not), and calls whose attributes go on another instrumentation's span (``span="auto"``:
+that span's sampling was decided by its own start). docs/operations.md gives the OpenTelemetry Collector
 tail-sampling policy that keeps those too.
 """
 

@@ -2,8 +2,8 @@
 answer's claims match, does a fact survive long conversations, capture to a file.
 
 They match text the way the fact checks do (``ctxguard.facts.matching``): Unicode
-NFKC, case-folded, whitespace collapsed; values shorter than three characters are
-refused rather than matched everywhere.
+NFKC, case-folded, whitespace collapsed, a grouped number in any grouping; values
+shorter than three characters are refused rather than matched everywhere.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from typing import Any
 
 from .._instrument import active_guard
 from ..capture import CaptureWriter, Redact
-from ..facts.matching import MIN_MATCH_CHARS, normalise, strings_in, value_text
+from ..facts.ledger import Version
+from ..facts.matching import MIN_MATCH_CHARS, match_key, normalise, strings_in, value_text
+from ..facts.stages import Checkpoint
 
 __all__ = [
     "ClaimProblem",
@@ -36,11 +38,12 @@ _CONTENT_FIELDS = ("messages", "input", "instructions", "system", "contents", "s
                    "systemInstruction", "prompt")
 
 
-def _needle(value: object) -> str:
-    needle = normalise(value_text(value))
+def _needle(value: object) -> Version:
+    text = value_text(value)
+    needle = normalise(text)
     if len(needle) < MIN_MATCH_CHARS:
         raise ValueError(f"{value!r} is too short to be matched reliably (fewer than {MIN_MATCH_CHARS} characters)")
-    return needle
+    return Version("", text, needle, 0)
 
 
 def _body_text(body: Any) -> str:
@@ -50,12 +53,12 @@ def _body_text(body: Any) -> str:
         try:
             body = json.loads(body)
         except ValueError:
-            return normalise(body)  # plain text
+            return str(body)  # plain text
     elif hasattr(body, "json") and isinstance(getattr(body, "body", None), (bytes, bytearray)):
         body = body.json  # a FakeLLM RecordedRequest
     if isinstance(body, Mapping) and any(k in body for k in _CONTENT_FIELDS):
         body = [body[k] for k in _CONTENT_FIELDS if k in body]
-    return normalise(strings_in(body))  # SEPARATOR (NUL) survives: no value matches across messages
+    return strings_in(body)  # SEPARATOR (NUL) survives: no value matches across messages
 
 
 def payload_contains(body: Any, value: object) -> bool:
@@ -67,8 +70,10 @@ def payload_contains(body: Any, value: object) -> bool:
 
     >>> payload_contains({"messages": [{"role": "user", "content": "Ship to LYON"}]}, "Lyon")
     True
+    >>> payload_contains({"messages": [{"role": "user", "content": "call 0612345678"}]}, "06 12 34 56 78")
+    True
     """
-    return _needle(value) in _body_text(body)
+    return Checkpoint.of(_body_text(body)).holds(_needle(value))
 
 
 # -- flip points ---------------------------------------------------------------
@@ -190,26 +195,38 @@ def _pairs(actual: Any) -> list[tuple[str, str]]:
     return pairs
 
 
+def _same(value: object) -> str:
+    """What two claimed values compare as: equal when the fact checks would match one for the other."""
+    return match_key(value_text(value))
+
+
+def _values(stale: object) -> Iterable[object]:
+    """One stale value (a string, a number, a date) or several (a list, tuple or set of them)."""
+    return stale if isinstance(stale, (list, tuple, set, frozenset)) else (stale,)
+
+
 def assert_claims(
     actual: Mapping[str, Any] | Iterable[Any],
     expected: Mapping[str, Any],
     *,
-    stale: Mapping[str, Iterable[Any]] | None = None,
+    stale: Mapping[str, Any] | None = None,
 ) -> None:
     """Assert that structured answer claims are exactly ``expected``.
 
     ``actual``: claims parsed from the model's answer, as (name, value) pairs or
     mappings with ``claim``/``key``/``id`` and ``value`` (a claim made twice is a
-    duplicate even if both agree). ``stale``: earlier values per claim, so that a
-    reverted correction reads as ``stale`` rather than ``wrong``. Values compare
-    normalised (case, Unicode form, spacing). Raises ``ClaimsMismatch``.
+    duplicate even if both agree). ``stale``: earlier values per claim, one value or a
+    list of them (``{"city": "Mumbai"}``, ``{"city": ["Mumbai", "Pune"]}``), so that a
+    reverted correction reads as ``stale`` rather than ``wrong``. Values compare as the
+    fact checks match them (case, Unicode form, spacing; a grouped number in any
+    grouping). Raises ``ClaimsMismatch``.
 
     >>> assert_claims([("city", "Lyon")], {"city": "lyon"})
     """
     claimed: dict[str, list[str]] = {}
     for key, value in _pairs(actual):
         claimed.setdefault(key, []).append(value)
-    old = {k: {normalise(value_text(v)) for v in vs} for k, vs in (stale or {}).items()}
+    old = {k: {_same(v) for v in _values(vs)} for k, vs in (stale or {}).items()}
     problems: list[ClaimProblem] = []
     for key, values in claimed.items():
         if key not in expected:
@@ -218,9 +235,9 @@ def assert_claims(
         want = value_text(expected[key])
         if len(values) > 1:
             problems.append(ClaimProblem("duplicate", key, want, tuple(values)))
-        wrong = [v for v in values if normalise(v) != normalise(want)]
+        wrong = [v for v in values if _same(v) != _same(want)]
         if wrong:
-            kind = "stale" if all(normalise(v) in old.get(key, ()) for v in wrong) else "wrong"
+            kind = "stale" if all(_same(v) in old.get(key, ()) for v in wrong) else "wrong"
             problems.append(ClaimProblem(kind, key, want, tuple(wrong)))
     for key, value in expected.items():
         if key not in claimed:
@@ -267,7 +284,7 @@ def assert_fact_survives(
         if not bodies:
             raise ValueError(f"run({n}) returned no request bodies")
         for i, body in enumerate(bodies, 1):
-            if needle not in _body_text(body):
+            if not Checkpoint.of(_body_text(body)).holds(needle):
                 raise FactLost(name, n, i if len(bodies) > 1 else None, survived)
         survived.append(n)
 

@@ -24,9 +24,10 @@ from ctxguard.checks import BY_NAME, Context, Skip
 from ctxguard.conversation import Scope
 from ctxguard.digest import Digester
 from ctxguard.facts.evaluate import FactView, build_view
-from ctxguard.facts.index import ValueIndex, words
+from ctxguard.facts.index import ValueIndex, terms
 from ctxguard.facts.ledger import FactEvent, Version, reduce
 from ctxguard.facts.matching import Chunked, normalise, searchable
+from ctxguard.facts.stages import Checkpoint
 from ctxguard.measure import Measurer
 from ctxguard.payload import Payload, RequestView
 from ctxguard.pinned import PinnedBlock, find_block
@@ -160,5 +161,7 @@ def fact_view(p: Payload, *facts: Fact, elsewhere: Sequence[tuple[Scope, str, st
     for scope, fact_id, value in elsewhere:
         index.add(scope, Version(fact_id, value, normalise(value), 1))
     norms = [searchable(m.text) for m in p.messages]
-    return build_view(state, SCOPE, norms, p.digests, checkpoints or {}, {}, index,
-                      lambda: [frozenset() if isinstance(n, Chunked) else words(n) for n in norms])
+    held = {stage: Checkpoint.of(text) for stage, text in (checkpoints or {}).items()}
+    return build_view(state, SCOPE, norms, p.digests, held, {}, index,
+                      lambda: [frozenset() if isinstance(n, Chunked) else terms(n, m.text)
+                               for n, m in zip(norms, p.messages, strict=True)])

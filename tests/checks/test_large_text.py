@@ -15,24 +15,31 @@ from ctxguard.facts.matching import LARGE_TEXT, Chunked, normalise
 
 SYSTEM = {"role": "system", "content": "You are terse."}
 PIECES = ["pune", "Pune", "PUNE", "ACC-7731", " ", "\n", "\t  ", "\u00a0", "ﬁ", "Zürich", "ship", "to", "x", "ß",
-          "Straße", "\uff21\uff23\uff23", "-", "7731"]
+          "Straße", "\uff21\uff23\uff23", "-", "7731", "06", ".", "2026-12-03", "(415)", "FR76", ",", "\uff10\uff16"]
 VALUES = ["pune", "acc-7731", "ship to", "to pune", "zürich", "fi", "strasse", "ss", "x x", "acc", "ship to pune"]
+NUMBERS = ["77317731", "773177317731", "0677317731", "7731773106", "415773177", "fr7677317731773177317731",
+           "06067731"]
 
 
 @settings(max_examples=300, deadline=None)
 @given(parts=st.lists(st.sampled_from(PIECES), max_size=80), chunk=st.integers(1, 24))
 def test_a_chunked_search_finds_what_a_search_of_the_normalised_text_finds(parts, chunk):
     saved = matching._CHUNK, matching._OVERLAP
-    matching._CHUNK, matching._OVERLAP = chunk, 64  # chunks of a few characters: every boundary case
+    # Chunks of a few characters: every boundary case. The overlap holds the longest number (48
+    # characters) and the edges a chunk does not read numbers from (16 on each side).
+    matching._CHUNK, matching._OVERLAP = chunk, 96
     try:
         text = "".join(parts)
         whole = normalise(text)
         one_by_one = {v: v in Chunked(text) for v in VALUES}
+        numbers_one_by_one = {n: Chunked(text).has_number(n) for n in NUMBERS}
         together = Chunked(text)
-        together.search(VALUES)
+        together.search(VALUES, NUMBERS)
     finally:
         matching._CHUNK, matching._OVERLAP = saved
     assert one_by_one == {v: v in whole for v in VALUES} == {v: v in together for v in VALUES}
+    in_whole = matching.numbers(text)
+    assert numbers_one_by_one == {n: n in in_whole for n in NUMBERS} == {n: together.has_number(n) for n in NUMBERS}
 
 
 def test_a_large_text_digests_as_it_would_whole():

@@ -15,6 +15,7 @@ USER = "Where is my parcel?"
 BLOCK = render_pinned({"order_id": "A-1041", "shipping_city": "Pune"}, max_tokens=200)
 PINNED = Policy(pinned=Pinned())
 CITY = fact("shipping_city", "Zürich")
+PHONE = fact("phone", "06 12 34 56 78")  # a grouped number: found in any grouping (docs/facts.md)
 
 
 def body(*messages: tuple[str, Any], ascii: bool = True, **more: Any) -> bytes:
@@ -68,6 +69,11 @@ WITH_BLOCK = [("system", SYSTEM), ("system", BLOCK), ("user", USER)]
          body(("system", SYSTEM), ("user", [{"type": "text", "text": "Ship to Zurich, please."},
                                             {"type": "text", "text": "Thanks"}])),
          facts=(CITY,), expect=FAIL, says="shipping_city@1 passed is not in the body sent"),
+    wire("a grouped number passed in another grouping, sent", [("system", SYSTEM), ("user", "Call 0612345678")],
+         body(("system", SYSTEM), ("user", "Call 0612345678")), facts=(PHONE,), expect=PASS),
+    wire("a grouped number passed in another grouping, rewritten below the SDK",
+         [("system", SYSTEM), ("user", "Call 0612345678")], body(("system", SYSTEM), ("user", "Call 0612345679")),
+         facts=(PHONE,), expect=FAIL, says="phone@1 passed is not in the body sent"),
 ])
 def test_wire_intact(case: Case) -> None:
     judge(case)

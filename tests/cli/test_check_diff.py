@@ -25,6 +25,7 @@ from ctxguard.cli import main
 from ctxguard.offline import CAPTURED_PROVIDERS, Checker
 from ctxguard.testing import FakeLLM, Reply, record
 from ctxguard.testing.plugin import GuardHarness
+from tests.docblocks import block
 
 SYSTEM = {"role": "system", "content": "You are the order assistant of Acme Shop."}
 
@@ -247,6 +248,21 @@ def test_check_uses_the_policy_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     policy.write_text("[budget]\nwindw = 300\n")
     assert main(["check", str(path), "--policy", str(policy)]) == 2
     assert "windw" in capsys.readouterr().err
+
+
+def test_the_documented_capture_lines_and_policy_are_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """docs/testing.md, "Capture files": its request line and fact lines, and the policy file of the
+    ``ctxguard check`` section, read from the doc itself, judged offline as the doc says."""
+    request = json.loads(block("docs/testing.md", "Capture files", "json", 0).text)
+    facts = [json.loads(line) for line in block("docs/testing.md", "Capture files", "json", 1).text.splitlines()]
+    capture = tmp_path / "capture.jsonl"
+    capture.write_text("".join(json.dumps(line) + "\n" for line in [*facts, request]), encoding="utf-8")
+    policy = tmp_path / "policy.toml"
+    section = "`ctxguard check FILE.jsonl [--policy P.toml] [--json] [--progress / --no-progress]`"
+    policy.write_text(block("docs/testing.md", section, "toml").text, encoding="utf-8")
+    assert main(["check", str(capture), "--policy", str(policy)]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "order-41: first violation at turn 3: system_at_head, pinned_present, fact_present"
 
 
 @pytest.mark.parametrize(

@@ -13,10 +13,8 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 def test_demo_finds_the_flip_point_and_prints_totals():
-    started = time.monotonic()
-    out = run("demo")
+    out = run("demo")  # within run()'s timeout: how long it takes is bench/footprint.py's to say, not a test's
     assert out.returncode == 0, out.stderr
-    assert time.monotonic() - started < 10
     lines = out.stdout.splitlines()
     assert lines.count("flip point: turn 4") == 1
     assert "flip point: none (system prompt kept)" in lines
@@ -39,7 +37,9 @@ def test_budget_prints_the_equation_and_turns():
 def test_budget_unknown_model_needs_a_window():
     out = run("budget", "--model", "mystery")
     assert out.returncode == 2
-    assert "unknown context window" in out.stderr and "pass --window N" in out.stderr
+    # The command line's own flag, not the Python argument (before: "pass window=").
+    assert out.stderr.startswith("ctxguard budget: unknown context window for model 'mystery'")
+    assert out.stderr.endswith("; pass --window N\n")
     assert run("budget", "--model", "mystery", "--window", "8000", "--max-tokens", "9000").returncode == 1
 
 

@@ -42,7 +42,8 @@ BEDROCK = ("converse", "converse-stream", "invoke-model", "invoke-model-stream")
 #: The outcome of every check for the app's calls (a system instruction at the head, no
 #: conversation, no policy), the body judged on the wire.
 OUTCOMES = {check: "skip" for check in CHECK_NAMES} | {
-    "system_at_head": "pass", "payload_under_budget": "pass", "wire_intact": "pass", "tool_pairs_intact": "pass"}
+    "system_at_head": "pass", "payload_under_budget": "pass", "wire_intact": "pass", "tool_pairs_intact": "pass",
+    "provider_kept_all": "pass"}
 
 #: Where ctxguard puts its record while both are on: the other's span (by scope) where it wraps
 #: the call site above ctxguard and its span of the call is current; elsewhere ctxguard's own.

@@ -10,6 +10,7 @@ import openai
 import pytest
 
 import ctxguard
+import ctxguard.facts as facts_mod
 
 SYSTEM = {"role": "system", "content": "You are the order assistant."}
 
@@ -321,6 +322,118 @@ def test_another_conversations_fact_in_this_payload(harness, llm, client, fact, 
         ask(client, text)
     assert failed(harness) == (["fact_scoped"] if leaked else [])
     assert list(last(harness).get("ctxguard.facts.leaked", ())) == leaked
+
+
+# -- grouped numbers: one number however it is written -----------------------------------
+
+GROUPED = {  # each family: the same number, written as people and payloads write it
+    "phone": ["+33612345678", "+33 6 12 34 56 78", "+33.6.12.34.56.78", "+33-6-12-34-56-78"],
+    "national": ["0612345678", "06 12 34 56 78", "06.12.34.56.78", "06-12-34-56-78"],
+    "us": ["(415) 555-0132", "415-555-0132", "415.555.0132", "4155550132"],
+    "iban": ["FR76 3000 6000 0112 3456 7890 189", "FR7630006000011234567890189"],
+    "iban_letters": ["GB29 NWBK 6016 1331 9268 19", "GB29NWBK60161331926819"],
+    "card": ["4111 1111 1111 1111", "4111-1111-1111-1111", "4111111111111111"],
+}
+# Recorded in one form, sent in another: the first form against each other one, both directions.
+PAIRS = [(forms[0], other) for forms in GROUPED.values() for other in forms[1:]]
+PAIRS += [(sent, recorded) for recorded, sent in PAIRS]
+
+
+@pytest.mark.parametrize(("recorded", "sent"), PAIRS)
+def test_a_grouped_number_of_another_conversation_is_found_in_any_grouping(harness, llm, client, recorded, sent):
+    """docs/facts.md, "Matching": "+33612345678" recorded and "+33 6 12 34 56 78" sent (or the reverse)
+    is one number; before, a value with no word of three characters was not indexed at all."""
+    harness.start(mode="observe")
+    with ctxguard.conversation("carol"):
+        ctxguard.record_fact("phone", recorded)
+    with ctxguard.conversation("dave"):
+        ask(client, f"my number: {sent}, thanks")
+    assert failed(harness) == ["fact_scoped"]
+    assert list(last(harness)["ctxguard.facts.leaked"]) == ["phone@foreign"]
+
+
+@pytest.mark.parametrize(("recorded", "text"), [
+    ("06 12 34 56 78", "ref 106 12 34 56 78"),  # a longer number that holds its digits
+    ("06 12 34 56 78", "ref 06 12 34 56 789"),
+    ("0612345678", "ref 0612345678901"),
+    ("06 12 34 56 78", "order x0612345678"),  # inside a word
+    ("20261203", "delivery on 2026-12-03"),  # a date is never a number
+    ("20261203", "delivery on 03.12.2026 at 14:00"),
+    ("1234567", "total 1.234.567,89 EUR"),  # a price with decimals
+    ("12 34 56", "code 12 34 56"),  # six digits: too short to be one number; no word of 3 either
+    ("ACC-7731-0042", "account 7731 0042"),  # an identifier is matched as written, not as a number
+])
+def test_numbers_that_only_share_digits_are_no_leak(harness, llm, client, recorded, text):
+    harness.start(mode="observe")
+    with ctxguard.conversation("carol"):
+        ctxguard.record_fact("ref", recorded)
+    with ctxguard.conversation("dave"):
+        ask(client, text)
+    assert failed(harness) == []
+
+
+@pytest.mark.parametrize(("recorded", "sent"), [
+    ("06 12 34 56 78", "call me on 0612345678"), ("0612345678", "call me on 06.12.34.56.78"),
+    ("FR76 3000 6000 0112 3456 7890 189", "IBAN FR7630006000011234567890189"),
+])
+def test_a_grouped_number_sent_in_another_grouping_is_present(harness, llm, client, recorded, sent):
+    harness.start(mode="enforce")
+    with ctxguard.conversation("c"):
+        ctxguard.record_fact("phone", recorded)
+        ask(client, sent)
+    assert list(last(harness)["ctxguard.facts.present"]) == ["phone@1"]
+
+
+def test_a_stale_grouped_number_in_another_grouping_is_not_current(harness, llm, client):
+    harness.start(mode="observe")
+    with ctxguard.conversation("c"):
+        ctxguard.record_fact("phone", "06 12 34 56 78")
+        ctxguard.record_fact("phone", "07 98 76 54 32")
+        ctxguard.checkpoint("selection", ["call 06.12.34.56.78"])
+        ask(client, "call 0612345678")
+    a = last(harness)
+    assert failed(harness) == ["fact_present", "fact_current"]
+    assert list(a["ctxguard.facts.stale"]) == ["phone@1"] and a["ctxguard.divergence.stage"] == "selection"
+
+
+def test_a_forgotten_grouped_number_in_another_grouping_is_still_sent(harness, llm, client):
+    harness.start(mode="observe")
+    with ctxguard.conversation("c"):
+        ctxguard.record_fact("phone", "+33 6 12 34 56 78")
+        ctxguard.forget_fact("phone")
+        ask(client, "call +33612345678")
+    assert failed(harness) == ["fact_forgotten"]
+
+
+def test_a_stale_grouped_number_in_the_answer_is_inconsistent(harness, llm, client):
+    harness.start(mode="observe")
+    llm.script("I will call 06.12.34.56.78")
+    with ctxguard.conversation("c"):
+        ctxguard.record_fact("phone", "06 12 34 56 78")
+        ctxguard.record_fact("phone", "07 98 76 54 32")
+        ask(client, "my new number is 0798765432")
+    assert failed(harness) == ["answer_consistent"]
+
+
+def test_a_value_no_check_can_find_is_warned_of_once(harness, llm, client, caplog, monkeypatch):
+    """docs/facts.md, "Matching": such a value is kept and judged where it can be, never dropped silently."""
+    monkeypatch.setattr(facts_mod, "_WARNED", set())
+    harness.start(mode="observe")
+    with ctxguard.conversation("c"), caplog.at_level("WARNING", logger="ctxguard"):
+        ctxguard.record_fact("code", "98 76 54")
+        ctxguard.record_fact("locker", "B-7 C-9")
+        ctxguard.record_fact("size", "M")
+        ctxguard.record_fact("phone", "06 12 34 56 78")  # a grouped number: found, no warning
+        ctxguard.record_fact("city", "Pune")  # not distinctive: no leak by design, no warning
+    warned = [r.getMessage() for r in caplog.records if r.name == "ctxguard"]
+    assert len(warned) == 2, warned
+    assert "fact_scoped never finds it in another conversation's payload" in warned[0]
+    assert "shorter than 3 characters" in warned[1]
+    assert not any(v in m for m in warned for v in ("98 76 54", "B-7", "code", "locker"))  # neither value nor id
+    with ctxguard.conversation("c"):
+        ask(client, "code 98 76 54, locker B-7 C-9, phone 0612345678, Pune")
+    assert failed(harness) == []  # its own conversation's checks judge it as usual
+    assert sorted(last(harness)["ctxguard.facts.present"]) == ["city@1", "code@1", "locker@1", "phone@1"]
 
 
 # -- the three trimming bugs ----------------------------------------------------------

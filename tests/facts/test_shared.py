@@ -4,8 +4,8 @@ only, and its bounds (ctxguard.facts.shared; the processes and Redis are test_fl
 from __future__ import annotations
 
 from ctxguard.digest import Digester
-from ctxguard.facts.index import WORD
-from ctxguard.facts.matching import normalise
+from ctxguard.facts.index import terms
+from ctxguard.facts.matching import match_key, normalise
 from ctxguard.facts.shared import DigestIndex, SharedValue, ValueDigests
 
 DIGESTS = ValueDigests(Digester(b"k"))
@@ -13,7 +13,7 @@ A, B = ("cust-a", "shop"), ("cust-b", "shop")
 
 
 def shared(value: str, scope: tuple[str, str | None] = A, fact_id: str = "phone") -> SharedValue:
-    found = DIGESTS.shared(scope, fact_id, normalise(value), "elsewhere")
+    found = DIGESTS.shared(scope, fact_id, match_key(value), "elsewhere")  # as RedisLedger.append publishes it
     assert found is not None
     return found
 
@@ -21,7 +21,7 @@ def shared(value: str, scope: tuple[str, str | None] = A, fact_id: str = "phone"
 def find(index: DigestIndex, scope: tuple[str, str | None], *texts: str, own: frozenset[str] = frozenset()):
     norms = [normalise(t) for t in texts]
     return index.foreign(scope, own, norms, [f"m{i}:{t}" for i, t in enumerate(texts)],
-                         [frozenset(WORD.findall(n)) for n in norms])
+                         [terms(n, t) for n, t in zip(norms, texts, strict=True)])
 
 
 def test_a_value_is_found_exactly_where_it_is_and_nowhere_else() -> None:
@@ -32,6 +32,16 @@ def test_a_value_is_found_exactly_where_it_is_and_nowhere_else() -> None:
     assert find(index, B, "+91 98200 12346") == []  # every word but one: the digest of the slice differs
     assert find(index, B, "12345 +91 98200") == []  # its words, not the value
     assert find(index, B, "+91 98200", "12345") == []  # split over two messages
+
+
+def test_a_grouped_number_is_found_in_any_grouping_and_named_as_written() -> None:
+    index = DigestIndex(DIGESTS)
+    index.add(shared("06 12 34 56 78"))
+    for written in ("0612345678", "06.12.34.56.78", "06-12-34-56-78", "06 12 34 56 78"):
+        [(owner, version)] = find(index, B, f"call {written} please")
+        assert owner == DIGESTS.scope(A) and version.value == written and version.number == "0612345678"
+    assert find(index, B, "ref 106 12 34 56 78", "06 12 34 56 789") == []  # longer numbers
+    assert find(index, B, "call 06.12.34.56.78", own=frozenset({"0612345678"})) == []  # B recorded it too
 
 
 def test_a_value_inside_a_longer_word_is_not_a_leak_of_it() -> None:
@@ -85,7 +95,7 @@ def test_a_resent_message_costs_no_new_digest(monkeypatch) -> None:
     monkeypatch.setattr(ValueDigests, "word", counting)
     assert len(find(index, B, "hello there", "call +91 98200 12345")) == 1
     first = len(digested)
-    assert first == 5  # hello, there, call, 98200, 12345
+    assert first == 6  # hello, there, call, 98200, 12345, and the number 919820012345
     assert len(find(index, B, "hello there", "call +91 98200 12345", "a new one")) == 1
     assert sorted(digested[first:]) == ["new", "one"]  # only the new message's words
 

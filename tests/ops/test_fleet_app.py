@@ -166,6 +166,8 @@ def fleet(stack: Stack, redis_url: str, tmp_path_factory: pytest.TempPathFactory
 def test_a_killed_worker_costs_only_its_own_request_and_the_totals_stay_exact(
     fleet: Fleet, tmp_path: Path
 ) -> None:
+    """docs/operations.md, "gunicorn / uvicorn workers": its recipe is examples/fleet_app, which the
+    ``fleet`` fixture runs as the recipe says (the environment, ``gunicorn -c gunicorn.conf.py``)."""
     calls_before = fleet.total("ctxguard_calls_total")
     ended_before = fleet.total("ctxguard_guard_duration_seconds_count")
     turns: list[tuple[str, Future[dict[str, Any]]]] = []

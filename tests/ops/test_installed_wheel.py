@@ -137,12 +137,15 @@ def test_the_venv_imports_the_installed_wheel_not_the_sources(venv: Path, tmp_pa
 
 
 def test_demo_runs_from_the_wheel(venv: Path, tmp_path: Path):
+    """README.md, "The two commands": a fresh virtualenv, ctxguard[openai,tiktoken] and `ctxguard demo`
+    (installed from the wheel here, as a user's pip does; the README installs the clone editable)."""
     out = run(venv / "bin" / "ctxguard", "demo", cwd=tmp_path, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "flip point: turn" in out.stdout, out.stdout
 
 
 def test_ops_export_from_the_wheel_writes_the_four_files(exported: tuple[subprocess.CompletedProcess[str], Path]):
+    """docs/operations.md, "From the wheel": `pip install ctxguard && ctxguard ops export ./ops`."""
     out, layout = exported
     assert (out.returncode, out.stderr) == (0, "")
     assert out.stdout.splitlines() == [f"wrote {os.path.join('dashboards', name)}" for name in ARTEFACTS]

@@ -34,6 +34,7 @@ def test_every_alert_has_severity_annotations_and_a_runbook_section():
     assert {
         "CtxguardSystemPromptEvicted", "CtxguardPinnedBlockMissing", "CtxguardPinnedBlockOverCap",
         "CtxguardPayloadOverBudget", "CtxguardFactLeak", "CtxguardGuardErrors", "CtxguardBudgetHeadroomLow",
+        "CtxguardContextDroppedByProvider",
     } <= names
     runbook = (ROOT / "docs" / "operations.md").read_text()
     anchors = {re.sub(r"[^a-z0-9]+", "", h.lower()) for h in re.findall(r"^#+ (.+)$", runbook, re.M)}

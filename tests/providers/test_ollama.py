@@ -21,6 +21,7 @@ from ollama import AsyncClient, ChatResponse, Client, ResponseError
 
 import ctxguard
 from ctxguard.capture import read_capture
+from ctxguard.checks import CHECKS
 from ctxguard.digest import Digester
 from ctxguard.offline import CAPTURED_PROVIDERS, Checker
 from ctxguard.testing import FakeLLM, Reply, record
@@ -30,6 +31,8 @@ MODEL = "llama3.2"
 SYSTEM = {"role": "system", "content": "You are the order assistant of Acme Shop."}
 HISTORY = [SYSTEM, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
            {"role": "user", "content": "where is my order A-1041?"}]
+#: About 280 tokens of English.
+PROSE = "The parcel left the depot in Lyon on Monday and reached the sorting centre in Pune on Friday. " * 14
 #: A history longer than a 2048-token window: the server would drop its head silently.
 LONG = [SYSTEM, *({"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}: " + "words " * 120}
                   for i in range(40)), {"role": "user", "content": "and now?"}]
@@ -242,11 +245,11 @@ def test_the_window_is_num_ctx_else_the_configured_default(harness, llm, client,
 
 def test_a_prompt_over_num_ctx_fails_the_budget_before_the_server_truncates_it(harness, llm, client):
     """Observe mode: the request goes, and the server keeps only what fits (its ``prompt_eval_count``
-    is capped at the window); ctxguard said so before it left."""
+    is capped at the window); ctxguard said so before it left, and the answer's count shows it."""
     harness.start(mode="observe")
     reply = client.chat(model=MODEL, messages=LONG, options={"num_ctx": 2048})
     a = only_guard_span(harness).attributes
-    assert list(a["ctxguard.violations"]) == ["payload_under_budget"]
+    assert list(a["ctxguard.violations"]) == ["payload_under_budget", "provider_kept_all"]
     assert a["ctxguard.budget.window"] == 2048 and a["ctxguard.payload.tokens"] > 2048
     assert a["ctxguard.budget.headroom"] < 0
     served = llm.responses[0]
@@ -257,8 +260,47 @@ def test_a_prompt_over_num_ctx_fails_the_budget_before_the_server_truncates_it(h
     llm.clear()
     harness.exporter.clear()
     client.chat(model=MODEL, messages=LONG)
+    # Cut to 4,096, it kept more than half: within how far providers' counts may differ from ctxguard's,
+    # so not ``provider_kept_all``'s to say (docs/budget.md, "Kept whole"); the budget said it.
     assert list(only_guard_span(harness).attributes["ctxguard.violations"]) == ["payload_under_budget"]
     assert llm.responses[0].truncated_tokens > 0
+
+
+def kept_all(harness) -> list[str]:  # type: ignore[no-untyped-def]
+    """Each call's ``provider_kept_all`` outcome, as its span and the metrics tell it."""
+    outcomes = []
+    for span in guard_spans(harness):
+        events = [e for e in span.events if e.attributes.get("check") == "provider_kept_all"]
+        skipped = [s for s in span.attributes.get("ctxguard.checks.skipped", ()) if s.startswith("provider_kept_all")]
+        outcomes.append("fail" if events else "skip" if skipped else "pass")
+    return outcomes
+
+
+def test_a_server_window_below_the_configured_one_is_seen_in_its_answer(harness, llm, client, monkeypatch):
+    """The server holds prompts to less than ctxguard was told (its OLLAMA_CONTEXT_LENGTH is 1024,
+    ``ollama_num_ctx`` says 32768): the budget passes, the server cuts the prompt, and its
+    ``prompt_eval_count`` is what fails ``provider_kept_all``. The next call, which fits, passes.
+    Counted lazily: the bytes pass the budget, and the answer is what has the prompt counted exactly."""
+    llm.ollama_num_ctx = 1024
+    monkeypatch.delenv("CTXGUARD_TOKENIZER", raising=False)  # the choice is the test's (CI runs one suite eager)
+    harness.start(mode="observe", ollama_num_ctx=32768, tokenizer="lazy")
+    history = [SYSTEM, *({"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}: " + PROSE}
+                         for i in range(12)), {"role": "user", "content": "where is my order A-1041?"}]
+    with ctxguard.conversation("order-41"):
+        reply = client.chat(model=MODEL, messages=history)
+        assert reply.prompt_eval_count == llm.responses[0].input_tokens <= 1024 and llm.responses[0].truncated_tokens
+        client.chat(model=MODEL, messages=[SYSTEM, history[-1]])  # the app trims its history: it fits
+    cut, fits = guard_spans(harness)
+    assert "payload_under_budget" not in cut.attributes["ctxguard.violations"]
+    assert list(cut.attributes["ctxguard.violations"]) == ["provider_kept_all"]
+    assert cut.attributes["ctxguard.payload.tokens_source"] == "estimate"  # judged before sending on bytes
+    event = next(e for e in cut.events if e.attributes["check"] == "provider_kept_all")
+    assert event.attributes["detail"].startswith(f"{reply.prompt_eval_count:,} input tokens reported for ")
+    assert list(fits.attributes.get("ctxguard.violations", ())) == [], fits.attributes
+    assert kept_all(harness) == ["fail", "pass"]
+    assert harness.metric("ctxguard_violations_total", check="provider_kept_all", provider="ollama") == 1
+    assert harness.metric("ctxguard_checks_total", check="provider_kept_all", outcome="fail") == 1
+    assert harness.metric("ctxguard_checks_total", check="provider_kept_all", outcome="pass") == 1
 
 
 @pytest.mark.asyncio
@@ -461,11 +503,13 @@ def test_captured_bodies_are_judged_offline_like_live(tmp_path: Path, harness, l
     assert [r["provider"] for r in requests] == ["ollama"] * 3
     assert [r["body"] for r in requests] == llm.bodies()
     live = [list(s.attributes["ctxguard.violations"]) for s in guard_spans(harness)]
-    assert live == [[], ["system_at_head", "fact_present"], ["payload_under_budget", "fact_present"]]
+    assert live == [[], ["system_at_head", "fact_present"],
+                    ["payload_under_budget", "fact_present", "provider_kept_all"]]
     with path.open("rb") as f:
         results = [r for _, r in Checker().judge(read_capture(f, CAPTURED_PROVIDERS))]
+    # A capture holds the requests, not their answers: offline, the checks judged before sending.
     assert [sorted(c for c, outcome in r.outcomes.items() if outcome == "fail") for r in results] == [
-        sorted(v) for v in live]
+        sorted(c for c in v if c in CHECKS) for v in live]
 
 
 #: What Ollama's Qwen 3.5 renderer (ollama/ollama model/renderers/qwen35.go, which renders

@@ -324,3 +324,68 @@ def test_empty_responses_instructions_are_no_instruction(harness, llm, client):
     a = harness.spans()[-1].attributes
     assert a["ctxguard.head.role"] == "user"
     assert list(a["ctxguard.violations"]) == ["system_at_head"]
+
+
+#: About 280 tokens of English.
+PROSE = "The parcel left the depot in Lyon on Monday and reached the sorting centre in Pune on Friday. " * 14
+TURNS = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}: " + PROSE} for i in range(12)]
+
+
+def kept_all(harness: GuardHarness) -> list[str]:
+    """Each call's ``provider_kept_all`` outcome, read off its span."""
+    outcomes = []
+    for span in harness.spans():
+        if any(e.attributes.get("check") == "provider_kept_all" for e in span.events):
+            outcomes.append("fail")
+        elif any(s.startswith("provider_kept_all: ") for s in span.attributes.get("ctxguard.checks.skipped", ())):
+            outcomes.append("skip")
+        else:
+            outcomes.append("pass")
+    return outcomes
+
+
+def test_responses_truncation_auto_that_drops_the_oldest_items_fails_provider_kept_all(harness, llm, client):
+    """The Responses API with ``truncation="auto"`` drops the oldest input items of a request over the
+    model's window and answers 200, its ``usage.input_tokens`` what it kept. Judged on the answer, so
+    even in enforce mode the request went (nothing to block: it was sent); the next call, trimmed
+    by the app, fits and passes. With ``previous_response_id`` the server adds history: not judged."""
+    llm.windows["openai.responses"] = 1000  # the model's window, played small
+    harness.start(mode="enforce")
+    with ctxguard.conversation("order-41"):
+        cut = client.responses.create(model="gpt-4o", instructions="You are terse.", input=TURNS, truncation="auto")
+        assert cut.usage is not None and cut.usage.input_tokens == llm.responses[0].input_tokens <= 1000
+        assert llm.responses[0].truncated_tokens > 0
+        client.responses.create(model="gpt-4o", instructions="You are terse.", input=TURNS[-2:], truncation="auto")
+        client.responses.create(model="gpt-4o", instructions="You are terse.", input="and now?",
+                                previous_response_id=cut.id, truncation="auto")
+    assert len(llm.requests) == 3 and llm.responses[1].truncated_tokens == 0
+    assert kept_all(harness) == ["fail", "pass", "skip"]
+    first, _, elsewhere = harness.spans()
+    assert list(first.attributes["ctxguard.violations"]) == ["provider_kept_all"]
+    detail = next(e.attributes["detail"] for e in first.events if e.attributes["check"] == "provider_kept_all")
+    assert detail.startswith(f"{cut.usage.input_tokens:,} input tokens reported for ")
+    assert "provider_kept_all: history is provider-managed (previous_response_id)" in elsewhere.attributes[
+        "ctxguard.checks.skipped"]
+    assert harness.metric("ctxguard_violations_total", check="provider_kept_all", provider="openai") == 1
+    assert harness.metric("ctxguard_blocked_total", check="provider_kept_all") == 0
+
+
+def test_an_openai_compatible_server_that_keeps_the_last_tokens_fails_provider_kept_all(harness, llm, client):
+    """A vLLM- or TGI-style server at its maximum length keeps the last tokens of a longer prompt (the
+    system prompt and the task at its front go) and reports that count, here in a stream's usage
+    chunk; the next call, which fits, passes. The model is one the window table does not know, so
+    the budget could not say it before sending."""
+    llm.windows["openai.chat"] = 1024
+    harness.start(mode="observe")
+    messages = [SYSTEM, *TURNS, {"role": "user", "content": "where is my order?"}]
+    stream = client.chat.completions.create(model="acme/llama-3.1-8b-ft", messages=messages, stream=True,
+                                            stream_options={"include_usage": True},
+                                            extra_body={"truncate_prompt_tokens": 1024})
+    usage = [chunk.usage for chunk in stream if chunk.usage is not None]
+    assert usage[0].prompt_tokens == llm.responses[0].input_tokens == 1024
+    client.chat.completions.create(model="acme/llama-3.1-8b-ft", messages=[SYSTEM, messages[-1]])
+    assert kept_all(harness) == ["fail", "pass"]
+    cut = harness.spans()[0].attributes
+    assert "payload_under_budget: unknown context window" in " ".join(cut["ctxguard.checks.skipped"])
+    assert list(cut["ctxguard.violations"]) == ["provider_kept_all"]
+    assert harness.metric("ctxguard_checks_total", check="provider_kept_all", outcome="fail") == 1

@@ -142,6 +142,19 @@ def test_assert_claims_rejects_each_kind_of_problem_in_a_stable_order():
     assert isinstance(caught.value, AssertionError)
 
 
+@pytest.mark.parametrize("stale", [{"city": "Pune"}, {"city": ["Mumbai", "Pune"]}, {"city": ("Pune",)}])
+def test_assert_claims_takes_one_stale_value_or_several(stale):
+    """docs/testing.md: ``stale={"city": "Pune"}`` is the value Pune, not the letters P, u, n, e (before: 'wrong')."""
+    with pytest.raises(ClaimsMismatch, match="stale city"):
+        assert_claims([("city", "Pune")], {"city": "Lyon"}, stale=stale)
+    with pytest.raises(ClaimsMismatch, match="stale total"):  # a number is one value too
+        assert_claims([("total", "1249")], {"total": 1299}, stale={"total": 1249})
+
+
+def test_assert_claims_compares_a_grouped_number_in_any_grouping():
+    assert_claims([("phone", "06.12.34.56.78")], {"phone": "06 12 34 56 78"})
+
+
 def test_assert_claims_without_stale_history_calls_a_reverted_value_wrong():
     with pytest.raises(ClaimsMismatch, match="wrong city"):
         assert_claims([("city", "Pune")], {"city": "Lyon"})

@@ -55,7 +55,7 @@ def _message_tokens(message: Any, model: str) -> int:
         if isinstance(images, list) else FRAME_TOKENS + read_tokens(rest)
 
 
-def _held(payload: Mapping[str, Any], window: int) -> tuple[int, int]:
+def _held(payload: Mapping[str, Any], window: int | None) -> tuple[int, int]:
     """(tokens kept, tokens dropped) of a prompt held to ``window``, as Ollama's server does it: the
     chat template drops the oldest messages but the system ones (never the last) until the prompt
     fits; what still does not fit, the runner cuts to the window. Tools are rendered with the
@@ -69,7 +69,7 @@ def _held(payload: Mapping[str, Any], window: int) -> tuple[int, int]:
     # following functions...", Qwen's <tools> block): the fake's round figure for them.
     fixed = schemas_tokens(tools) + (TOOL_INSTRUCTIONS if tools else 0) + FRAME_TOKENS
     full = fixed + sum(costs)
-    if full <= window:
+    if window is None or full <= window:
         return full, 0
     system = [isinstance(m, dict) and m.get("role") == "system" for m in messages]
     kept = fixed + sum(costs)

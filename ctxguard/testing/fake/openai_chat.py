@@ -4,6 +4,10 @@ Ids ``chatcmpl-…``, ``call_…`` and ``req_…`` (``x-request-id``); indented 
 ``obfuscation`` padding (unless ``stream_options.include_obfuscation`` is false), ``usage: null`` on
 every chunk and a usage-only last one when ``stream_options.include_usage`` asks, then ``[DONE]``.
 A stream failing midway sends an error object and no ``[DONE]``. Errors are ``{"error": {...}}``.
+With ``FakeLLM.windows["openai.chat"]`` set it plays an OpenAI-compatible server at its maximum length,
+where OpenAI itself refuses: a longer prompt keeps its last tokens, and ``usage.prompt_tokens`` says how
+many (vLLM's ``truncate_prompt_tokens`` "will use only the last k tokens from the prompt", TGI's
+``truncate``, llama.cpp's server cutting a prompt over its context size).
 """
 
 from __future__ import annotations
@@ -72,11 +76,21 @@ def padding(ex: Exchange, i: int, size: int) -> str:
     return ex.ident("obfuscation", ALNUM, max(1, 16 - size) if size else 14, i)
 
 
-def prompt_tokens(ex: Exchange) -> int:
+def _full(ex: Exchange) -> int:
     p = ex.payload
     n = messages_tokens(p.get("messages"), partial(media.openai, ex.requested_model))
     n += schemas_tokens(p.get("tools"), p.get("functions"), p.get("response_format"))
     return n + FRAME_TOKENS
+
+
+def prompt_tokens(ex: Exchange) -> int:
+    """What the model reads: all of the prompt, or its last ``FakeLLM.windows["openai.chat"]`` tokens."""
+    full = _full(ex)
+    return full if ex.window is None else min(full, ex.window)
+
+
+def truncated_tokens(ex: Exchange) -> int:
+    return 0 if ex.window is None else max(0, _full(ex) - ex.window)
 
 
 def _fingerprint(ex: Exchange) -> str:
@@ -212,4 +226,5 @@ FORMAT = WireFormat(
     json=INDENTED,
     framing=sse(),
     headers=request_id_header("x-request-id"),
+    truncated_tokens=truncated_tokens,
 )

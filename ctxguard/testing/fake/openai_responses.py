@@ -3,8 +3,10 @@
 Ids ``resp_…`` and its items' ``msg_…``, ``fc_…``, ``rs_…``; a Response with every field the SDK
 models require; no finish reason: a cut answer is an ``incomplete`` response. The stream is the
 service's whole event sequence, numbered, its deltas padded (``obfuscation``); failing midway it
-ends with ``response.failed``. Errors, request ids and tool call ids are Chat Completions' (the same
-service: imported from ``openai_chat``).
+ends with ``response.failed``. With a model window set (``FakeLLM.windows["openai.responses"]``), a
+longer prompt is refused (400) unless the request says ``truncation: "auto"``: then its oldest input
+items go, and ``usage.input_tokens`` is what was kept. Errors, request ids and tool call ids are Chat
+Completions' (the same service: imported from ``openai_chat``).
 """
 
 from __future__ import annotations
@@ -25,14 +27,41 @@ _FAILURE = ("An error occurred while processing your request. You can retry your
             "us through our help center at help.openai.com if the error persists.")
 
 
-def prompt_tokens(ex: Exchange) -> int:
+#: What the service answers a request over the model's window that does not let it truncate.
+OVER_WINDOW = "Your input exceeds the context window of this model. Please adjust your input and try again."
+
+
+def _held(ex: Exchange) -> tuple[int, int]:
+    """(tokens kept, tokens dropped) of the prompt: with ``truncation: "auto"``, one over the model's
+    window (``FakeLLM.windows["openai.responses"]``) loses its oldest input items until it fits, the
+    instructions and tools kept ("dropping items from the beginning of the conversation", as the API
+    reference says); it drops nothing otherwise."""
     p = ex.payload
     instructions = p.get("instructions")
-    n = messages_tokens([instructions] if isinstance(instructions, str) else []) + messages_tokens(
-        p.get("input"), partial(media.openai, ex.requested_model))
+    fixed = messages_tokens([instructions] if isinstance(instructions, str) else []) + FRAME_TOKENS
     text = p.get("text")
-    n += schemas_tokens(p.get("tools"), text.get("format") if isinstance(text, dict) else None)
-    return n + FRAME_TOKENS
+    fixed += schemas_tokens(p.get("tools"), text.get("format") if isinstance(text, dict) else None)
+    raw = p.get("input")
+    inputs = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else []
+    price = partial(media.openai, ex.requested_model)
+    costs = [messages_tokens([item], price) for item in inputs]
+    full = fixed + sum(costs)
+    if ex.window is None or full <= ex.window or p.get("truncation") != "auto":
+        return full, 0
+    first = 0
+    while first < len(costs) - 1 and fixed + sum(costs[first:]) > ex.window:
+        first += 1
+    kept = fixed + sum(costs[first:])
+    return kept, full - kept
+
+
+def prompt_tokens(ex: Exchange) -> int:
+    return _held(ex)[0]
+
+
+def refuse(ex: Exchange) -> str | None:
+    """Over the model's window, a request is refused unless ``truncation: "auto"`` made it fit."""
+    return OVER_WINDOW if ex.window is not None and _held(ex)[0] > ex.window else None
 
 
 def status(ex: Exchange) -> str:
@@ -225,4 +254,6 @@ FORMAT = WireFormat(
     json=INDENTED,
     framing=sse(),
     headers=request_id_header("x-request-id"),
+    refuse=refuse,
+    truncated_tokens=lambda ex: _held(ex)[1],
 )

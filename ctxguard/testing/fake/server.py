@@ -138,7 +138,7 @@ class _Handler(BaseHTTPRequestHandler):
 
         route = self.path.split("?", 1)[0].rstrip("/")
         fmt = answering(route)
-        ex = Exchange(fmt or UNKNOWN_ROUTE, fake._nonce, serial, route, fake.ollama_num_ctx)
+        ex = Exchange(fmt or UNKNOWN_ROUTE, fake._nonce, serial, route, fake.windows.get(fmt.name) if fmt else None)
         if fmt is None or self.command != "POST":
             message = f"Invalid URL ({self.command} {self.path.split('?', 1)[0]})"
             error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
@@ -273,9 +273,24 @@ class FakeLLM:
         self._serial = 0
         self.requests: list[RecordedRequest] = []
         self.responses: list[ServedResponse] = []
-        #: The context window this server gives an Ollama request without ``options.num_ctx`` (its
-        #: ``OLLAMA_CONTEXT_LENGTH``); set it to play a server configured otherwise.
-        self.ollama_num_ctx = OLLAMA_NUM_CTX
+        #: The context window, in the fake's tokens, each API named here holds a prompt to (by the
+        #: ``WireFormat`` name), as its server does: ``ollama.chat`` cuts a longer prompt to it
+        #: (``ollama_num_ctx``); ``openai.responses`` is the model's window, past which a request with
+        #: ``truncation="auto"`` loses its oldest input items and any other is refused (400);
+        #: ``openai.chat`` plays an OpenAI-compatible server that keeps the last tokens of a longer
+        #: prompt (vLLM's ``truncate_prompt_tokens``, TGI's ``truncate``, llama.cpp's server at its
+        #: context size). Each reports what it kept, and ``ServedResponse.truncated_tokens`` the rest.
+        self.windows: dict[str, int] = {"ollama.chat": OLLAMA_NUM_CTX}
+
+    @property
+    def ollama_num_ctx(self) -> int:
+        """The context window this server gives an Ollama request without ``options.num_ctx`` (its
+        ``OLLAMA_CONTEXT_LENGTH``); set it to play a server configured otherwise."""
+        return self.windows["ollama.chat"]
+
+    @ollama_num_ctx.setter
+    def ollama_num_ctx(self, tokens: int) -> None:
+        self.windows["ollama.chat"] = tokens
 
     # -- lifecycle ----------------------------------------------------------
 

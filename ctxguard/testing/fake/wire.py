@@ -177,8 +177,8 @@ class Exchange:
     nonce: str
     serial: int
     route: str
-    #: The context window the server gives a request that sets none (``FakeLLM.ollama_num_ctx``).
-    window: int
+    #: The context window the server holds this API's prompts to (``FakeLLM.windows``), if any.
+    window: int | None
     payload: dict[str, Any] = field(default_factory=dict)
     reply: Reply = field(default_factory=Reply)
     stream: bool = False
@@ -226,10 +226,10 @@ class Exchange:
 
     @cached_property
     def input_tokens(self) -> int:
-        """Prompt tokens, cached ones included."""
+        """Prompt tokens, cached ones included; what the server kept, if it cut the prompt."""
         if self.reply.input_tokens is not None:
             return self.reply.input_tokens
-        if self.format.truncated_tokens is not None:
+        if self.format.truncated_tokens is not None and self.format.truncated_tokens(self):
             return self.format.prompt_tokens(self)
         return max(self.format.prompt_tokens(self), self.reply.cached_tokens)
 

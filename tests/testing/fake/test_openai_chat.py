@@ -338,3 +338,21 @@ def test_chat_stream_failure_is_an_error_object_and_no_done(llm: FakeLLM, client
     frames = sse(llm.base_url + "/chat/completions", {"model": "m", "messages": MESSAGES, "stream": True})
     assert frames[-1][1]["error"]["type"] == "server_error"
     assert (None, "[DONE]") not in frames
+
+
+def test_an_openai_compatible_server_at_its_max_length_keeps_the_last_tokens(
+    llm: FakeLLM, client: openai.OpenAI
+) -> None:
+    """``FakeLLM.windows["openai.chat"]`` plays vLLM's ``truncate_prompt_tokens``, TGI's ``truncate``,
+    llama.cpp's server at its context size: a longer prompt keeps its last N tokens and reports N."""
+    messages: Any = [{"role": "system", "content": "You are the order assistant of Acme Shop."},
+                     {"role": "user", "content": "words " * 3000}]
+    whole = client.chat.completions.create(model="m", messages=messages).usage
+    assert whole is not None and llm.responses[-1].truncated_tokens == 0
+    llm.windows["openai.chat"] = 512
+    kept = client.chat.completions.create(model="m", messages=messages).usage
+    served = llm.responses[-1]
+    assert kept is not None and kept.prompt_tokens == served.input_tokens == 512
+    assert served.truncated_tokens == whole.prompt_tokens - 512
+    short = client.chat.completions.create(model="m", messages=messages[:1]).usage
+    assert short is not None and short.prompt_tokens < 512 and llm.responses[-1].truncated_tokens == 0

@@ -187,3 +187,33 @@ def test_responses_stream_failure_is_response_failed(llm: FakeLLM, client: opena
     assert "response.completed" not in [e.type for e in events]
     with pytest.raises(RuntimeError, match=r"response\.completed"), client.responses.stream(model="m", input="x") as s:
         s.get_final_response()
+
+
+def test_a_prompt_over_the_model_window_is_refused_unless_truncation_auto_drops_its_oldest_items(
+    llm: FakeLLM, client: openai.OpenAI
+) -> None:
+    """The API reference: ``auto`` "will truncate the response to fit the context window by dropping
+    items from the beginning of the conversation"; ``disabled`` (the default) fails with a 400."""
+    turns: Any = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}: " + "words " * 100}
+                  for i in range(20)]
+    whole = client.responses.create(model="gpt-4o", instructions="Be brief.", input=turns).usage
+    assert whole is not None and llm.responses[-1].truncated_tokens == 0
+    llm.windows["openai.responses"] = 1000
+    with pytest.raises(openai.BadRequestError, match="exceeds the context window"):
+        client.responses.create(model="gpt-4o", instructions="Be brief.", input=turns)
+    kept = client.responses.create(model="gpt-4o", instructions="Be brief.", input=turns, truncation="auto").usage
+    served = llm.responses[-1]
+    assert kept is not None and kept.input_tokens == served.input_tokens <= 1000 < whole.input_tokens
+    assert served.truncated_tokens == whole.input_tokens - kept.input_tokens
+    # What fits is answered whole, whatever the truncation setting; an item alone past the window is refused.
+    fits = client.responses.create(model="gpt-4o", input="hi").usage
+    assert fits is not None and fits.input_tokens < 20 and llm.responses[-1].truncated_tokens == 0
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(model="gpt-4o", input="words " * 2000, truncation="auto")
+    # The oldest items went, the instructions stayed: the same count as sending only the newest.
+    del llm.windows["openai.responses"]
+    for tail in range(len(turns), 0, -1):
+        client.responses.create(model="gpt-4o", instructions="Be brief.", input=turns[-tail:])
+        if (llm.responses[-1].input_tokens or 0) <= 1000:
+            break
+    assert llm.responses[-1].input_tokens == kept.input_tokens and tail < len(turns)
