@@ -49,6 +49,7 @@ CACHE_READ_TOKENS = _convention("GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS", "gen_ai.
 CACHE_WRITE_TOKENS = _convention("GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS",
                                  "gen_ai.usage.cache_creation.input_tokens")
 REASONING_TOKENS = _convention("GEN_AI_USAGE_REASONING_OUTPUT_TOKENS", "gen_ai.usage.reasoning.output_tokens")
+TOKEN_TYPE = _convention("GEN_AI_TOKEN_TYPE", "gen_ai.token.type")
 CONVERSATION_ID = _convention("GEN_AI_CONVERSATION_ID", "gen_ai.conversation.id")
 ERROR_TYPE = error_attributes.ERROR_TYPE
 INPUT_MESSAGES = _convention("GEN_AI_INPUT_MESSAGES", "gen_ai.input.messages")
