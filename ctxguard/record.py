@@ -138,8 +138,7 @@ class Recorder:
             t.span, t.adopted = theirs, True
             a = self._attributes(verdict)
             attr.set_attributes(theirs, {k: v for k, v in a.items() if ours_to_add(k, theirs)})
-            attr.violation_events(theirs, exported)
-            attr.evaluation_events(theirs, verdict.outcomes, exported, every=self.config.evaluations == "all")
+            self._events(theirs, verdict, exported)
             return
         # The usage is another span's: that of an instrumentation wrapping this call site, or a GenAI
         # span of this call current around it, wrapper or none (a framework's span of the model run:
@@ -155,10 +154,17 @@ class Recorder:
         t.token = otel_context.attach(trace.set_span_in_context(span))
         if span.is_recording():
             attr.set_attributes(span, self._attributes(verdict))
-            attr.violation_events(span, exported)
-            attr.evaluation_events(span, verdict.outcomes, exported, every=self.config.evaluations == "all")
+            self._events(span, verdict, exported)
             if self.config.capture_content:
                 attr.set_attributes(span, attr.input_content(payload.messages))
+
+    def _events(self, span: trace.Span, verdict: Verdict, exported: list[Violation]) -> None:
+        """The before-send verdict's span events: one per violation, and the evaluation results."""
+        every = self.config.evaluations == "all"
+        if exported:
+            attr.violation_events(span, exported)
+        if exported or every:  # nothing to report of a call whose checks all passed, by default
+            attr.evaluation_events(span, verdict.outcomes, exported, every=every)
 
     def _log(self, verdict: Verdict, exported: list[Violation]) -> None:
         scope = verdict.scope

@@ -347,7 +347,10 @@ def settings(source: Any, names: Mapping[str, str], view: RequestView) -> None:
     if source is None:
         return
     found = view.settings
-    for key, name in names.items():
+    # Most calls set none of them: a dict (the call's keyword arguments) is asked only for those it has.
+    keys = names.keys() & source.keys() if type(source) is dict else names
+    for key in keys:
+        name = names[key]
         value = get(source, key)
         if value is None or isinstance(value, bool):
             continue
