@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import boto3
 import jsonschema
 import openai
 import pytest
@@ -168,6 +167,7 @@ def test_anthropic_stream(harness: Any, llm: FakeLLM) -> None:
 
 
 def test_bedrock_converse(harness: Any, llm: FakeLLM) -> None:
+    boto3 = pytest.importorskip("boto3", reason="boto3 is not installed (extra 'bedrock')")
     harness.start(mode="observe", policy=POLICY)
     llm.script(Reply(text="Pune.", input_tokens=1200, cached_tokens=800, cache_write_tokens=100, output_tokens=20))
     bedrock = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=llm.bedrock_endpoint_url,
