@@ -124,6 +124,7 @@ def instrument(
     ollama_num_ctx: int | None = None,
     model_windows: Mapping[str, int] | None = None,
     tokenizer: str = "lazy",
+    evaluations: str = "failed",
 ) -> Guard | None:
     """Guard every call of the installed (or later imported) LLM SDKs.
 
@@ -200,6 +201,10 @@ def instrument(
     byte bounds, which decide most budget verdicts, and loads tiktoken (~40 MB, ~0.25 s) the first
     time a verdict needs exact counts; ``"eager"`` loads it here. No verdict differs between the two
     (docs/budget.md, "Exact only when it matters").
+
+    ``evaluations`` (or ``CTXGUARD_EVALUATIONS``): ``"failed"`` (default) reports each failed check
+    as a ``gen_ai.evaluation.result`` span event; ``"all"`` reports the passed and skipped ones too,
+    which costs more per call than failures do (docs/operations.md, "GenAI conventions").
     """
     if Config.disabled():
         logger.info("ctxguard: disabled by CTXGUARD_DISABLED")
@@ -225,6 +230,7 @@ def instrument(
             ollama_num_ctx=ollama_num_ctx,
             metrics=metrics,
             tokenizer=tokenizer,
+            evaluations=evaluations,
         )
         if config.model_windows is not None:
             _add_model_windows_file(config.model_windows)

@@ -47,8 +47,8 @@ class Call:
     """One guarded LLM call, from inspection to the end of its answer."""
 
     __slots__ = (
-        "_provider_said", "_stages", "done", "elapsed", "label", "provider", "streamed", "trace", "verdict",
-        "wire_hash",
+        "_provider_said", "_stages", "done", "elapsed", "first_chunk", "label", "provider", "streamed", "trace",
+        "verdict", "wire_hash",
     )
 
     def __init__(self, stages: CallServices, provider: Provider, verdict: Verdict, t: CallTelemetry) -> None:
@@ -57,6 +57,7 @@ class Call:
         self.verdict = verdict
         self.trace = t
         self.elapsed = 0.0
+        self.first_chunk: float | None = None  # when the answer's first piece arrived (an Observation sets it)
         self.done = False
         self.wire_hash: str | None = None
         self._provider_said: Answer | None = None  # the provider's own answer, read off the transport
@@ -166,6 +167,7 @@ class Call:
                 stages.recorder.request(verdict.scope, payload.provider, capture_body(t.request), payload.model,
                                         self.provider.distribution)
         t.request = None
+        t.first_chunk = self.first_chunk
         try:
             self.elapsed += _perf() - started
             stages.recorder.end(t, verdict, self.elapsed, reply, error_type)

@@ -18,6 +18,7 @@ __all__ = [
     "ENV_CAPTURE_PATH",
     "ENV_DIGEST_KEY",
     "ENV_DISABLED",
+    "ENV_EVALUATIONS",
     "ENV_HASH_IDS",
     "ENV_MAX_CONVERSATIONS",
     "ENV_METRICS",
@@ -30,6 +31,7 @@ __all__ = [
     "ENVIRONMENT",
     "MAX_CONVERSATIONS",
     "Config",
+    "EvaluationsChoice",
     "MetricsChoice",
     "Mode",
     "OLLAMA_NUM_CTX",
@@ -72,6 +74,9 @@ ENV_MODEL_WINDOWS = "CTXGUARD_MODEL_WINDOWS"
 #: ``auto`` (default): ctxguard's attributes go on another instrumentation's span of the same
 #: call when there is one; ``own``: ctxguard always records a span of its own.
 ENV_SPAN = "CTXGUARD_SPAN"
+#: Which checks a call's span reports as the GenAI conventions' ``gen_ai.evaluation.result`` events:
+#: ``failed`` (default) or ``all`` (passed and skipped ones too, at a cost: docs/operations.md).
+ENV_EVALUATIONS = "CTXGUARD_EVALUATIONS"
 #: The context window, in tokens, an Ollama server gives a request that sets no ``options.num_ctx``
 #: (its ``OLLAMA_CONTEXT_LENGTH``, or a Modelfile's ``num_ctx``); default ``OLLAMA_NUM_CTX``.
 ENV_OLLAMA_NUM_CTX = "CTXGUARD_OLLAMA_NUM_CTX"
@@ -96,6 +101,7 @@ ENVIRONMENT = (
     ENV_MODEL_WINDOWS,
     ENV_SPAN,
     ENV_OLLAMA_NUM_CTX,
+    ENV_EVALUATIONS,
 )
 
 logger = logging.getLogger("ctxguard")
@@ -104,6 +110,7 @@ Mode = Literal["observe", "enforce"]
 SpanChoice = Literal["auto", "own"]
 MetricsChoice = Literal["prometheus", "otel", "both"]
 TokenizerChoice = Literal["lazy", "eager"]
+EvaluationsChoice = Literal["failed", "all"]
 METRICS_CHOICES = ("prometheus", "otel", "both")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -198,6 +205,7 @@ class Config:
     ollama_num_ctx: int = OLLAMA_NUM_CTX
     metrics: MetricsChoice = "prometheus"
     tokenizer: TokenizerChoice = "lazy"
+    evaluations: EvaluationsChoice = "failed"
 
     @property
     def server_windows(self) -> dict[str, int]:
@@ -222,11 +230,13 @@ class Config:
         ollama_num_ctx: int | None = None,
         metrics: str = "prometheus",
         tokenizer: str = "lazy",
+        evaluations: str = "failed",
     ) -> Config:
         mode = _chosen("mode", mode, ("observe", "enforce"), ENV_MODE)
         metrics = _chosen("metrics", metrics, METRICS_CHOICES, ENV_METRICS)
         tokenizer = _chosen("tokenizer", tokenizer, ("lazy", "eager"), ENV_TOKENIZER)
         span = _chosen("span", span, ("auto", "own"), ENV_SPAN)
+        evaluations = _chosen("evaluations", evaluations, ("failed", "all"), ENV_EVALUATIONS)
         if ollama_num_ctx is not None and ollama_num_ctx <= 0:
             raise ValueError(f"ollama_num_ctx must be a positive number of tokens, got {ollama_num_ctx!r}")
         key = _digest_key(digest_key)
@@ -264,4 +274,5 @@ class Config:
             model_windows=os.environ.get(ENV_MODEL_WINDOWS, "").strip() or None,
             metrics="otel" if metrics == "otel" else "both" if metrics == "both" else "prometheus",
             tokenizer="eager" if tokenizer == "eager" else "lazy",
+            evaluations="all" if evaluations == "all" else "failed",
         )

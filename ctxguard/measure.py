@@ -359,6 +359,7 @@ class Measurer:
             server_edits=view.server_edits, loose_tool_counts=view.loose_tool_counts,
             basis=basis.counter.name, view=view if basis.counter is BOUND else None,
             bound=bound, ceiling=most, fixed=fixed, scale=scale, out_of_range=self.out_of_range(view.model),
+            settings=view.settings,
         )
 
     def _current(self) -> _Basis:

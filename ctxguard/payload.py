@@ -138,6 +138,12 @@ class RequestView:
     #: and the request does not say which service it reaches: docs/budget.md, "Gemini"):
     #: ``provider_kept_all`` then leaves them out of what the server must have read.
     loose_tool_counts: bool = False
+    #: What the request asks of the model beyond its messages, under provider-neutral names (the GenAI
+    #: conventions' ``gen_ai.request.*`` suffixes: ``temperature``, ``top_p``, ``top_k``,
+    #: ``stop_sequences``, ``seed``, ``choice.count``, ``frequency_penalty``, ``presence_penalty``,
+    #: ``previous_response.id``; and ``output.type``): only what the request sets, each value already
+    #: of the type the span takes (a float, an int, a str or a tuple of str).
+    settings: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +239,8 @@ class Payload:
     #: ``"under-counted"`` / ``"over-counted"`` while its model's reports stay past what calibration
     #: corrects (``Calibration.outside``): its count, and the budget verdict on it, are not to be trusted.
     out_of_range: str | None = None
+    #: ``RequestView.settings`` (the same dict, never changed after measuring).
+    settings: dict[str, object] = field(default_factory=dict)
     #: The first message (set from ``messages``, which is never changed after construction).
     head: Message | None = field(init=False)
     #: The instruction at the head, if the head is one.
@@ -261,8 +269,15 @@ class Answer:
     model: str | None = None
     id: str | None = None
     finish_reasons: list[str] = field(default_factory=list)
+    #: Every input token, the cached ones included (the GenAI conventions' ``gen_ai.usage.input_tokens``:
+    #: a provider that reports cached reads and writes apart, as Anthropic does, has them added).
     input_tokens: int | None = None
     output_tokens: int | None = None
+    #: Of ``input_tokens``: read from the provider's prompt cache, and written to it, where it says.
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    #: Of ``output_tokens``: spent on reasoning (thinking), where the provider says.
+    reasoning_tokens: int | None = None
     text: str = ""
     #: The error the provider reported inside the answer (a stream's error event, a failed
     #: Responses response), as its low-cardinality type or code; the call ends in error.

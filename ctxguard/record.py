@@ -47,7 +47,8 @@ class CallTelemetry:
     """The telemetry of one call in flight: its span (ctxguard's, or another instrumentation's
     it adopted), what goes on the span when it ends, and what is counted then."""
 
-    __slots__ = ("adopted", "attrs", "began", "counts_at_end", "request", "span", "token", "unsent", "usage_elsewhere")
+    __slots__ = ("adopted", "attrs", "began", "counts_at_end", "first_chunk", "request", "span", "token", "unsent",
+                 "usage_elsewhere")
 
     def __init__(self, began: float = 0.0) -> None:
         self.began = began  # perf_counter() when ctxguard first saw the call
@@ -63,6 +64,8 @@ class CallTelemetry:
         self.counts_at_end: list[int] = []  # metric cells counted with the call's duration, when it ends
         #: The request's arguments, to capture if the wire body is not seen (capture on only).
         self.request: Mapping[str, Any] | None = None
+        #: perf_counter() when a streamed answer's first chunk arrived, if it did.
+        self.first_chunk: float | None = None
 
     def detach(self) -> None:
         """ctxguard's span stops being the current one."""
@@ -144,7 +147,7 @@ class Recorder:
             t.span, t.adopted = theirs, True
             a = self._attributes(verdict)
             attr.set_attributes(theirs, {k: v for k, v in a.items() if ours_to_add(k, theirs)})
-            attr.violation_events(theirs, exported)
+            self._events(theirs, verdict, exported)
             return
         # The usage is another span's: that of an instrumentation wrapping this call site, or a GenAI
         # span of this call current around it, wrapper or none (a framework's span of the model run:
@@ -160,12 +163,17 @@ class Recorder:
         t.token = otel_context.attach(trace.set_span_in_context(span))
         if span.is_recording():
             attr.set_attributes(span, self._attributes(verdict))
-            attr.violation_events(span, exported)
+            self._events(span, verdict, exported)
             if self.config.capture_content:
-                span.set_attribute(
-                    attr.INPUT_MESSAGES,
-                    attr.content_json([{"role": msg.role, "content": msg.text} for msg in payload.messages]),
-                )
+                attr.set_attributes(span, attr.input_content(payload.messages))
+
+    def _events(self, span: trace.Span, verdict: Verdict, exported: list[Violation]) -> None:
+        """The before-send verdict's span events: one per violation, and the evaluation results."""
+        every = self.config.evaluations == "all"
+        if exported:
+            attr.violation_events(span, exported)
+        if exported or every:  # nothing to report of a call whose checks all passed, by default
+            attr.evaluation_events(span, verdict.outcomes, exported, every=every)
 
     def _log(self, verdict: Verdict, exported: list[Violation]) -> None:
         scope = verdict.scope
@@ -218,7 +226,10 @@ class Recorder:
             if diff.prev_hash is not None:
                 a[attr.PREV_HASH] = diff.prev_hash
             a[attr.MESSAGES_ADDED] = diff.added
-            a[attr.MESSAGES_DROPPED] = sum(diff.dropped.values())
+            dropped = sum(diff.dropped.values())
+            a[attr.MESSAGES_DROPPED] = dropped
+            if dropped:  # turns the previous call of the conversation sent are gone: never false
+                a[attr.CONVERSATION_COMPACTED] = True
             a[attr.EVICTED] = (*diff.evicted, "fact") if verdict.fact_evictions else diff.evicted
         if ctx is not None:
             _context_attributes(a, ctx, self.digester)
@@ -253,6 +264,11 @@ class Recorder:
             span = t.span
             if span is not None and span.is_recording():
                 attr.violation_events(span, exported)
+                attr.evaluation_events(span, (outcome,), exported)
+        elif self.config.evaluations == "all":
+            span = t.span
+            if span is not None and span.is_recording():
+                attr.evaluation_events(span, (outcome,), (), every=True)
         if at_end:
             t.counts_at_end.extend(cells)
         else:
@@ -275,13 +291,22 @@ class Recorder:
             t.span = None
             if span.is_recording():
                 update = t.attrs
-                if reply is not None:  # on an adopted span, only what its owner did not record
+                replied: dict[str, Any] = {}
+                if reply is not None:
                     replied = _reply_attributes(reply, usage=not t.usage_elsewhere)
-                    if t.adopted:
-                        replied = {k: v for k, v in replied.items() if ours_to_add(k, span)}
-                    update.update(replied)
+                    ctx = verdict.ctx
+                    window = ctx.budget.breakdown.window if ctx is not None and not isinstance(ctx.budget, str) else 0
+                    if window and reply.input_tokens is not None:
+                        # Sentry's: the share of the window this generation used, prompt and answer.
+                        used = reply.input_tokens + (reply.output_tokens or 0)
+                        replied[attr.CONTEXT_UTILIZATION] = round(used / window, 4)
                     if self.config.capture_content and reply.text:
-                        update[attr.OUTPUT_MESSAGES] = attr.content_json([{"role": "assistant", "content": reply.text}])
+                        replied[attr.OUTPUT_MESSAGES] = attr.output_content(reply)
+                if t.first_chunk is not None and verdict.payload.stream:
+                    replied[attr.TIME_TO_FIRST_CHUNK] = t.first_chunk - t.began
+                if t.adopted:  # on an adopted span, only what its owner did not record
+                    replied = {k: v for k, v in replied.items() if ours_to_add(k, span)}
+                update.update(replied)
                 if error_type is not None and not t.adopted:
                     update[attr.ERROR_TYPE] = error_type
                 late = [f"{o.check}: {o.reason}" for o in verdict.late if o.outcome == "skip" and o.reason]
@@ -320,6 +345,13 @@ def _request_attributes(a: dict[str, Any], payload: Payload) -> None:
             a[attr.SERVER_PORT] = payload.server[1]
     if payload.max_output_tokens is not None:
         a[attr.REQUEST_MAX_TOKENS] = payload.max_output_tokens
+    if payload.stream:  # the conventions: set if and only if the request streams
+        a[attr.REQUEST_STREAM] = True
+    settings = payload.settings
+    if settings:
+        names = attr.REQUEST_SETTINGS
+        for name, value in settings.items():
+            a[names[name]] = value
     if payload.reply_room is not None:
         # Thinking is drawn from max_tokens: say when it leaves the reply under a quarter.
         a[attr.BUDGET_REPLY_ROOM] = payload.reply_room
@@ -331,7 +363,7 @@ def _context_attributes(a: dict[str, Any], ctx: Context, digester: Digester) -> 
     """The budget equation, the facts and the pinned block, as the checks read them."""
     if not isinstance(ctx.budget, str):
         ev = ctx.budget
-        a[attr.BUDGET_WINDOW] = ev.breakdown.window
+        a[attr.BUDGET_WINDOW] = a[attr.CONTEXT_WINDOW_SIZE] = ev.breakdown.window
         if ev.breakdown.window_inferred is not None:
             a[attr.BUDGET_WINDOW_INFERRED] = ev.breakdown.window_inferred
         a[attr.BUDGET_RESERVED_OUTPUT] = ev.breakdown.reserved_output
@@ -391,4 +423,10 @@ def _reply_attributes(reply: Answer, *, usage: bool = True) -> dict[str, Any]:
         a[attr.INPUT_TOKENS] = reply.input_tokens
     if usage and reply.output_tokens is not None:
         a[attr.OUTPUT_TOKENS] = reply.output_tokens
+    if usage and reply.cache_read_tokens is not None:
+        a[attr.CACHE_READ_TOKENS] = reply.cache_read_tokens
+    if usage and reply.cache_write_tokens is not None:
+        a[attr.CACHE_WRITE_TOKENS] = reply.cache_write_tokens
+    if usage and reply.reasoning_tokens is not None:
+        a[attr.REASONING_TOKENS] = reply.reasoning_tokens
     return a

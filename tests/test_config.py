@@ -10,6 +10,10 @@ from ctxguard.config import Config
 
 
 def test_env_overrides(monkeypatch):
+    monkeypatch.setenv("CTXGUARD_EVALUATIONS", "ALL")
+    assert Config.resolve().evaluations == "all"
+    with pytest.raises(ValueError):
+        Config.resolve(evaluations="passed")
     monkeypatch.setenv("CTXGUARD_MODE", "enforce")
     monkeypatch.setenv("CTXGUARD_CAPTURE_CONTENT", "true")
     monkeypatch.setenv("CTXGUARD_DIGEST_KEY", "from-env")
@@ -22,6 +26,7 @@ def test_env_overrides(monkeypatch):
 @pytest.mark.parametrize(("variable", "value", "field", "expected"), [
     ("CTXGUARD_MODE", "enforcee", "mode", "observe"),
     ("CTXGUARD_SPAN", "mine", "span", "auto"),
+    ("CTXGUARD_EVALUATIONS", "some", "evaluations", "failed"),
     ("CTXGUARD_CAPTURE_CONTENT", "sure", "capture_content", False),
     ("CTXGUARD_METRICS_PORT", "ninety", "metrics_port", None),
     ("CTXGUARD_METRICS_PORT", "70000", "metrics_port", None),

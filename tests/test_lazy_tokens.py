@@ -15,6 +15,7 @@ import ctxguard
 from ctxguard import tokens
 from ctxguard.pinned import render_pinned
 from ctxguard.testing import Reply
+from tests.events import violation_events
 from tests.providers.test_image import png
 
 tiktoken = pytest.importorskip("tiktoken")
@@ -126,7 +127,7 @@ def _run(harness, llm, client, monkeypatch, tokenizer: str):  # type: ignore[no-
             client.chat.completions.create(model=model, messages=messages, max_tokens=300)
         loaded += tokens.loaded_counter() is not None
         for span in harness.spans():
-            found = [(e.attributes["check"], e.attributes["detail"]) for e in span.events
+            found = [(e.attributes["check"], e.attributes["detail"]) for e in violation_events(span)
                      if e.name == "ctxguard.violation"]
             out.append((span.attributes["ctxguard.payload.tokens_source"], found))
     return out, loaded

@@ -20,6 +20,7 @@ from ctxguard import Pinned, Policy, render_pinned
 from ctxguard._instrument import active_guard
 from ctxguard.digest import Digester
 from ctxguard.testing.plugin import GuardHarness
+from tests.events import violation_events
 
 CANARY = "CANARY-7f3a9c-secret"
 
@@ -94,7 +95,8 @@ def test_canary_absent_from_exported_spans_logs_and_metrics(llm, client, caplog)
     keys = {kv.key for s in spans for kv in s.attributes}
     assert {"ctxguard.payload.hash", "ctxguard.message.hashes", "ctxguard.pinned.hash"} <= keys
     assert any(e.name == "ctxguard.violation" for s in spans for e in s.events)
-    violated = {kv.value.string_value for s in spans for e in s.events for kv in e.attributes if kv.key == "check"}
+    violated = {kv.value.string_value for s in spans for e in violation_events(s) for kv in e.attributes
+                if kv.key == "check"}
     assert {"fact_current", "fact_forgotten", "fact_scoped", "fact_present"} <= violated
     assert CANARY not in raw
     assert CANARY not in metrics
@@ -236,13 +238,14 @@ def test_with_hash_ids_no_id_reaches_any_exported_byte(harness, llm, client, cap
     assert list(first["ctxguard.facts.stale"]) == [f"{keyed(CITY)}@1"]
     assert sorted(first["ctxguard.facts.leaked"]) == sorted([f"{keyed(EMAIL)}@1", f"{keyed(ACCOUNT)}@foreign"])
     assert (first["ctxguard.divergence.stage"], first["ctxguard.divergence.fact"]) == ("selection", keyed(CITY))
-    events = {(e.attributes["check"], e.attributes["fact_id"], e.attributes["detail"]) for e in spans[0].events}
+    events = {(e.attributes["check"], e.attributes["fact_id"], e.attributes["detail"])
+              for e in violation_events(spans[0])}
     assert (("fact_present", keyed(CITY), f"{keyed(CITY)}@2 missing from the payload") in events)
     assert (("fact_scoped", keyed(ACCOUNT), f"{keyed(ACCOUNT)} of another conversation is in this payload")
             in events)
     assert list(second["ctxguard.violations"]) == ["answer_consistent"]  # judged late, at the end
     assert second["ctxguard.divergence.fact"] == keyed(CITY)
-    assert [e.attributes["fact_id"] for e in spans[1].events] == [keyed(CITY)]
+    assert [e.attributes["fact_id"] for e in violation_events(spans[1])] == [keyed(CITY)]
     assert f"fact_present: values too short to match reliably: {keyed(TINY)}" in tiny["ctxguard.checks.skipped"]
     assert list(lossy["ctxguard.summary.lossy"]) == [keyed(REFUND)]
     warned = [r.ctxguard for r in caplog.records if hasattr(r, "ctxguard")]
@@ -272,7 +275,7 @@ def test_with_hash_ids_enforce_mode_still_raises_in_clear(harness, llm, client):
         client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "to Mumbai"}])
     assert f"{CITY} diverged at payload: expected 'Pune' (v2), sent 'Mumbai' (v1)" in str(info.value)
     assert {v.fact_id for v in info.value.violations} == {None, CITY}  # in the process: as given
-    assert {e.attributes.get("fact_id") for e in harness.spans()[-1].events} == {None, keyed(CITY)}
+    assert {e.attributes.get("fact_id") for e in violation_events(harness.spans()[-1])} == {None, keyed(CITY)}
 
 
 @pytest.mark.parametrize(("env", "given", "hashed"), [("1", False, True), ("0", True, False), (None, True, True)])

@@ -162,6 +162,14 @@ class _Heard:
     def elapsed(self, value: float) -> None:
         self._call.elapsed = value
 
+    @property
+    def first_chunk(self) -> float | None:
+        return self._call.first_chunk
+
+    @first_chunk.setter
+    def first_chunk(self, value: float | None) -> None:
+        self._call.first_chunk = value
+
     def end(
         self, how: str, reply: Answer | None = None, *, error: BaseException | None = None, status: int | None = None
     ) -> None:

@@ -24,10 +24,10 @@ __all__ = ["NOTHING", "DocumentBody", "EventBody", "Inflated", "LinesBody", "bod
 
 class EventBody:
     """A server-sent event body, each event's JSON ``data`` fed to a provider's stream reader.
-    ``complete`` once OpenAI's ``[DONE]`` or an error event arrives (the end of the body also
-    completes it). However long the body, what is held is the event arriving and what the reader
-    keeps (``AnswerText``); an event longer than ``ANSWER_LIMIT`` ends the reading, the answer so far
-    ``unread``."""
+    ``complete`` once OpenAI's ``[DONE]``, an error event or the last event the reader knows of
+    arrives (the end of the body also completes it). However long the body, what is held is the
+    event arriving and what the reader keeps (``AnswerText``); an event longer than ``ANSWER_LIMIT``
+    ends the reading, the answer so far ``unread``."""
 
     __slots__ = ("_buffer", "_data", "_held", "_reader", "complete", "unread")
 
@@ -76,6 +76,8 @@ class EventBody:
         self._reader.feed(event)
         if type(event) is dict and (event.get("type") == "error" or type(event.get("error")) is dict):
             self.complete = True  # the service failed midway (Anthropic, Responses, Chat): nothing follows
+        elif getattr(self._reader, "complete", False):
+            self.complete = True  # the answer's last event (``StreamReader``)
 
     def reply(self) -> Answer | None:
         if self.unread:

@@ -20,7 +20,7 @@ events (a chunk iterated, ``StopIteration``, ``close()``, ``__exit__``, collecti
 ...     def feed(self, chunk): self.said = chunk
 ...     def reply(self): return Answer(text=self.said)
 >>> class Call:
-...     elapsed = 0.0
+...     elapsed, first_chunk = 0.0, None
 ...     def end(self, how, reply=None, *, error=None, status=None): print(how, reply.text)
 >>> seen = Observation(Call(), Reader())
 >>> seen.feed("Lyon")
@@ -56,6 +56,8 @@ class Sink(Protocol):
     """Where an observation's end goes: the call (``ctxguard.call.Call``)."""
 
     elapsed: float
+    #: perf_counter() when the answer's first piece arrived (set here, once).
+    first_chunk: float | None
 
     def end(
         self, how: How, reply: Answer | None = None, *, error: BaseException | None = None, status: int | None = None
@@ -80,12 +82,15 @@ class Observation:
         if self.ended:
             return
         started = perf_counter()
+        sink = self.sink
+        if sink.first_chunk is None:
+            sink.first_chunk = started
         reader = self._reader
         try:
             reader.feed(chunk)
         except Exception as exc:
             report_internal_error("stream", exc)
-        self.sink.elapsed += perf_counter() - started
+        sink.elapsed += perf_counter() - started
         if getattr(reader, "complete", False):
             self.end("complete")
 

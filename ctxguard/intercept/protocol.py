@@ -23,6 +23,8 @@ class Observed(Protocol):
 
     #: Seconds of ctxguard's own work on this call (the machinery adds its share).
     elapsed: float
+    #: perf_counter() when the answer's first piece arrived (``Observation`` sets it).
+    first_chunk: float | None
 
     @property
     def done(self) -> bool:

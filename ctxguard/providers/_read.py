@@ -333,3 +333,41 @@ def items(
             kept.append(item)
     if copies is not None and memo is not None:
         memo.read = (copies, kept, model)
+
+
+#: ``RequestView.settings`` names whose value is an int (the conventions' type), not a double.
+_COUNTS = frozenset({"seed", "choice.count"})
+
+
+def settings(source: Any, names: Mapping[str, str], view: RequestView) -> None:
+    """Copy what ``source`` (the call's arguments, or a provider's config object within them) sets
+    of ``names`` (the provider's parameter -> ``RequestView.settings`` name) into the view: numbers as
+    numbers (a bool is not one), stop sequences as a tuple of str, anything else left out. A choice
+    count of 1 is the default, so it is left out too (the conventions want it only when it is not)."""
+    if source is None:
+        return
+    found = view.settings
+    # Most calls set none of them: a dict (the call's keyword arguments) is asked only for those it has.
+    keys = names.keys() & source.keys() if type(source) is dict else names
+    for key in keys:
+        name = names[key]
+        value = get(source, key)
+        if value is None or isinstance(value, bool):
+            continue
+        if name == "stop_sequences":
+            stops = (value,) if isinstance(value, str) else value
+            if isinstance(stops, (list, tuple)) and stops and all(isinstance(s, str) for s in stops):
+                found[name] = tuple(stops)
+        elif name in _COUNTS:
+            if isinstance(value, int) and not (name == "choice.count" and value == 1):
+                found[name] = value
+        elif isinstance(value, (int, float)):
+            found[name] = float(value)
+
+
+def output_type(kind: Any) -> str | None:
+    """``RequestView.settings["output.type"]`` of a requested response format's ``type``: structured
+    output (a JSON schema, a JSON object) is ``json``, plain ``text`` is ``text``."""
+    if kind in ("json_schema", "json_object", "json"):
+        return "json"
+    return "text" if kind == "text" else None

@@ -18,7 +18,7 @@ from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestV
 from ..tokens import NON_TEXT_PART
 from . import identity
 from ._image import ANTHROPIC_HIGH_RES, ANTHROPIC_STANDARD, Size, anthropic_tokens, size_of_base64
-from ._read import Unread, canonical, family, items, schemas, structured_parts
+from ._read import Unread, canonical, family, items, schemas, settings, structured_parts
 from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import get as _get
@@ -226,9 +226,14 @@ class AnthropicAdapter(Translation):
         if isinstance(tools, (list, tuple)) and tools:
             auto, forced = _model(view.model)[0]
             view.prompt_overhead += forced if _get(_get(kwargs, "tool_choice"), "type") in ("any", "tool") else auto
+        settings(kwargs, _SETTINGS, view)
+        extra = _get(kwargs, "extra_body")
+        if isinstance(extra, Mapping):  # anthropic 2.x takes the sampling parameters only there
+            settings(extra, _SETTINGS, view)
         output = _structured_output(kwargs)
         if output is not None:
             _output_format(output, view)
+            view.settings["output.type"] = "json"  # a JSON schema, the one kind Anthropic's formats take
         system = _get(kwargs, "system")
         if system is not None:
             texts: list[str] = []
@@ -249,16 +254,15 @@ class AnthropicAdapter(Translation):
         content = _get(result, "content")
         if not isinstance(content, list):
             return None
-        usage = _get(result, "usage")
         reason = _str(_get(result, "stop_reason"))
-        return Answer(
+        reply = Answer(
             model=_str(_get(result, "model")),
             id=_str(_get(result, "id")),
             finish_reasons=[reason] if reason else [],
-            input_tokens=_input_tokens(usage),
-            output_tokens=_int(_get(usage, "output_tokens")) if usage is not None else None,
             text="".join(_str(_get(b, "text")) or "" for b in content if _get(b, "type") == "text"),
         )
+        _usage(reply, _get(result, "usage"))
+        return reply
 
     def stream_reader(self, api: str) -> _AnthropicEvents:
         return _AnthropicEvents()
@@ -281,22 +285,37 @@ class AnthropicAdapter(Translation):
         return as_call(body, model)
 
 
-def _input_tokens(usage: Any) -> int | None:
-    """Everything the prompt cost: cached reads and writes are input tokens too."""
+def _usage(reply: Answer, usage: Any, *, output: bool = True) -> None:
+    """The counts of a ``usage`` that has them (a ``message_delta``'s may have the output only; a
+    ``message_start``'s output count is a placeholder: ``output=False``).
+    Anthropic reports the cached reads and writes apart from ``input_tokens``: everything the prompt
+    cost is their sum (the GenAI conventions' ``gen_ai.usage.input_tokens`` includes them)."""
     if usage is None:
-        return None
+        return
+    written = _int(_get(usage, "output_tokens")) if output else None
+    if written is not None:
+        reply.output_tokens = written
+        details = _get(usage, "output_tokens_details")
+        if details is not None:
+            reply.reasoning_tokens = _int(_get(details, "thinking_tokens"))
     base = _int(_get(usage, "input_tokens"))
     if base is None:
-        return None
-    return base + (_int(_get(usage, "cache_read_input_tokens")) or 0) + (
-        _int(_get(usage, "cache_creation_input_tokens")) or 0
-    )
+        return
+    read = _int(_get(usage, "cache_read_input_tokens"))
+    wrote = _int(_get(usage, "cache_creation_input_tokens"))
+    reply.input_tokens = base + (read or 0) + (wrote or 0)
+    reply.cache_read_tokens, reply.cache_write_tokens = read, wrote
+
+
+#: The request's sampling parameters -> ``RequestView.settings``.
+_SETTINGS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "stop_sequences": "stop_sequences"}
 
 
 class _AnthropicEvents:
-    """``stream=True``: message_start, content_block_delta, message_delta events."""
+    """``stream=True``: message_start, content_block_delta, message_delta, message_stop events."""
 
     def __init__(self) -> None:
+        self.complete = False  # message_stop, the last event, arrived (``StreamReader``)
         self._reply = Answer()
         self._text = AnswerText()
 
@@ -307,7 +326,7 @@ class _AnthropicEvents:
             message = _get(event, "message")
             reply.id = _str(_get(message, "id"))
             reply.model = _str(_get(message, "model"))
-            reply.input_tokens = _input_tokens(_get(message, "usage"))
+            _usage(reply, _get(message, "usage"), output=False)
         elif kind == "content_block_delta":
             delta = _get(event, "delta")
             text = _str(_get(delta, "text")) if delta is not None else None
@@ -318,12 +337,10 @@ class _AnthropicEvents:
             reason = _str(_get(delta, "stop_reason")) if delta is not None else None
             if reason:
                 reply.finish_reasons = [reason]
-            usage = _get(event, "usage")
-            if usage is not None:
-                # Cumulative usage, as the SDK keeps it: later counts replace message_start's.
-                reply.output_tokens = _int(_get(usage, "output_tokens"))
-                if _int(_get(usage, "input_tokens")) is not None:
-                    reply.input_tokens = _input_tokens(usage)
+            # Cumulative usage, as the SDK keeps it: later counts replace message_start's.
+            _usage(reply, _get(event, "usage"))
+        elif kind == "message_stop":
+            self.complete = True
         elif kind == "error":
             error = _get(event, "error")
             reply.error = _str(_get(error, "type")) if error is not None else None

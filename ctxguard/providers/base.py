@@ -45,7 +45,9 @@ Kind = Literal["sync", "async", "manager"]
 
 
 class StreamReader(Protocol):
-    """Accumulates a streamed answer chunk by chunk."""
+    """Accumulates a streamed answer chunk by chunk. One that knows its answer's last event sets
+    ``complete`` (True) on it: the observation then ends there, before the event goes on up (an
+    instrumentation above ctxguard may end the span ctxguard adopted as that event passes it)."""
 
     def feed(self, chunk: Any) -> None: ...
 

@@ -45,7 +45,7 @@ from ..tokens import NON_TEXT_PART
 from ._image import size_of_base64, size_of_bytes
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, elements, items
+from ._read import canonical, elements, items, settings
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
@@ -241,11 +241,16 @@ def _frame(view: RequestView, fam: Family) -> None:
     view.reply_priming = fam.request + (fam.no_system if not view.items or view.items[0][0] != "system" else 0)
 
 
+#: Converse's ``inferenceConfig`` -> ``RequestView.settings``.
+_SETTINGS = {"temperature": "temperature", "topP": "top_p", "stopSequences": "stop_sequences"}
+
+
 def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> RequestView:
     config = _get(kwargs, "inferenceConfig")
     max_tokens = _int(_get(config, "maxTokens")) if config is not None else None
     view = RequestView(provider=LABEL, operation="chat", model=_str(_get(kwargs, "modelId")), items=[],
                        max_output_tokens=max_tokens, stream=api == "converse_stream")
+    settings(config, _SETTINGS, view)
     fields = _get(kwargs, "additionalModelRequestFields")
     thinking = _get(fields, "thinking") if isinstance(fields, Mapping) else None
     budget = _int(_get(thinking, "budget_tokens")) if isinstance(thinking, Mapping) else None
@@ -380,8 +385,9 @@ def _usage(answer: Answer, usage: Any) -> None:
         return
     base = _int(_get(usage, "inputTokens"))
     if base is not None:
-        answer.input_tokens = base + (_int(_get(usage, "cacheReadInputTokens")) or 0) + (
-            _int(_get(usage, "cacheWriteInputTokens")) or 0)
+        read, wrote = _int(_get(usage, "cacheReadInputTokens")), _int(_get(usage, "cacheWriteInputTokens"))
+        answer.input_tokens = base + (read or 0) + (wrote or 0)
+        answer.cache_read_tokens, answer.cache_write_tokens = read, wrote
     answer.output_tokens = _int(_get(usage, "outputTokens"))
 
 
@@ -474,6 +480,7 @@ class _ConverseStream:
     """ConverseStream events: messageStart, contentBlockStart / Delta / Stop, messageStop, metadata."""
 
     def __init__(self) -> None:
+        self.complete = False  # metadata, the last event, arrived (``StreamReader``)
         self._reply = Answer()
         self._text = AnswerText()
 
@@ -493,6 +500,7 @@ class _ConverseStream:
         metadata = _get(event, "metadata")
         if metadata is not None:
             _usage(self._reply, _get(metadata, "usage"))
+            self.complete = True
 
     def reply(self) -> Answer:
         return self._text.fill(self._reply)
@@ -522,6 +530,11 @@ class _InvokeChunks:
         metrics = document.get("amazon-bedrock-invocationMetrics")
         if metrics is not None:
             self._metrics = metrics
+
+    @property
+    def complete(self) -> bool:
+        """The model's last event arrived (Anthropic's ``message_stop``, which brings Bedrock's counts)."""
+        return bool(getattr(self._anthropic, "complete", False))
 
     def reply(self) -> Answer:
         answer = self._anthropic.reply()

@@ -26,7 +26,7 @@ from ..memo import Memo
 from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
 from ..tokens import NON_TEXT_PART
 from ._image import gemini_generation, gemini_tokens, size_of_base64, size_of_bytes
-from ._read import Unread, items, jsonable, tool_texts, unread_if_one_shot
+from ._read import Unread, items, jsonable, settings, tool_texts, unread_if_one_shot
 from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import get as _get
@@ -354,6 +354,14 @@ def _server(url: str) -> tuple[str | None, int | None]:
     return found
 
 
+#: ``GenerateContentConfig``'s sampling parameters -> ``RequestView.settings``.
+_SETTINGS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "stop_sequences": "stop_sequences",
+             "seed": "seed", "candidate_count": "choice.count", "frequency_penalty": "frequency_penalty",
+             "presence_penalty": "presence_penalty"}
+#: ``response_mime_type`` -> ``gen_ai.output.type``.
+_OUTPUT_TYPES = {"application/json": "json", "text/plain": "text"}
+
+
 class GoogleGenAIAdapter(Translation):
     provider = "gcp.gen_ai"
 
@@ -377,6 +385,10 @@ class GoogleGenAIAdapter(Translation):
         reading = _Reading(model, how, _level(_field(config, "media_resolution")) if config is not None else None)
         if config is not None:
             view.max_output_tokens = _int(_field(config, "max_output_tokens"))
+            settings(config, _SETTINGS, view)
+            mime = _field(config, "response_mime_type")
+            if mime in _OUTPUT_TYPES:
+                view.settings["output.type"] = _OUTPUT_TYPES[mime]
             _tools(_get(config, "tools"), view, how)
             if _field(config, "cached_content") is not None:
                 view.history_elsewhere = "history is provider-managed (cached_content)"
@@ -459,11 +471,12 @@ class _Responses:
             reply.finish_reasons = reasons
         usage = _field(response, "usage_metadata")
         if usage is not None:
-            reply.input_tokens = _int(_field(usage, "prompt_token_count"))
+            reply.input_tokens = _int(_field(usage, "prompt_token_count"))  # the cached tokens included
+            reply.cache_read_tokens = _int(_field(usage, "cached_content_token_count"))
             output = _int(_field(usage, "candidates_token_count"))
             # Thinking tokens are generated and billed as output too.
-            thoughts = _int(_field(usage, "thoughts_token_count")) or 0
-            reply.output_tokens = None if output is None else output + thoughts
+            reply.reasoning_tokens = _int(_field(usage, "thoughts_token_count"))
+            reply.output_tokens = None if output is None else output + (reply.reasoning_tokens or 0)
 
     def reply(self) -> Answer:
         return self._text.fill(self._reply)

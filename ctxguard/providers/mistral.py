@@ -27,7 +27,17 @@ from ..tokens import NON_TEXT_PART
 from ._image import Size, size_of_url
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, elements, family, items, jsonable, structured_parts, tool_texts
+from ._read import (
+    canonical,
+    elements,
+    family,
+    items,
+    jsonable,
+    output_type,
+    settings,
+    structured_parts,
+    tool_texts,
+)
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
@@ -236,6 +246,11 @@ def _reply_text(content: Any) -> str:
 _BROKEN = "error"
 
 
+#: The request's sampling parameters -> ``RequestView.settings``.
+_SETTINGS = {"temperature": "temperature", "top_p": "top_p", "stop": "stop_sequences", "random_seed": "seed",
+             "n": "choice.count", "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty"}
+
+
 class MistralAdapter(Translation):
     provider = "mistral_ai"
 
@@ -249,6 +264,10 @@ class MistralAdapter(Translation):
             stream=api == "chat.stream" or _get(kwargs, "stream") is True,
         )
         view.message_framing, view.reply_priming = MESSAGE_FRAMING, REPLY_PRIMING
+        settings(kwargs, _SETTINGS, view)
+        kind = output_type(_get(_get(kwargs, "response_format"), "type"))
+        if kind is not None:
+            view.settings["output.type"] = kind
         _tools(_get(kwargs, "tools"), view)
         _response_format(_get(kwargs, "response_format"), view)
         if _get(kwargs, "reasoning_effort") is not None or view.model in _SETTINGS_BY_DEFAULT:
@@ -264,15 +283,15 @@ class MistralAdapter(Translation):
         usage = _get(result, "usage")
         message = _get(choices[0], "message") if choices else None
         reasons = [r for r in (_str(_get(c, "finish_reason")) for c in choices) if r]
-        return Answer(
+        reply = Answer(
             model=_str(_get(result, "model")),
             id=_str(_get(result, "id")),
             finish_reasons=reasons,
-            input_tokens=_int(_get(usage, "prompt_tokens")) if usage is not None else None,
-            output_tokens=_int(_get(usage, "completion_tokens")) if usage is not None else None,
             text=_reply_text(_get(message, "content")) if message is not None else "",
             error=_BROKEN if _BROKEN in reasons else None,
         )
+        _usage(reply, usage)
+        return reply
 
     def stream_reader(self, api: str) -> _MistralChunks:
         return _MistralChunks()
@@ -312,10 +331,7 @@ class _MistralChunks:
                 reply.finish_reasons.append(reason)
                 if reason == _BROKEN:
                     reply.error = _BROKEN
-        usage = _get(chunk, "usage")
-        if usage is not None:  # on the last chunk, with its finish reason
-            reply.input_tokens = _int(_get(usage, "prompt_tokens"))
-            reply.output_tokens = _int(_get(usage, "completion_tokens"))
+        _usage(reply, _get(chunk, "usage"))  # on the last chunk, with its finish reason
 
     def reply(self) -> Answer:
         return self._text.fill(self._reply)
@@ -341,3 +357,14 @@ PROVIDER = Provider(
     # OpenAI's path and shape: with openai's module chosen too, its route (first) reads these.
     wire=(WireRoute("/v1/chat/completions", ("model", "messages"), lambda body, path: as_call(body)),),
 )
+
+
+def _usage(reply: Answer, usage: Any) -> None:
+    """``usage``: its prompt total includes the cached tokens (``prompt_tokens_details``)."""
+    if usage is None:
+        return
+    reply.input_tokens = _int(_get(usage, "prompt_tokens"))
+    reply.output_tokens = _int(_get(usage, "completion_tokens"))
+    details = _get(usage, "prompt_tokens_details")
+    if details is not None:
+        reply.cache_read_tokens = _int(_get(details, "cached_tokens"))

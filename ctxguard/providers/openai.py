@@ -31,7 +31,17 @@ from . import identity
 from ._image import openai_tokens, size_of_url
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, elements, exact_key, items, jsonable, structured_parts, tool_texts
+from ._read import (
+    canonical,
+    elements,
+    exact_key,
+    items,
+    jsonable,
+    output_type,
+    settings,
+    structured_parts,
+    tool_texts,
+)
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
@@ -349,6 +359,14 @@ def _response_format(value: Any, api: str, view: RequestView) -> None:
         view.tools.append(text)
 
 
+#: The request's sampling parameters: Chat Completions' and the Responses API's names ->
+#: ``RequestView.settings``.
+_CHAT_SETTINGS = {"temperature": "temperature", "top_p": "top_p", "stop": "stop_sequences", "seed": "seed",
+                  "n": "choice.count", "frequency_penalty": "frequency_penalty",
+                  "presence_penalty": "presence_penalty"}
+_RESPONSES_SETTINGS = {"temperature": "temperature", "top_p": "top_p"}
+
+
 class OpenAIAdapter(Translation):
     provider = "openai"
 
@@ -370,15 +388,28 @@ class OpenAIAdapter(Translation):
 
     def _chat(self, kwargs: Mapping[str, Any], view: RequestView, memo: Memo | None) -> None:
         view.max_output_tokens = _int(_get(kwargs, "max_completion_tokens")) or _int(_get(kwargs, "max_tokens"))
+        settings(kwargs, _CHAT_SETTINGS, view)
         if "response_format" in kwargs:
-            _response_format(_get(kwargs, "response_format"), "chat.completions", view)
+            response_format = _get(kwargs, "response_format")
+            _response_format(response_format, "chat.completions", view)
+            kind = "json_schema" if isinstance(response_format, type) else _get(response_format, "type")
+            if output_type(kind) is not None:
+                view.settings["output.type"] = output_type(kind)
         items(_get(kwargs, "messages"), _chat_item, view, name="messages", noun="message", plain_first=True, memo=memo)
 
     def _responses(self, kwargs: Mapping[str, Any], view: RequestView, memo: Memo | None) -> None:
         view.max_output_tokens = _int(_get(kwargs, "max_output_tokens"))
+        settings(kwargs, _RESPONSES_SETTINGS, view)
         if "text_format" in kwargs or "text" in kwargs:
             text_format = _get(kwargs, "text_format")
-            _response_format(text_format or _get(_get(kwargs, "text"), "format"), "responses", view)
+            requested = text_format or _get(_get(kwargs, "text"), "format")
+            _response_format(requested, "responses", view)
+            kind = "json_schema" if isinstance(requested, type) else _get(requested, "type")
+            if output_type(kind) is not None:
+                view.settings["output.type"] = output_type(kind)
+        previous = _str(_get(kwargs, "previous_response_id"))
+        if previous:
+            view.settings["previous_response.id"] = previous
         for key in ("previous_response_id", "conversation"):
             if _get(kwargs, key) is not None:
                 view.history_elsewhere = f"history is provider-managed ({key})"
@@ -409,16 +440,15 @@ class OpenAIAdapter(Translation):
         choices = _get(result, "choices")
         if not isinstance(choices, list):
             return None  # a raw HTTP response (with_raw_response) or something else: nothing to read
-        usage = _get(result, "usage")
         message = _get(choices[0], "message") if choices else None
-        return Answer(
+        reply = Answer(
             model=_str(_get(result, "model")),
             id=_str(_get(result, "id")),
             finish_reasons=[r for r in (_str(_get(c, "finish_reason")) for c in choices) if r],
-            input_tokens=_int(_get(usage, "prompt_tokens")) if usage is not None else None,
-            output_tokens=_int(_get(usage, "completion_tokens")) if usage is not None else None,
             text=(_str(_get(message, "content")) or "") if message is not None else "",
         )
+        _chat_usage(reply, _get(result, "usage"))
+        return reply
 
     def stream_reader(self, api: str) -> _ResponsesStream | _ChatStream:
         return _ResponsesStream() if api == "responses" else _ChatStream()
@@ -430,6 +460,19 @@ class OpenAIAdapter(Translation):
 
     def from_capture(self, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
         return as_call(body, model)
+
+
+def _chat_usage(reply: Answer, usage: Any) -> None:
+    """Chat Completions' ``usage``: its totals include the cached and the reasoning tokens."""
+    if usage is None:
+        return
+    reply.input_tokens = _int(_get(usage, "prompt_tokens"))
+    reply.output_tokens = _int(_get(usage, "completion_tokens"))
+    prompt, completion = _get(usage, "prompt_tokens_details"), _get(usage, "completion_tokens_details")
+    if prompt is not None:
+        reply.cache_read_tokens = _int(_get(prompt, "cached_tokens"))
+    if completion is not None:
+        reply.reasoning_tokens = _int(_get(completion, "reasoning_tokens"))
 
 
 def _response_reply(result: Any) -> Answer | None:
@@ -446,15 +489,23 @@ def _response_reply(result: Any) -> Answer | None:
                 texts.append(text)
     status = _str(_get(result, "status"))
     error = _get(result, "error") if status == "failed" else None
-    return Answer(
+    reply = Answer(
         error=(_str(_get(error, "code")) or "failed") if status == "failed" else None,
         model=_str(_get(result, "model")),
         id=_str(_get(result, "id")),
         finish_reasons=[status] if status else [],
-        input_tokens=_int(_get(usage, "input_tokens")) if usage is not None else None,
-        output_tokens=_int(_get(usage, "output_tokens")) if usage is not None else None,
         text="".join(texts),
     )
+    if usage is not None:  # totals that include the cached and the reasoning tokens
+        reply.input_tokens = _int(_get(usage, "input_tokens"))
+        reply.output_tokens = _int(_get(usage, "output_tokens"))
+        details = _get(usage, "input_tokens_details")
+        if details is not None:
+            reply.cache_read_tokens = _int(_get(details, "cached_tokens"))
+        details = _get(usage, "output_tokens_details")
+        if details is not None:
+            reply.reasoning_tokens = _int(_get(details, "reasoning_tokens"))
+    return reply
 
 
 class _ChatStream:
@@ -478,10 +529,7 @@ class _ChatStream:
             reason = _str(_get(choice, "finish_reason"))
             if reason and len(reply.finish_reasons) < CHOICES_KEPT:
                 reply.finish_reasons.append(reason)
-        usage = _get(chunk, "usage")
-        if usage is not None:
-            reply.input_tokens = _int(_get(usage, "prompt_tokens"))
-            reply.output_tokens = _int(_get(usage, "completion_tokens"))
+        _chat_usage(reply, _get(chunk, "usage"))
 
     def reply(self) -> Answer:
         return self._text.fill(self._reply)
@@ -491,6 +539,7 @@ class _ResponsesStream:
     _FINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
     def __init__(self) -> None:
+        self.complete = False  # the final event arrived (``StreamReader``)
         self._final: Answer | None = None
         self._started = Answer()  # who answers, from the first event: kept if the stream fails midway
         self._text = AnswerText()
@@ -503,6 +552,7 @@ class _ResponsesStream:
                 self._text.add(delta)
         elif kind in self._FINAL:
             self._final = _response_reply(_get(event, "response"))
+            self.complete = True
         elif kind == "response.created":
             response = _get(event, "response")
             self._started.id, self._started.model = _str(_get(response, "id")), _str(_get(response, "model"))

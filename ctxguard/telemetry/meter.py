@@ -56,6 +56,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.metrics import CallbackOptions, Histogram, Meter, MeterProvider, Observation
+from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
 
 from .. import forksafe
 from . import spans as attr
@@ -81,8 +82,11 @@ INSTRUMENTS: dict[str, tuple[str, str]] = {
     "ctxguard_guard_duration_seconds": ("ctxguard.guard.duration", "s"),
 }
 
-GENAI_TOKEN_USAGE = "gen_ai.client.token.usage"
-GENAI_DURATION = "gen_ai.client.operation.duration"
+# The GenAI client metrics by the names of the pinned revision (docs/operations.md, "GenAI
+# conventions": mid-rename upstream, these are the names backends chart today), from the
+# opentelemetry-semantic-conventions package's constants.
+GENAI_TOKEN_USAGE = gen_ai_metrics.GEN_AI_CLIENT_TOKEN_USAGE
+GENAI_DURATION = gen_ai_metrics.GEN_AI_CLIENT_OPERATION_DURATION
 #: The bucket boundaries the GenAI semantic conventions advise for the two client metrics.
 _TOKEN_USAGE_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 _DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
@@ -207,7 +211,7 @@ class Meters:
         if error_type is None:
             for kind, tokens in (("input", input_tokens), ("output", output_tokens)):
                 if tokens is not None:
-                    self._token_usage.record(tokens, {**a, "gen_ai.token.type": kind})
+                    self._token_usage.record(tokens, {**a, attr.TOKEN_TYPE: kind})
 
 
 def _version() -> str:

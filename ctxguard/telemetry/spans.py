@@ -7,32 +7,81 @@ with ``capture_content=True``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _gen_ai
+from opentelemetry.semconv.attributes import error_attributes, server_attributes
 from opentelemetry.trace import Span
 
+from ..payload import Answer, Message
 from ..violations import Violation
 
 __all__ = ["MESSAGE_ATTR_CAP", "set_attributes"]
 
-# OpenTelemetry GenAI semantic conventions.
-OPERATION = "gen_ai.operation.name"
-PROVIDER = "gen_ai.provider.name"
-SERVER_ADDRESS = "server.address"
-SERVER_PORT = "server.port"
-REQUEST_MODEL = "gen_ai.request.model"
-REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
-RESPONSE_MODEL = "gen_ai.response.model"
-RESPONSE_ID = "gen_ai.response.id"
-FINISH_REASONS = "gen_ai.response.finish_reasons"
-INPUT_TOKENS = "gen_ai.usage.input_tokens"
-OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
-CONVERSATION_ID = "gen_ai.conversation.id"
-ERROR_TYPE = "error.type"
-INPUT_MESSAGES = "gen_ai.input.messages"
-OUTPUT_MESSAGES = "gen_ai.output.messages"
+# OpenTelemetry GenAI semantic conventions, at the revision docs/operations.md names ("GenAI
+# conventions"): the constants of the opentelemetry-semantic-conventions package where it has them;
+# the oldest release accepted (0.51b0, beside opentelemetry 1.30) lacks the newer ones, which then
+# take the revision's spelling (tests/telemetry/test_genai_conventions.py holds the two equal).
+
+
+def _convention(constant: str, name: str) -> str:
+    """The package's ``constant`` if it has it, else ``name``."""
+    value = getattr(_gen_ai, constant, name)
+    return value if isinstance(value, str) else name
+
+
+OPERATION = _convention("GEN_AI_OPERATION_NAME", "gen_ai.operation.name")
+PROVIDER = _convention("GEN_AI_PROVIDER_NAME", "gen_ai.provider.name")
+SERVER_ADDRESS = server_attributes.SERVER_ADDRESS
+SERVER_PORT = server_attributes.SERVER_PORT
+REQUEST_MODEL = _convention("GEN_AI_REQUEST_MODEL", "gen_ai.request.model")
+REQUEST_MAX_TOKENS = _convention("GEN_AI_REQUEST_MAX_TOKENS", "gen_ai.request.max_tokens")
+REQUEST_STREAM = _convention("GEN_AI_REQUEST_STREAM", "gen_ai.request.stream")
+RESPONSE_MODEL = _convention("GEN_AI_RESPONSE_MODEL", "gen_ai.response.model")
+RESPONSE_ID = _convention("GEN_AI_RESPONSE_ID", "gen_ai.response.id")
+FINISH_REASONS = _convention("GEN_AI_RESPONSE_FINISH_REASONS", "gen_ai.response.finish_reasons")
+TIME_TO_FIRST_CHUNK = _convention("GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK", "gen_ai.response.time_to_first_chunk")
+INPUT_TOKENS = _convention("GEN_AI_USAGE_INPUT_TOKENS", "gen_ai.usage.input_tokens")
+OUTPUT_TOKENS = _convention("GEN_AI_USAGE_OUTPUT_TOKENS", "gen_ai.usage.output_tokens")
+CACHE_READ_TOKENS = _convention("GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS", "gen_ai.usage.cache_read.input_tokens")
+CACHE_WRITE_TOKENS = _convention("GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS",
+                                 "gen_ai.usage.cache_creation.input_tokens")
+REASONING_TOKENS = _convention("GEN_AI_USAGE_REASONING_OUTPUT_TOKENS", "gen_ai.usage.reasoning.output_tokens")
+TOKEN_TYPE = _convention("GEN_AI_TOKEN_TYPE", "gen_ai.token.type")
+CONVERSATION_ID = _convention("GEN_AI_CONVERSATION_ID", "gen_ai.conversation.id")
+ERROR_TYPE = error_attributes.ERROR_TYPE
+INPUT_MESSAGES = _convention("GEN_AI_INPUT_MESSAGES", "gen_ai.input.messages")
+OUTPUT_MESSAGES = _convention("GEN_AI_OUTPUT_MESSAGES", "gen_ai.output.messages")
+SYSTEM_INSTRUCTIONS = _convention("GEN_AI_SYSTEM_INSTRUCTIONS", "gen_ai.system_instructions")
+TOOL_DEFINITIONS = _convention("GEN_AI_TOOL_DEFINITIONS", "gen_ai.tool.definitions")
+#: ``RequestView.settings`` names -> the span's keys.
+REQUEST_SETTINGS = {
+    "temperature": _convention("GEN_AI_REQUEST_TEMPERATURE", "gen_ai.request.temperature"),
+    "top_p": _convention("GEN_AI_REQUEST_TOP_P", "gen_ai.request.top_p"),
+    "top_k": _convention("GEN_AI_REQUEST_TOP_K", "gen_ai.request.top_k"),
+    "stop_sequences": _convention("GEN_AI_REQUEST_STOP_SEQUENCES", "gen_ai.request.stop_sequences"),
+    "seed": _convention("GEN_AI_REQUEST_SEED", "gen_ai.request.seed"),
+    "choice.count": _convention("GEN_AI_REQUEST_CHOICE_COUNT", "gen_ai.request.choice.count"),
+    "frequency_penalty": _convention("GEN_AI_REQUEST_FREQUENCY_PENALTY", "gen_ai.request.frequency_penalty"),
+    "presence_penalty": _convention("GEN_AI_REQUEST_PRESENCE_PENALTY", "gen_ai.request.presence_penalty"),
+    "output.type": _convention("GEN_AI_OUTPUT_TYPE", "gen_ai.output.type"),
+    # Newer than the pinned revision (docs/operations.md): no constant yet.
+    "previous_response.id": "gen_ai.request.previous_response.id",
+}
+#: Newer than the pinned revision (docs/operations.md): ``true`` on the request of a conversation
+#: that lost turns since its previous one; never ``false``.
+CONVERSATION_COMPACTED = "gen_ai.conversation.compacted"
+#: Sentry's conventions (getsentry/sentry-conventions): the model's window, and the share of it
+#: the call used (its input and output tokens, as the provider reported them).
+CONTEXT_WINDOW_SIZE = "gen_ai.context.window_size"
+CONTEXT_UTILIZATION = "gen_ai.context.utilization"
+#: The conventions' evaluation event: one per check judged (docs/operations.md says which).
+EVALUATION_EVENT = "gen_ai.evaluation.result"
+EVALUATION_NAME = _convention("GEN_AI_EVALUATION_NAME", "gen_ai.evaluation.name")
+EVALUATION_LABEL = _convention("GEN_AI_EVALUATION_SCORE_LABEL", "gen_ai.evaluation.score.label")
+EVALUATION_EXPLANATION = _convention("GEN_AI_EVALUATION_EXPLANATION", "gen_ai.evaluation.explanation")
 
 # ctxguard's own.
 PAYLOAD_HASH = "ctxguard.payload.hash"
@@ -190,6 +239,65 @@ def violation_events(span: Span, violations: Iterable[Violation]) -> None:
                                              "omitted": more})
 
 
-def content_json(messages: list[dict[str, str]]) -> str:
-    text = json.dumps(messages, ensure_ascii=False)
+class Judged(Protocol):
+    """A check's outcome on a call (``checks.Outcome``)."""
+
+    @property
+    def check(self) -> str: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def violations(self) -> Sequence[Violation]: ...
+    @property
+    def reason(self) -> str | None: ...
+
+
+def evaluation_events(
+    span: Span, outcomes: Iterable[Judged], violations: Iterable[Violation], *, every: bool = False
+) -> None:
+    """One ``gen_ai.evaluation.result`` event per check judged: those that failed, and with ``every``
+    those that passed or were skipped too. The explanation is a failed check's first violation's
+    detail (as exported: no raw value, ids digested with ``hash_ids``) and how many more, or a
+    skipped check's reason."""
+    first: dict[str, Violation] = {}
+    for v in violations:
+        first.setdefault(v.check, v)
+    for o in outcomes:
+        label = o.outcome
+        if label == "fail":
+            shown = first.get(o.check)
+            more = len(o.violations) - 1
+            explanation = (shown.detail if shown is not None else o.check) + (f" (and {more} more)" if more > 0 else "")
+        elif not every:
+            continue
+        else:
+            explanation = o.reason or ""
+        attrs: dict[str, Any] = {EVALUATION_NAME: "ctxguard." + o.check, EVALUATION_LABEL: label}
+        if explanation:
+            attrs[EVALUATION_EXPLANATION] = explanation
+        span.add_event(EVALUATION_EVENT, attrs)
+
+
+def content_json(value: list[dict[str, Any]]) -> str:
+    text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= CONTENT_ATTR_CAP else text[:CONTENT_ATTR_CAP]
+
+
+def input_content(messages: list[Message]) -> dict[str, str]:
+    """Captured content (opt-in), in the conventions' JSON shapes: a provider's system parameter as
+    ``gen_ai.system_instructions``, the messages as ``gen_ai.input.messages`` (text parts)."""
+    instructions = [{"type": "text", "content": m.text} for m in messages if m.source == "instructions"]
+    sent = [{"role": m.role, "parts": [{"type": "text", "content": m.text}]}
+            for m in messages if m.source != "instructions"]
+    captured = {INPUT_MESSAGES: content_json(sent)}
+    if instructions:
+        captured[SYSTEM_INSTRUCTIONS] = content_json(instructions)
+    return captured
+
+
+def output_content(reply: Answer) -> str:
+    """The answer's text as ``gen_ai.output.messages`` (opt-in)."""
+    message: dict[str, Any] = {"role": "assistant", "parts": [{"type": "text", "content": reply.text}]}
+    if reply.finish_reasons:
+        message["finish_reason"] = reply.finish_reasons[0]
+    return content_json([message])

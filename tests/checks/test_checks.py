@@ -17,6 +17,7 @@ from ctxguard.checks.base import Declared
 from ctxguard.digest import Digester
 from tests.checks.cases import FAIL, PASS, Case
 from tests.conftest import KEY
+from tests.events import violation_events
 
 SYSTEM = {"role": "system", "content": "You are the order assistant."}
 USER = {"role": "user", "content": "where is my parcel?"}
@@ -44,7 +45,7 @@ def test_system_at_head(harness, client):
     send(client, [USER, SYSTEM])
     assert violations(harness) == ["system_at_head"]
     assert outcome(harness, "system_at_head")["fail"] == 1
-    event = harness.spans()[-1].events[0]
+    event = violation_events(harness.spans()[-1])[0]
     assert event.name == "ctxguard.violation"
     assert event.attributes["check"] == "system_at_head"
 
@@ -112,7 +113,7 @@ def test_pinned_capped_by_tokens_and_entries(harness, client):
     assert 0 < a["ctxguard.pinned.tokens"] <= 40
     big = render_pinned({f"fact_{i}": "x" * 40 for i in range(3)}, max_tokens=10_000)
     send(client, [SYSTEM, {"role": "system", "content": big}, USER])
-    details = [e.attributes["detail"] for e in harness.spans()[-1].events]
+    details = [e.attributes["detail"] for e in violation_events(harness.spans()[-1])]
     assert violations(harness) == ["pinned_capped"]
     assert any("entries, cap 2" in d for d in details)
     assert any("tokens, cap 40" in d for d in details)
@@ -209,7 +210,7 @@ def test_payload_under_budget_history_max(harness, client):
     history = [SYSTEM] + [{"role": "user", "content": f"turn {i} " + "words " * 30} for i in range(10)]
     harness.start(mode="observe", policy=Policy(budget=Budget(history_max=100)))
     send(client, history)
-    details = [e.attributes["detail"] for e in harness.spans()[-1].events]
+    details = [e.attributes["detail"] for e in violation_events(harness.spans()[-1])]
     assert violations(harness) == ["payload_under_budget"]
     assert "exceeds history_max 100" in details[0]
 

@@ -16,6 +16,7 @@ from ctxguard.facts.index import MAX_OWNERS
 from ctxguard.telemetry.log import BURST, MAX_IDS, WarningLimiter
 from ctxguard.telemetry.spans import MAX_EVENTS_PER_CHECK
 from tests.conftest import replace_body
+from tests.events import violation_events
 
 http = getattr(_openai_base, "httpx2", None) or _openai_base.httpx
 
@@ -73,7 +74,7 @@ def test_the_one_fact_of_many_rewritten_below_the_sdk_is_the_one_named(harness, 
         for k, value in enumerate(values):
             ctxguard.record_fact(f"account_{k}", value)
         client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, parts_message(lines)])
-    events = [(e.attributes["detail"], e.attributes.get("fact_id")) for e in harness.spans()[-1].events]
+    events = [(e.attributes["detail"], e.attributes.get("fact_id")) for e in violation_events(harness.spans()[-1])]
     assert events == [("account_31@1 passed is not in the body sent", "account_31")]
 
 
@@ -88,7 +89,7 @@ def test_a_value_shared_by_many_conversations_is_one_index_entry_and_one_violati
     with ctxguard.conversation("me"):
         client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": shared}])
     assert harness.metric("ctxguard_violations_total", check="fact_scoped", provider="openai") == 1
-    assert [e.attributes["check"] for e in harness.spans()[-1].events] == ["fact_scoped"]  # one, not 2,000
+    assert [e.attributes["check"] for e in violation_events(harness.spans()[-1])] == ["fact_scoped"]  # one, not 2,000
     assert list(harness.spans()[-1].attributes["ctxguard.facts.leaked"]) == ["account@foreign"]
 
 
@@ -115,7 +116,7 @@ def test_a_check_failing_for_many_facts_is_one_warning_and_a_bounded_list_of_eve
     info = records[0].ctxguard  # type: ignore[attr-defined]
     assert info["count"] == 300 and len(info["fact_ids"]) == MAX_IDS and info["fact_id"] == "account_0"
     assert "(and 299 more)" in records[0].getMessage()
-    events = [e for e in harness.spans()[-1].events if e.attributes["check"] == "fact_present"]
+    events = [e for e in violation_events(harness.spans()[-1]) if e.attributes["check"] == "fact_present"]
     assert len(events) == MAX_EVENTS_PER_CHECK + 1
     assert events[-1].attributes["omitted"] == 300 - MAX_EVENTS_PER_CHECK
     assert harness.metric("ctxguard_violations_total", check="fact_present", provider="openai") == 1

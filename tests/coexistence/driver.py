@@ -1,6 +1,6 @@
 """One run, in a process of its own: ctxguard and another instrumentation installed in an order,
-the app's six calls made, one of the two uninstrumented, the calls made again; what each call
-recorded, as JSON.
+the app's calls (``Other.calls``) made, one of the two uninstrumented, the calls made again; what
+each call recorded, as JSON.
 
 A process of its own per run because most of these packages cannot be taken out again (OpenLIT's
 and Langfuse's wrappers stay, OpenLLMetry's openai unwrap misses, Sentry keeps its functions) and
@@ -40,23 +40,76 @@ CLAUDE = {"model": "claude-sonnet-4-5", "max_tokens": 64, "system": SYSTEM,
           "messages": [{"role": "user", "content": ASK}]}
 
 
-#: The app's calls, and which SDK each goes through.
+#: The app's calls, and the provider each is counted under (``ctxguard_calls_total{provider=}``).
 CALLS = {"chat": "openai", "chat-stream": "openai", "chat-raw": "openai", "responses": "openai",
-         "messages": "anthropic", "messages-stream": "anthropic"}
+         "responses-stream": "openai", "responses-raw": "openai",
+         "messages": "anthropic", "messages-stream": "anthropic", "messages-raw": "anthropic",
+         "converse": "aws.bedrock", "converse-stream": "aws.bedrock", "invoke-model": "aws.bedrock",
+         "invoke-model-stream": "aws.bedrock",
+         "langchain-invoke": "openai", "langchain-stream": "openai"}
+BEDROCK_MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+CONVERSE = {"modelId": BEDROCK_MODEL, "system": [{"text": SYSTEM}],
+            "messages": [{"role": "user", "content": [{"text": ASK}]}]}
+INVOKE = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64, "system": SYSTEM,
+          "messages": [{"role": "user", "content": ASK}]}
 
 
-def calls(openai_client: Any, anthropic_client: Any) -> dict[str, Callable[[], Any]]:
-    """The app's calls, each returning what the app got (a stream read to its end)."""
-    chat = openai_client.chat.completions
-    return {
-        "chat": lambda: chat.create(model="gpt-4o", messages=CHAT),
-        "chat-stream": lambda: list(chat.create(model="gpt-4o", messages=CHAT, stream=True,
-                                                stream_options={"include_usage": True})),
-        "chat-raw": lambda: chat.with_raw_response.create(model="gpt-4o", messages=CHAT).parse(),
-        "responses": lambda: openai_client.responses.create(model="gpt-4o", instructions=SYSTEM, input=ASK),
-        "messages": lambda: anthropic_client.messages.create(**CLAUDE),
-        "messages-stream": lambda: list(anthropic_client.messages.create(**CLAUDE, stream=True)),
-    }
+def _bedrock(response: dict[str, Any]) -> dict[str, Any]:
+    """A Bedrock answer as the app reads it, less the transport's metadata (its dates and ids)."""
+    return {k: v for k, v in response.items() if k != "ResponseMetadata"}
+
+
+def calls(llm: FakeLLM, names: tuple[str, ...]) -> dict[str, Callable[[], Any]]:
+    """The app's calls ``names``, each returning what the app got (a stream read to its end), on
+    clients made here (only those the calls need: a boto3 client takes a while)."""
+    made: dict[str, Callable[[], Any]] = {}
+    if any(CALLS[name] != "aws.bedrock" and not name.startswith("langchain") for name in names):
+        import anthropic
+        import openai
+
+        client = openai.OpenAI(base_url=llm.base_url, api_key="test", max_retries=0)
+        claude = anthropic.Anthropic(base_url=llm.anthropic_base_url, api_key="test", max_retries=0)
+        chat, responses, messages = client.chat.completions, client.responses, claude.messages
+        made |= {
+            "chat": lambda: chat.create(model="gpt-4o", messages=CHAT),
+            "chat-stream": lambda: list(chat.create(model="gpt-4o", messages=CHAT, stream=True,
+                                                    stream_options={"include_usage": True})),
+            "chat-raw": lambda: chat.with_raw_response.create(model="gpt-4o", messages=CHAT).parse(),
+            "responses": lambda: responses.create(model="gpt-4o", instructions=SYSTEM, input=ASK),
+            "responses-stream": lambda: list(responses.create(model="gpt-4o", instructions=SYSTEM, input=ASK,
+                                                              stream=True)),
+            "responses-raw": lambda: responses.with_raw_response.create(model="gpt-4o", instructions=SYSTEM,
+                                                                        input=ASK).parse(),
+            "messages": lambda: messages.create(**CLAUDE),
+            "messages-stream": lambda: list(messages.create(**CLAUDE, stream=True)),
+            "messages-raw": lambda: messages.with_raw_response.create(**CLAUDE).parse(),
+        }
+    if any(CALLS[name] == "aws.bedrock" for name in names):
+        import boto3
+        from botocore.config import Config
+
+        bedrock = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=llm.bedrock_endpoint_url,
+                               aws_access_key_id="test", aws_secret_access_key="test",
+                               config=Config(retries={"total_max_attempts": 1}))
+        made |= {
+            "converse": lambda: _bedrock(bedrock.converse(**CONVERSE)),
+            "converse-stream": lambda: list(bedrock.converse_stream(**CONVERSE)["stream"]),
+            "invoke-model": lambda: json.loads(bedrock.invoke_model(modelId=BEDROCK_MODEL,
+                                                                    body=json.dumps(INVOKE))["body"].read()),
+            "invoke-model-stream": lambda: [json.loads(event["chunk"]["bytes"]) for event in
+                                            bedrock.invoke_model_with_response_stream(
+                                                modelId=BEDROCK_MODEL, body=json.dumps(INVOKE))["body"]],
+        }
+    if any(name.startswith("langchain") for name in names):
+        from langchain_openai import ChatOpenAI
+
+        model = ChatOpenAI(model="gpt-4o", base_url=llm.base_url, api_key="test", max_retries=0, stream_usage=True)
+        ask = [("system", SYSTEM), ("human", ASK)]
+        made |= {
+            "langchain-invoke": lambda: model.invoke(ask),
+            "langchain-stream": lambda: list(model.stream(ask)),
+        }
+    return {name: made[name] for name in names}
 
 
 def _counters(registry: CollectorRegistry) -> dict[str, float]:
@@ -83,9 +136,6 @@ def _span(span: Any) -> dict[str, Any]:
 def _phase(other: Other, registry: CollectorRegistry) -> dict[str, Any]:
     """Each call on fresh clients (the openai SDK caches ``with_raw_response`` per client) and a
     fresh fake seeded alike in every phase, so that a call gets the same ids in every phase."""
-    import anthropic
-    import openai
-
     swallowed: list[str] = []
 
     def hook(where: str, exc: BaseException) -> None:
@@ -94,9 +144,7 @@ def _phase(other: Other, registry: CollectorRegistry) -> dict[str, Any]:
     _isolation.add_error_hook(hook)
     recorded = {}
     with FakeLLM(seed="coexistence", reply=lambda request: Reply(text=SAID)) as llm:
-        openai_client = openai.OpenAI(base_url=llm.base_url, api_key="test", max_retries=0)
-        anthropic_client = anthropic.Anthropic(base_url=llm.anthropic_base_url, api_key="test", max_retries=0)
-        for name, call in calls(openai_client, anthropic_client).items():
+        for name, call in calls(llm, other.calls).items():
             other.exporter.clear()
             other.records()
             before, arrived, answered = _counters(registry), len(llm.requests), len(llm.responses)

@@ -31,6 +31,8 @@ class Other:
     modules: tuple[str, ...] = ()
     #: distributions whose versions a run prints
     distributions: tuple[str, ...] = ()
+    #: the app's calls (``driver.CALLS``) a run makes beside it
+    calls: tuple[str, ...] = ("chat", "chat-stream", "chat-raw", "responses", "messages", "messages-stream")
 
     def __init__(self) -> None:
         self.exporter = InMemorySpanExporter()
@@ -79,6 +81,64 @@ class OpenTelemetry(Instrumentors):
     modules = ("opentelemetry.instrumentation.openai_v2", "opentelemetry.util.genai")
     distributions = ("opentelemetry-instrumentation-openai-v2", "opentelemetry-util-genai")
     instrumentors = ("opentelemetry.instrumentation.openai_v2:OpenAIInstrumentor",)
+
+
+class GenAI(Instrumentors):
+    """The new generation of OpenTelemetry's own (util-genai 1.3): opentelemetry-instrumentation-genai-openai
+    and -anthropic, wrapt wrappers on the call sites (``Completions.create``, ``Responses.create``,
+    ``Messages.create`` and more), each raw response behind a proxy of theirs."""
+
+    modules = ("opentelemetry.instrumentation.genai.openai", "opentelemetry.instrumentation.genai.anthropic")
+    distributions = ("opentelemetry-instrumentation-genai-openai", "opentelemetry-instrumentation-genai-anthropic",
+                     "opentelemetry-util-genai")
+    instrumentors = ("opentelemetry.instrumentation.genai.openai:OpenAIInstrumentor",
+                     "opentelemetry.instrumentation.genai.anthropic:AnthropicInstrumentor")
+    calls = ("chat", "chat-stream", "chat-raw", "responses", "responses-stream", "responses-raw",
+             "messages", "messages-stream", "messages-raw")
+
+
+BEDROCK = ("converse", "converse-stream", "invoke-model", "invoke-model-stream")
+
+
+class GenAIBedrock(Instrumentors):
+    """opentelemetry-instrumentation-genai-bedrock: a wrapt wrapper on botocore's
+    ``BaseClient._make_api_call``, where ctxguard guards Bedrock too."""
+
+    modules = ("opentelemetry.instrumentation.genai.bedrock", "boto3")
+    distributions = ("opentelemetry-instrumentation-genai-bedrock", "opentelemetry-util-genai", "boto3")
+    instrumentors = ("opentelemetry.instrumentation.genai.bedrock:BedrockInstrumentor",)
+    calls = BEDROCK
+
+
+class Botocore(Instrumentors):
+    """opentelemetry-instrumentation-botocore: a wrapt wrapper on ``BaseClient._make_api_call``, its
+    bedrock-runtime extension recording GenAI attributes on its ``Bedrock Runtime.{operation}`` span."""
+
+    modules = ("opentelemetry.instrumentation.botocore", "boto3")
+    distributions = ("opentelemetry-instrumentation-botocore", "boto3")
+    instrumentors = ("opentelemetry.instrumentation.botocore:BotocoreInstrumentor",)
+    calls = BEDROCK
+
+
+class GenAIBedrockBotocore(Instrumentors):
+    """Both of the above, as an app that runs ``opentelemetry-bootstrap`` beside genai-bedrock has them."""
+
+    modules = (*GenAIBedrock.modules, *Botocore.modules)
+    distributions = (*GenAIBedrock.distributions, *Botocore.distributions)
+    instrumentors = (*GenAIBedrock.instrumentors, *Botocore.instrumentors)
+    calls = BEDROCK
+
+
+class GenAILangChain(Instrumentors):
+    """opentelemetry-instrumentation-genai-langchain: a callback handler added to LangChain's
+    callback managers, its span of a chat model run made current around the model's work; the app
+    calls LangChain's ``ChatOpenAI``."""
+
+    modules = ("opentelemetry.instrumentation.genai.langchain", "langchain_openai")
+    distributions = ("opentelemetry-instrumentation-genai-langchain", "opentelemetry-util-genai", "langchain",
+                     "langchain-core", "langchain-openai")
+    instrumentors = ("opentelemetry.instrumentation.genai.langchain:LangChainInstrumentor",)
+    calls = ("langchain-invoke", "langchain-stream")
 
 
 class OpenLLMetry(Instrumentors):
@@ -235,6 +295,11 @@ class Sentry(Other):
 OTHERS: dict[str, type[Other]] = {
     "none": Other,
     "opentelemetry": OpenTelemetry,
+    "genai": GenAI,
+    "genai-bedrock": GenAIBedrock,
+    "botocore": Botocore,
+    "genai-bedrock-botocore": GenAIBedrockBotocore,
+    "genai-langchain": GenAILangChain,
     "openllmetry": OpenLLMetry,
     "openinference": OpenInference,
     "openlit": OpenLIT,

@@ -1,8 +1,8 @@
-"""Beside OpenTelemetry's own openai instrumentation, in either install order, with
-``metrics="both"``: the GenAI client metrics of a call are recorded once, by the peer (whose
-span records the usage), never a second time by ctxguard; ctxguard's own ``ctxguard.*``
-instruments still count the call. Each order runs in a process of its own (the peer's
-``instrument()`` patches the SDK for the process)."""
+"""Beside OpenTelemetry's own openai instrumentation (openai-v2, and genai-openai, the generation
+after it), in either install order, with ``metrics="both"``: the GenAI client metrics of a call are
+recorded once, by the peer (whose span records the usage), never a second time by ctxguard;
+ctxguard's own ``ctxguard.*`` instruments still count the call. Each order runs in a process of
+its own (the peer's ``instrument()`` patches the SDK for the process)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = textwrap.dedent("""
     import json, sys
     import openai
-    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+    from importlib import import_module
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import TracerProvider
@@ -35,7 +35,7 @@ SCRIPT = textwrap.dedent("""
     meters, tracing = MeterProvider(metric_readers=[reader]), TracerProvider()
 
     def peer():
-        OpenAIInstrumentor().instrument(tracer_provider=tracing, meter_provider=meters)
+        import_module(sys.argv[2]).OpenAIInstrumentor().instrument(tracer_provider=tracing, meter_provider=meters)
 
     def ours():
         ctxguard.instrument(registry=CollectorRegistry(), tracer_provider=tracing, meter_provider=meters,
@@ -60,15 +60,28 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+#: The peers (``tests/coexistence/others.py``'s names), by the module of their instrumentor.
+PEERS = {"opentelemetry": "opentelemetry.instrumentation.openai_v2",
+         "genai": "opentelemetry.instrumentation.genai.openai"}
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # its parent package is absent
+        return False
+
+
+@pytest.mark.parametrize("peer", list(PEERS))
 @pytest.mark.parametrize("order", ["other-first", "ctxguard-first"])
-def test_genai_client_metrics_are_recorded_once_beside_opentelemetrys_instrumentation(order: str) -> None:
-    if importlib.util.find_spec("opentelemetry.instrumentation.openai_v2") is None:
-        if "opentelemetry" in REQUIRED:
-            pytest.fail("opentelemetry-instrumentation-openai-v2 not installed (CTXGUARD_REQUIRE_INSTRUMENTATIONS)")
-        pytest.skip("opentelemetry-instrumentation-openai-v2 not installed")
+def test_genai_client_metrics_are_recorded_once_beside_opentelemetrys_instrumentation(order: str, peer: str) -> None:
+    if not _installed(PEERS[peer]):
+        if peer in REQUIRED:
+            pytest.fail(f"{PEERS[peer]} not installed (CTXGUARD_REQUIRE_INSTRUMENTATIONS)")
+        pytest.skip(f"{PEERS[peer]} not installed")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", SCRIPT, order], capture_output=True, text=True, env=env,
-                          timeout=120, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-c", SCRIPT, order, PEERS[peer]], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     records = out["records"]

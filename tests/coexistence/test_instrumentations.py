@@ -34,10 +34,10 @@ assert not unknown, f"CTXGUARD_REQUIRE_INSTRUMENTATIONS names unknown instrument
 
 NAMES = [name for name in OTHERS if name != "none"]
 ORDERS = ("other-first", "ctxguard-first")
-CALLS = tuple(driver.CALLS)
 CHAT = ("chat", "chat-stream", "chat-raw")
-OPENAI = (*CHAT, "responses")
-MESSAGES = ("messages", "messages-stream")
+OPENAI = (*CHAT, "responses", "responses-stream", "responses-raw")
+MESSAGES = ("messages", "messages-stream", "messages-raw")
+BEDROCK = ("converse", "converse-stream", "invoke-model", "invoke-model-stream")
 
 #: The outcome of every check for the app's calls (a system instruction at the head, no
 #: conversation, no policy), the body judged on the wire.
@@ -49,6 +49,11 @@ OUTCOMES = {check: "skip" for check in CHECK_NAMES} | {
 #: the call site above ctxguard and its span of the call is current; elsewhere ctxguard's own.
 ADOPTED = {
     **{("opentelemetry", call): "opentelemetry.util.genai.handler" for call in CHAT},
+    **{("genai", call): "opentelemetry.instrumentation.genai.openai" for call in OPENAI},
+    **{("genai", call): "opentelemetry.instrumentation.genai.anthropic" for call in MESSAGES},
+    **{("genai-bedrock", call): "opentelemetry.instrumentation.genai.bedrock" for call in BEDROCK},
+    **{("botocore", call): "opentelemetry.instrumentation.botocore.bedrock-runtime" for call in BEDROCK},
+    **{("genai-bedrock-botocore", call): "opentelemetry.instrumentation.genai.bedrock" for call in BEDROCK},
     **{("openllmetry", call): "opentelemetry.instrumentation.openai.v1" for call in CHAT},
     **{("openlit", call): "openlit.instrumentation.openai" for call in OPENAI},
     **{("openlit", call): "openlit.instrumentation.anthropic" for call in MESSAGES},
@@ -56,12 +61,14 @@ ADOPTED = {
 }
 #: What the other still records after its own uninstrument(): OpenLLMetry's openai unwrap misses,
 #: OpenLIT's does nothing, Langfuse has none.
-STAYS = {"openllmetry": OPENAI, "openlit": CALLS, "langfuse": OPENAI}
-#: The calls each other instrumentation records (all six, unless named here).
+STAYS = {"openllmetry": OPENAI, "openlit": OTHERS["openlit"].calls, "langfuse": OPENAI}
+#: The calls each other instrumentation records (all it is run with, ``Other.calls``, unless named here).
 INSTRUMENTS = {"opentelemetry": CHAT, "langfuse": OPENAI}
-#: Calls two spans of the others record usage on without ctxguard (OpenLLMetry's anthropic span
-#: and the anthropic SDK's own): there ctxguard adds none.
-FOREIGN_DOUBLES = {("openllmetry", call) for call in MESSAGES}
+#: Calls two spans of the others record usage on without ctxguard (OpenLLMetry's and OpenTelemetry's
+#: genai anthropic span, each beside the anthropic SDK's own; genai-bedrock's and botocore's): there
+#: ctxguard adds none.
+FOREIGN_DOUBLES = {(name, call) for name in ("openllmetry", "genai") for call in MESSAGES} | {
+    ("genai-bedrock-botocore", call) for call in BEDROCK}
 SDK_SCOPE = "com.anthropic.sdk.python"  # the anthropic SDK's own span (2.x), not the other's
 
 
@@ -83,7 +90,7 @@ def cases(phases: tuple[str, ...]) -> list[Any]:
     for phase in phases:
         for name in NAMES:
             for order in ORDERS:
-                for call in CALLS:
+                for call in OTHERS[name].calls:
                     params.append(pytest.param(phase, name, order, call, id=f"{phase}-{name}-{order}-{call}"))
     return params
 
@@ -157,7 +164,8 @@ def theirs(r: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 def other_on(phase: str, name: str, call: str) -> bool:
     """Whether the other still records ``call`` in ``phase``."""
-    return call in INSTRUMENTS.get(name, CALLS) and (phase != "without-other" or call in STAYS.get(name, ()))
+    recorded = INSTRUMENTS.get(name, OTHERS[name].calls)
+    return call in recorded and (phase != "without-other" or call in STAYS.get(name, ()))
 
 
 def owner(phase: str, name: str, call: str) -> str:
@@ -246,10 +254,19 @@ def test_the_app_gets_the_same_with_and_without_ctxguard(runs, phase, name, orde
     assert beside["failure"] is None and without["failure"] is None
     assert beside["result"] == without["result"]
     assert beside["bodies"] == without["bodies"]
+    last = beside["result"][-1] if isinstance(beside["result"], list) else None  # a stream read to its end
     if call == "chat-stream":
-        assert beside["result"][-1]["usage"] is not None  # the usage-only chunk that ends the stream
+        assert last["usage"] is not None  # the usage-only chunk that ends the stream
+    elif call == "responses-stream":
+        assert last["type"] == "response.completed"
     elif call == "messages-stream":
-        assert beside["result"][-1]["type"] == "message_stop"
+        assert last["type"] == "message_stop"
+    elif call == "converse-stream":
+        assert "usage" in last["metadata"]
+    elif call == "invoke-model-stream":
+        assert last["type"] == "message_stop" and "amazon-bedrock-invocationMetrics" in last
+    elif call == "langchain-stream":
+        assert any(chunk["usage_metadata"] for chunk in beside["result"])  # stream_usage=True
 
 
 @pytest.mark.parametrize(("phase", "name", "order", "call"), cases(("without-ctxguard",)))

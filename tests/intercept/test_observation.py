@@ -38,6 +38,7 @@ class Call:
 
     def __init__(self) -> None:
         self.elapsed = 0.0
+        self.first_chunk: float | None = None
         self.ends: list[tuple[str, str | None, BaseException | None]] = []
         self.wire_hash: str | None = "sent"
 

@@ -122,6 +122,19 @@ def test_stream_true_output_identical_to_uninstrumented(harness, llm, claude):
     assert list(a["gen_ai.response.finish_reasons"]) == ["end_turn"]
 
 
+def test_a_stream_ends_its_span_as_message_stop_passes(harness, llm, claude):
+    """``message_stop`` is the answer's last event: the call ends as it passes, before the stream is
+    exhausted (an instrumentation above ctxguard may end the span ctxguard adopted right there)."""
+    harness.start(mode="observe")
+    for event in claude.messages.create(model="claude-sonnet-4-20250514", max_tokens=100, system=SYSTEM,
+                                        messages=MESSAGES, stream=True):
+        if event.type == "message_stop":
+            a = only(harness).attributes
+            break
+    assert a["gen_ai.response.id"] == llm.responses[0].id and a["gen_ai.usage.output_tokens"] > 0
+    assert "ctxguard.stream.abandoned" not in a
+
+
 def test_stream_helper_text_unchanged_and_span_completed(harness, llm, claude):
     harness.start(mode="observe")
     llm.script("it ships to Mumbai")

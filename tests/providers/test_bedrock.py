@@ -131,6 +131,26 @@ def test_converse_stream_events_identical_to_uninstrumented_and_span_complete(ha
     assert "ctxguard.stream.abandoned" not in a
 
 
+@pytest.mark.parametrize("api", ["converse_stream", "invoke_model_with_response_stream"])
+def test_a_stream_ends_its_span_as_its_last_event_passes(harness, llm, bedrock, api):
+    """Converse's ``metadata`` and Anthropic's ``message_stop`` (with Bedrock's counts) are the last
+    events: the call ends as they pass, before the stream is exhausted (botocore's instrumentation,
+    above ctxguard, ends the span ctxguard adopted right there)."""
+    harness.start(mode="observe")
+    if api == "converse_stream":
+        stream = bedrock.converse_stream(modelId=MODEL, system=[{"text": SYSTEM}], messages=HISTORY)["stream"]
+    else:
+        stream = bedrock.invoke_model_with_response_stream(modelId=MODEL, body=json.dumps(ANTHROPIC_BODY))["body"]
+    for event in stream:
+        if "metadata" in event or b'"message_stop"' in event.get("chunk", {}).get("bytes", b""):
+            a = only_guard_span(harness).attributes
+            break
+    served = llm.responses[0]
+    assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (
+        served.input_tokens, served.output_tokens)
+    assert "ctxguard.stream.abandoned" not in a
+
+
 def test_converse_stream_abandoned_after_one_event_ends_its_span_abandoned(harness, llm, bedrock):
     harness.start(mode="observe")
     llm.script("word " * 500, "word " * 500)

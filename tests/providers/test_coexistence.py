@@ -21,7 +21,9 @@ from openai.resources.chat.completions.completions import Completions
 from opentelemetry import trace
 
 import ctxguard
-from tests.conftest import guard_spans, only_guard_span
+from ctxguard.digest import Digester
+from tests.conftest import KEY, guard_spans, only_guard_span
+from tests.events import violation_events
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
 
@@ -115,7 +117,7 @@ def test_with_hash_ids_the_ids_ctxguard_adds_to_the_others_span_are_digests(harn
     assert span.instrumentation_scope.name == "other.instrumentation"  # adopted
     assert span.attributes["gen_ai.conversation.id"] == guard.ids.id("alice@example.com") != "alice@example.com"
     assert list(span.attributes["ctxguard.facts.missing"]) == [f"{guard.ids.id('phone-of-alice')}@1"]
-    assert [e.attributes["fact_id"] for e in span.events] == [guard.ids.id("phone-of-alice")]
+    assert [e.attributes["fact_id"] for e in violation_events(span)] == [guard.ids.id("phone-of-alice")]
     assert "alice" not in span.to_json()
 
 
@@ -168,6 +170,49 @@ def test_a_genai_span_beneath_ctxguard_keeps_the_usage(harness, llm, client):
     assert len(ours) == 1 and "gen_ai.usage.input_tokens" not in ours[0].attributes
     assert ours[0].attributes["gen_ai.response.id"] == llm.responses[0].id
     assert len(_usage_spans(harness)) == 1
+
+
+@pytest.mark.parametrize("first", ["other", "ctxguard"])
+def test_an_adopted_span_ended_at_the_streams_last_event_carries_ctxguards_record(harness, llm, client, first):
+    """OpenTelemetry's genai-openai (and botocore's Bedrock extension) ends its span when the last
+    event of the answer passes (``response.completed``), before the stream is exhausted: ctxguard,
+    beneath it, ends its observation at that event too, so what it records at the end (``ctxguard.wire.hash``,
+    the answer's attributes and checks) lands on the span while it is open (before: lost, the span had ended)."""
+    from openai.resources.responses.responses import Responses
+
+    tracer = harness.tracer_provider.get_tracer("other.instrumentation")
+
+    def create(wrapped, instance, args, kwargs):
+        span = tracer.start_span("chat gpt-4o", kind=trace.SpanKind.CLIENT,
+                                 attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"})
+        with trace.use_span(span, end_on_exit=False):
+            stream = wrapped(*args, **kwargs)
+
+        def events():
+            for event in stream:
+                if event.type == "response.completed":
+                    span.set_attribute("gen_ai.usage.input_tokens", event.response.usage.input_tokens)
+                    span.end()
+                yield event
+
+        return events()
+
+    for which in (first, "ctxguard" if first == "other" else "other"):
+        if which == "ctxguard":
+            harness.start(mode="observe")
+        else:
+            wrapt.wrap_function_wrapper(Responses, "create", create)
+    try:
+        events = list(client.responses.create(model="gpt-4o", instructions="Be brief.", input="hi", stream=True))
+    finally:
+        while isinstance(Responses.__dict__["create"], wrapt.FunctionWrapper):
+            Responses.create = Responses.__dict__["create"].__wrapped__
+    assert events[-1].type == "response.completed"
+    (span,) = harness.spans()
+    assert span.instrumentation_scope.name == "other.instrumentation"  # adopted
+    assert span.attributes["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[0].body)
+    assert span.attributes["gen_ai.response.id"] == llm.responses[0].id  # the answer, which the owner left out
+    assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 1
 
 
 @pytest.mark.parametrize("span", ["auto", "own"])

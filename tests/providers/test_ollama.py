@@ -26,6 +26,7 @@ from ctxguard.digest import Digester
 from ctxguard.offline import CAPTURED_PROVIDERS, Checker
 from ctxguard.testing import FakeLLM, Reply, record
 from tests.conftest import KEY, guard_spans, message_digest, only_guard_span
+from tests.events import violation_events
 
 MODEL = "llama3.2"
 SYSTEM = {"role": "system", "content": "You are the order assistant of Acme Shop."}
@@ -270,7 +271,7 @@ def kept_all(harness) -> list[str]:  # type: ignore[no-untyped-def]
     """Each call's ``provider_kept_all`` outcome, as its span and the metrics tell it."""
     outcomes = []
     for span in guard_spans(harness):
-        events = [e for e in span.events if e.attributes.get("check") == "provider_kept_all"]
+        events = [e for e in violation_events(span) if e.attributes.get("check") == "provider_kept_all"]
         skipped = [s for s in span.attributes.get("ctxguard.checks.skipped", ()) if s.startswith("provider_kept_all")]
         outcomes.append("fail" if events else "skip" if skipped else "pass")
     return outcomes
@@ -294,7 +295,7 @@ def test_a_server_window_below_the_configured_one_is_seen_in_its_answer(harness,
     assert "payload_under_budget" not in cut.attributes["ctxguard.violations"]
     assert list(cut.attributes["ctxguard.violations"]) == ["provider_kept_all"]
     assert cut.attributes["ctxguard.payload.tokens_source"] == "estimate"  # judged before sending on bytes
-    event = next(e for e in cut.events if e.attributes["check"] == "provider_kept_all")
+    event = next(e for e in violation_events(cut) if e.attributes["check"] == "provider_kept_all")
     assert event.attributes["detail"].startswith(f"{reply.prompt_eval_count:,} input tokens reported for ")
     assert list(fits.attributes.get("ctxguard.violations", ())) == [], fits.attributes
     assert kept_all(harness) == ["fail", "pass"]
@@ -367,7 +368,7 @@ def test_a_tool_exchange_is_paired_by_name_and_a_cut_one_fails(harness, llm, cli
         "assistant", 'lookup\n{"order": "A-1041"}', ("id:tool_call:lookup",))
     assert spans[2].attributes["ctxguard.message.hashes"][3] == message_digest(
         "tool", "shipped to Pune", ("id:tool_result:lookup",))
-    details = [[e.attributes["detail"] for e in s.events] for s in spans[3:]]
+    details = [[e.attributes["detail"] for e in violation_events(s)] for s in spans[3:]]
     assert details == [["tool call 'lookup' (message 2) has no result right after it"],
                        ["tool result 'lookup' (message 2) answers no call right before it"],
                        ["tool result 'other' (message 3) answers no call right before it",

@@ -19,6 +19,7 @@ import ctxguard
 from ctxguard.testing import FakeLLM, Reply
 from ctxguard.testing.plugin import GuardHarness
 from tests.conftest import message_digest
+from tests.events import violation_events
 
 SYSTEM = {"role": "system", "content": "You are terse."}
 HISTORY = [SYSTEM, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
@@ -335,7 +336,7 @@ def kept_all(harness: GuardHarness) -> list[str]:
     """Each call's ``provider_kept_all`` outcome, read off its span."""
     outcomes = []
     for span in harness.spans():
-        if any(e.attributes.get("check") == "provider_kept_all" for e in span.events):
+        if any(e.attributes.get("check") == "provider_kept_all" for e in violation_events(span)):
             outcomes.append("fail")
         elif any(s.startswith("provider_kept_all: ") for s in span.attributes.get("ctxguard.checks.skipped", ())):
             outcomes.append("skip")
@@ -362,7 +363,8 @@ def test_responses_truncation_auto_that_drops_the_oldest_items_fails_provider_ke
     assert kept_all(harness) == ["fail", "pass", "skip"]
     first, _, elsewhere = harness.spans()
     assert list(first.attributes["ctxguard.violations"]) == ["provider_kept_all"]
-    detail = next(e.attributes["detail"] for e in first.events if e.attributes["check"] == "provider_kept_all")
+    detail = next(e.attributes["detail"] for e in violation_events(first)
+                  if e.attributes["check"] == "provider_kept_all")
     assert detail.startswith(f"{cut.usage.input_tokens:,} input tokens reported for ")
     assert "provider_kept_all: history is provider-managed (previous_response_id)" in elsewhere.attributes[
         "ctxguard.checks.skipped"]

@@ -12,6 +12,7 @@ import ctxguard
 from ctxguard.digest import Digester
 from ctxguard.testing import Reply
 from tests.conftest import KEY, replace_body
+from tests.events import violation_events
 
 # The HTTP library this openai release is built on (httpx2 for 3.x, httpx for 1.x).
 http = getattr(_openai_base, "httpx2", None) or _openai_base.httpx
@@ -56,7 +57,7 @@ def test_a_system_prompt_dropped_below_the_sdk_fails_wire_intact(harness, llm):
     a = harness.spans()[-1].attributes
     assert list(a["ctxguard.violations"]) == ["wire_intact"]
     assert a["ctxguard.wire.hash"] == Digester(KEY).bytes(llm.requests[0].body)
-    details = [e.attributes["detail"] for e in harness.spans()[-1].events]
+    details = [e.attributes["detail"] for e in violation_events(harness.spans()[-1])]
     assert details == ["the system instruction passed is not in the body sent"]
     assert harness.metric("ctxguard_violations_total", check="wire_intact", provider="openai") == 1
 
@@ -97,9 +98,9 @@ def test_an_active_fact_rewritten_below_the_sdk_fails_wire_intact(harness, llm):
         client.chat.completions.create(model="gpt-4o", messages=messages)
     span = harness.spans()[-1]
     assert list(span.attributes["ctxguard.violations"]) == ["wire_intact"]
-    events = [(e.attributes["detail"], e.attributes.get("fact_id")) for e in span.events]
+    events = [(e.attributes["detail"], e.attributes.get("fact_id")) for e in violation_events(span)]
     assert events == [("city@1 passed is not in the body sent", "city")]
-    assert "Lyon" not in json.dumps([dict(e.attributes) for e in span.events])
+    assert "Lyon" not in json.dumps([dict(e.attributes) for e in violation_events(span)])
 
 
 def test_active_facts_sent_unchanged_pass_wire_intact(harness, llm, client):
@@ -121,7 +122,7 @@ def test_an_active_fact_rewritten_below_the_sdk_fails_with_a_pinned_block_in_the
             ctxguard.conversation("w-3"):
         ctxguard.record_fact("city", "Lyon, 69002")
         client.chat.completions.create(model="gpt-4o", messages=messages)
-    events = [(e.attributes["detail"], e.attributes.get("fact_id")) for e in harness.spans()[-1].events]
+    events = [(e.attributes["detail"], e.attributes.get("fact_id")) for e in violation_events(harness.spans()[-1])]
     assert events == [("city@1 passed is not in the body sent", "city")]
 
 
@@ -166,7 +167,7 @@ def test_a_pinned_block_edited_below_the_sdk_fails_even_when_the_instruction_arr
         client.chat.completions.create(
             model="gpt-4o", messages=[SYSTEM, {"role": "system", "content": block}, USER])
     assert "Lyon" in llm.bodies()[0]["messages"][1]["content"]
-    details = [e.attributes["detail"] for e in harness.spans()[-1].events]
+    details = [e.attributes["detail"] for e in violation_events(harness.spans()[-1])]
     assert details == ["the pinned block passed is not in the body sent"]
 
 

@@ -87,15 +87,15 @@ def _blocks(ex: Exchange) -> list[dict[str, Any]]:
 
 
 def usage_of(ex: Exchange, output_tokens: int, *, delta: bool = False) -> dict[str, Any]:
-    """``input_tokens`` excludes the cache reads, as the real API counts them.  A
+    """``input_tokens`` excludes the cache reads and writes, as the real API counts them.  A
     ``message_delta`` repeats the cumulative counts without the breakdowns."""
     usage: dict[str, Any] = {
-        "input_tokens": ex.input_tokens - ex.cached_tokens,
-        "cache_creation_input_tokens": 0,
+        "input_tokens": ex.input_tokens - ex.cached_tokens - ex.cache_write_tokens,
+        "cache_creation_input_tokens": ex.cache_write_tokens,
         "cache_read_input_tokens": ex.cached_tokens,
     }
     if not delta:
-        usage["cache_creation"] = {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0}
+        usage["cache_creation"] = {"ephemeral_5m_input_tokens": ex.cache_write_tokens, "ephemeral_1h_input_tokens": 0}
     usage["output_tokens"] = output_tokens
     if not delta:
         usage["service_tier"] = "standard"

@@ -130,15 +130,16 @@ def _converse_stop(ex: Exchange) -> str:
 
 
 def _converse_usage(ex: Exchange) -> dict[str, Any]:
-    """``inputTokens`` excludes what was read from the cache; ``totalTokens`` counts everything."""
+    """``inputTokens`` excludes what was read from the cache and written to it; ``totalTokens``
+    counts everything."""
     usage: dict[str, Any] = {
-        "inputTokens": ex.input_tokens - ex.cached_tokens,
+        "inputTokens": ex.input_tokens - ex.cached_tokens - ex.cache_write_tokens,
         "outputTokens": ex.output_tokens,
         "totalTokens": ex.input_tokens + ex.output_tokens,
     }
-    if ex.cached_tokens:
+    if ex.cached_tokens or ex.cache_write_tokens:
         usage["cacheReadInputTokens"] = ex.cached_tokens
-        usage["cacheWriteInputTokens"] = 0
+        usage["cacheWriteInputTokens"] = ex.cache_write_tokens
     return usage
 
 

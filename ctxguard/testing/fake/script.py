@@ -61,6 +61,7 @@ class ServedResponse:
     input_tokens: int | None = None
     output_tokens: int | None = None
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
     reasoning_tokens: int = 0
     tool_call_ids: tuple[str, ...] = ()
     error_type: str | None = None
@@ -82,7 +83,9 @@ class Reply:
 
     Token counts default to an estimate of what was sent and what is said (see
     ``ctxguard.testing.fake``); explicit ``input_tokens`` / ``output_tokens`` win, and are
-    totals the way OpenAI reports them: ``input_tokens`` includes ``cached_tokens``,
+    totals the way OpenAI reports them: ``input_tokens`` includes ``cached_tokens`` (read from the
+    provider's prompt cache) and ``cache_write_tokens`` (written to it: Anthropic's
+    ``cache_creation_input_tokens``, Bedrock's ``cacheWriteInputTokens``; the others report none),
     ``output_tokens`` includes ``reasoning_tokens``.  ``reasoning`` is the thinking
     text: an Anthropic ``thinking`` block with its signature, a Responses reasoning
     item with a summary, a Gemini thought part (chat completions only report its
@@ -99,6 +102,7 @@ class Reply:
     finish_reason: str | None = None
     model: str | None = None
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
     reasoning_tokens: int | None = None
     reasoning: str = ""
     parsed: Any = None
@@ -120,6 +124,9 @@ class Reply:
             raise ValueError("Reply: a streamed text comes in one delta or more")
         if self.cached_tokens < 0 or (self.input_tokens is not None and self.cached_tokens > self.input_tokens):
             raise ValueError("Reply: cached_tokens is part of input_tokens")
+        if self.cache_write_tokens < 0 or (self.input_tokens is not None
+                                           and self.cached_tokens + self.cache_write_tokens > self.input_tokens):
+            raise ValueError("Reply: cache_write_tokens is part of input_tokens, beside cached_tokens")
         if (self.reasoning_tokens is not None and self.output_tokens is not None
                 and self.reasoning_tokens > self.output_tokens):
             raise ValueError("Reply: reasoning_tokens is part of output_tokens")

@@ -231,11 +231,15 @@ class Exchange:
             return self.reply.input_tokens
         if self.format.truncated_tokens is not None and self.format.truncated_tokens(self):
             return self.format.prompt_tokens(self)
-        return max(self.format.prompt_tokens(self), self.reply.cached_tokens)
+        return max(self.format.prompt_tokens(self), self.reply.cached_tokens + self.reply.cache_write_tokens)
 
     @property
     def cached_tokens(self) -> int:
         return self.reply.cached_tokens
+
+    @property
+    def cache_write_tokens(self) -> int:
+        return self.reply.cache_write_tokens
 
     @cached_property
     def reasoning_tokens(self) -> int:
@@ -271,7 +275,8 @@ class Exchange:
             stream=self.stream, finish_reasons=finish_reasons, usage=None if failure else fmt.usage(self),
             input_tokens=None if failure else self.input_tokens,
             output_tokens=None if failure else self.output_tokens,
-            cached_tokens=self.cached_tokens, reasoning_tokens=self.reasoning_tokens,
+            cached_tokens=self.cached_tokens, cache_write_tokens=self.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens,
             tool_call_ids=tuple(c.id for c in self.calls) if fmt.call_id else (),
             error_type=error_type, failure=failure,
             truncated_tokens=truncated,

@@ -1,0 +1,314 @@
+"""The OpenTelemetry GenAI conventions on ctxguard's own span, at the revision docs/operations.md pins
+("GenAI conventions"): per provider, a chat call's span carries every attribute of the inference
+client span that the call can have, with the values of the body that arrived and of the answer the
+fake served (cache and reasoning usage reported the way each provider reports them); the content
+it captures (opt-in) validates against the conventions' JSON schemas; each failed check is a
+``gen_ai.evaluation.result`` event; ``gen_ai.conversation.compacted`` marks exactly the request
+that lost turns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import jsonschema
+import openai
+import pytest
+from google import genai
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
+
+import ctxguard
+from ctxguard import Policy
+from ctxguard.telemetry import spans as attr
+from ctxguard.testing import FakeLLM, Reply
+
+# The inference client span (``gen_ai.inference.client``) of semantic-conventions-genai's
+# model/gen-ai/spans.yaml at commit 7e7e4e763354b505b8e1f76512f17a1977b00f70, by requirement level.
+# Opt-in (content) and the agent attributes are left out: content is tested below, against its schema.
+REQUIRED = {"gen_ai.operation.name", "gen_ai.provider.name"}
+CONDITIONALLY_REQUIRED = {
+    "gen_ai.request.model": "if available",
+    "server.port": "if server.address is set",
+    "error.type": "if the operation ended in an error",
+    "gen_ai.request.choice.count": "if available, in the request, and != 1",
+    "gen_ai.request.top_k": "if applicable",
+    "gen_ai.request.seed": "if the request includes a seed",
+    "gen_ai.output.type": "if the request includes an output format",
+    "gen_ai.request.stream": "if and only if the request is streaming",
+    "gen_ai.conversation.id": "when available",
+}
+RECOMMENDED = {
+    "server.address", "gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens",
+    "gen_ai.usage.cache_creation.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.request.max_tokens",
+    "gen_ai.request.temperature", "gen_ai.request.top_p", "gen_ai.request.stop_sequences",
+    "gen_ai.request.frequency_penalty", "gen_ai.request.presence_penalty", "gen_ai.response.id",
+    "gen_ai.response.model", "gen_ai.response.finish_reasons",
+    "gen_ai.response.time_to_first_chunk",  # if the request was a streaming request
+    "gen_ai.usage.reasoning.output_tokens",  # when applicable
+}
+CONVENTIONS = REQUIRED | set(CONDITIONALLY_REQUIRED) | RECOMMENDED
+#: Not in the request or answer of a successful call to any provider here.
+NEVER_HERE = {"error.type", "gen_ai.request.choice.count"}
+
+
+def conventions(span: Any) -> dict[str, Any]:
+    return {k: v for k, v in span.attributes.items() if k in CONVENTIONS}
+
+
+def only_span(harness: Any) -> Any:
+    spans = harness.spans()
+    assert len(spans) == 1
+    return spans[0]
+
+
+POLICY = Policy(system_at_head=True)
+
+
+def test_the_names_are_the_packages_where_it_has_them() -> None:
+    """The package's constants are used where it has them; a literal stands only for a name the
+    installed opentelemetry-semantic-conventions lacks, and equals the revision's spelling."""
+    names = {v for k, v in vars(gen_ai_attributes).items() if k.startswith("GEN_AI_") and isinstance(v, str)}
+    ours = {v for k, v in vars(attr).items() if isinstance(v, str) and v.startswith("gen_ai.")}
+    ours |= set(attr.REQUEST_SETTINGS.values())
+    newer = {attr.CONVERSATION_COMPACTED, attr.REQUEST_SETTINGS["previous_response.id"], attr.CONTEXT_WINDOW_SIZE,
+             attr.CONTEXT_UTILIZATION, attr.EVALUATION_EVENT}
+    assert ours - newer <= names
+    assert CONVENTIONS - {"server.address", "server.port", "error.type"} <= names
+
+
+# -- per provider: a chat span's attribute set ------------------------------------------------
+
+
+def test_openai_chat_stream(harness: Any, llm: FakeLLM) -> None:
+    harness.start(mode="observe", policy=POLICY)
+    llm.script(Reply(text="Pune.", input_tokens=900, cached_tokens=512, output_tokens=40, reasoning_tokens=16))
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client, ctxguard.conversation("c-1"):
+        stream = client.chat.completions.create(
+            model="gpt-4o", stream=True,
+            messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Where?"}],
+            stream_options={"include_usage": True}, temperature=0.2, top_p=0.9, stop=["END"], seed=7,
+            frequency_penalty=0.1, presence_penalty=0.3, max_completion_tokens=200,
+            response_format={"type": "json_object"})
+        chunks = list(stream)
+    sent, served = llm.bodies("/chat/completions")[0], llm.responses[0]
+    a = conventions(only_span(harness))
+    assert set(a) == CONVENTIONS - NEVER_HERE - {"gen_ai.usage.cache_creation.input_tokens", "gen_ai.request.top_k"}
+    assert (a["gen_ai.operation.name"], a["gen_ai.provider.name"]) == ("chat", "openai")
+    assert (a["gen_ai.request.model"], a["gen_ai.request.max_tokens"]) == (sent["model"], sent["max_completion_tokens"])
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"]) == (sent["temperature"], sent["top_p"])
+    assert list(a["gen_ai.request.stop_sequences"]) == sent["stop"]
+    assert a["gen_ai.request.seed"] == sent["seed"]
+    assert (a["gen_ai.request.frequency_penalty"], a["gen_ai.request.presence_penalty"]) == (0.1, 0.3)
+    assert a["gen_ai.output.type"] == "json"
+    assert a["gen_ai.request.stream"] is True and sent["stream"] is True
+    assert a["gen_ai.conversation.id"] == "c-1"
+    assert a["gen_ai.response.id"] == served.id == chunks[0].id
+    assert list(a["gen_ai.response.finish_reasons"]) == list(served.finish_reasons)
+    usage = chunks[-1].usage
+    assert a["gen_ai.usage.input_tokens"] == usage.prompt_tokens == 900  # the cached ones included
+    assert a["gen_ai.usage.cache_read.input_tokens"] == usage.prompt_tokens_details.cached_tokens == 512
+    assert a["gen_ai.usage.output_tokens"] == usage.completion_tokens == 40
+    assert a["gen_ai.usage.reasoning.output_tokens"] == usage.completion_tokens_details.reasoning_tokens == 16
+    assert a["gen_ai.response.time_to_first_chunk"] > 0
+    assert a["server.address"] == "127.0.0.1" and a["server.port"] == llm.port
+
+
+def test_openai_responses(harness: Any, llm: FakeLLM) -> None:
+    harness.start(mode="observe", policy=POLICY)
+    llm.script(Reply(text="Pune.", input_tokens=700, cached_tokens=256, output_tokens=30, reasoning_tokens=12))
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client:
+        result = client.responses.create(model="gpt-5", instructions="Be brief.", input="Where?", temperature=0.5,
+                                         top_p=0.8, max_output_tokens=300, previous_response_id="resp_earlier",
+                                         text={"format": {"type": "text"}})
+    sent = llm.bodies("/responses")[0]
+    a = only_span(harness).attributes
+    assert set(conventions(only_span(harness))) == CONVENTIONS - NEVER_HERE - {
+        "gen_ai.usage.cache_creation.input_tokens", "gen_ai.request.top_k", "gen_ai.request.seed",
+        "gen_ai.request.stop_sequences", "gen_ai.request.frequency_penalty", "gen_ai.request.presence_penalty",
+        "gen_ai.request.stream", "gen_ai.response.time_to_first_chunk", "gen_ai.conversation.id"}
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"]) == (sent["temperature"], sent["top_p"])
+    assert a["gen_ai.request.max_tokens"] == sent["max_output_tokens"]
+    assert a["gen_ai.output.type"] == "text"
+    assert a["gen_ai.request.previous_response.id"] == sent["previous_response_id"] == "resp_earlier"
+    assert a["gen_ai.response.id"] == result.id
+    assert a["gen_ai.usage.input_tokens"] == result.usage.input_tokens == 700
+    assert a["gen_ai.usage.cache_read.input_tokens"] == result.usage.input_tokens_details.cached_tokens == 256
+    assert a["gen_ai.usage.reasoning.output_tokens"] == result.usage.output_tokens_details.reasoning_tokens == 12
+
+
+def test_anthropic_stream(harness: Any, llm: FakeLLM) -> None:
+    """Anthropic reports the cache reads and writes apart from ``input_tokens``: the span's input
+    tokens are their sum, as the conventions want."""
+    harness.start(mode="observe", policy=POLICY)
+    llm.script(Reply(text="Pune.", input_tokens=1500, cached_tokens=1024, cache_write_tokens=300, output_tokens=50))
+    with anthropic.Anthropic(base_url=llm.anthropic_base_url, api_key="t", max_retries=0) as claude:
+        events = list(claude.messages.create(
+            model="claude-sonnet-4-5", system="Be brief.", messages=[{"role": "user", "content": "Where?"}],
+            max_tokens=400, stop_sequences=["END"], stream=True,
+            # anthropic 2.x takes the sampling parameters only as extra_body (older SDKs as arguments).
+            extra_body={"temperature": 0.4, "top_p": 0.9, "top_k": 40}))
+    sent, served = llm.bodies("/messages")[0], llm.responses[0]
+    a = conventions(only_span(harness))
+    assert set(a) == CONVENTIONS - NEVER_HERE - {
+        "gen_ai.request.seed", "gen_ai.request.frequency_penalty", "gen_ai.request.presence_penalty",
+        "gen_ai.output.type", "gen_ai.conversation.id", "gen_ai.usage.reasoning.output_tokens"}
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"]) == (sent["temperature"], sent["top_p"])
+    assert a["gen_ai.request.top_k"] == sent["top_k"]
+    assert list(a["gen_ai.request.stop_sequences"]) == sent["stop_sequences"]
+    usage = events[0].message.usage
+    assert usage.input_tokens == 1500 - 1024 - 300  # what the wire says: apart
+    assert a["gen_ai.usage.input_tokens"] == served.input_tokens == 1500
+    assert a["gen_ai.usage.cache_read.input_tokens"] == usage.cache_read_input_tokens == 1024
+    assert a["gen_ai.usage.cache_creation.input_tokens"] == usage.cache_creation_input_tokens == 300
+    assert a["gen_ai.request.stream"] is True and a["gen_ai.response.time_to_first_chunk"] > 0
+    assert a["gen_ai.response.model"] == served.model
+
+
+def test_bedrock_converse(harness: Any, llm: FakeLLM) -> None:
+    boto3 = pytest.importorskip("boto3", reason="boto3 is not installed (extra 'bedrock')")
+    harness.start(mode="observe", policy=POLICY)
+    llm.script(Reply(text="Pune.", input_tokens=1200, cached_tokens=800, cache_write_tokens=100, output_tokens=20))
+    bedrock = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=llm.bedrock_endpoint_url,
+                           aws_access_key_id="k", aws_secret_access_key="s")
+    result = bedrock.converse(
+        modelId="anthropic.claude-3-5-sonnet-20240620-v1:0", system=[{"text": "Be brief."}],
+        messages=[{"role": "user", "content": [{"text": "Where?"}]}],
+        inferenceConfig={"maxTokens": 300, "temperature": 0.3, "topP": 0.7, "stopSequences": ["END"]})
+    sent = llm.bodies()[0]
+    a = conventions(only_span(harness))
+    # Converse answers with no id, no model name and no reasoning count; ctxguard does not read a
+    # botocore client's endpoint (no server.address).
+    assert set(a) == CONVENTIONS - NEVER_HERE - {"server.address", "server.port",
+        "gen_ai.request.seed", "gen_ai.request.frequency_penalty", "gen_ai.request.presence_penalty",
+        "gen_ai.request.top_k", "gen_ai.output.type", "gen_ai.conversation.id", "gen_ai.request.stream",
+        "gen_ai.response.time_to_first_chunk", "gen_ai.usage.reasoning.output_tokens", "gen_ai.response.id",
+        "gen_ai.response.model"}
+    config = sent["inferenceConfig"]
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"]) == (config["temperature"], config["topP"])
+    assert list(a["gen_ai.request.stop_sequences"]) == config["stopSequences"]
+    usage = result["usage"]
+    assert a["gen_ai.usage.input_tokens"] == 1200 == usage["inputTokens"] + 800 + 100
+    assert a["gen_ai.usage.cache_read.input_tokens"] == usage["cacheReadInputTokens"] == 800
+    assert a["gen_ai.usage.cache_creation.input_tokens"] == usage["cacheWriteInputTokens"] == 100
+
+
+def test_gemini(harness: Any, llm: FakeLLM) -> None:
+    """Gemini counts thinking apart from ``candidatesTokenCount``: the output tokens include it."""
+    harness.start(mode="observe", policy=POLICY)
+    llm.script(Reply(text='{"city": "Pune"}', input_tokens=900, cached_tokens=512, output_tokens=60,
+                     reasoning_tokens=25))
+    client = genai.Client(api_key="t", http_options={"base_url": llm.gemini_base_url})
+    result = client.models.generate_content(
+        model="gemini-2.5-flash", contents="Where?",
+        config={"system_instruction": "Be brief.", "temperature": 0.6, "top_p": 0.9, "top_k": 20, "seed": 3,
+                "stop_sequences": ["END"], "max_output_tokens": 256, "response_mime_type": "application/json",
+                "presence_penalty": 0.2, "frequency_penalty": 0.1})
+    a = conventions(only_span(harness))
+    assert set(a) == CONVENTIONS - NEVER_HERE - {
+        "gen_ai.usage.cache_creation.input_tokens", "gen_ai.conversation.id", "gen_ai.request.stream",
+        "gen_ai.response.time_to_first_chunk"}
+    generation = llm.bodies()[0]["generationConfig"]
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_k"]) == (generation["temperature"],
+                                                                            generation["topK"])
+    assert a["gen_ai.request.seed"] == generation["seed"] and a["gen_ai.output.type"] == "json"
+    usage = result.usage_metadata
+    assert a["gen_ai.usage.input_tokens"] == usage.prompt_token_count == 900
+    assert a["gen_ai.usage.cache_read.input_tokens"] == usage.cached_content_token_count == 512
+    assert a["gen_ai.usage.reasoning.output_tokens"] == usage.thoughts_token_count == 25
+    assert a["gen_ai.usage.output_tokens"] == usage.candidates_token_count + 25 == 60
+
+
+# -- content capture, in the conventions' JSON shapes -------------------------------------------
+
+SCHEMAS = json.loads((Path(__file__).parent.parent / "data" / "genai_content_schemas.json").read_text())
+
+
+def test_captured_content_follows_the_schemas(harness: Any, llm: FakeLLM) -> None:
+    harness.start(mode="observe", policy=POLICY, capture_content=True)
+    with anthropic.Anthropic(base_url=llm.anthropic_base_url, api_key="t", max_retries=0) as claude:
+        answer = claude.messages.create(model="claude-sonnet-4-5", system="Be brief.", max_tokens=100, messages=[
+            {"role": "user", "content": "Where?"}, {"role": "assistant", "content": "Where what?"},
+            {"role": "user", "content": "The parcel."}])
+    a = only_span(harness).attributes
+    captured = {key: json.loads(a[key]) for key in ("gen_ai.input.messages", "gen_ai.output.messages",
+                                                    "gen_ai.system_instructions")}
+    for key, value in captured.items():
+        jsonschema.validate(value, SCHEMAS[key])
+    assert captured["gen_ai.system_instructions"] == [{"type": "text", "content": "Be brief."}]
+    assert [m["role"] for m in captured["gen_ai.input.messages"]] == ["user", "assistant", "user"]
+    assert captured["gen_ai.input.messages"][2]["parts"] == [{"type": "text", "content": "The parcel."}]
+    assert captured["gen_ai.output.messages"] == [{"role": "assistant", "finish_reason": answer.stop_reason,
+                                                   "parts": [{"type": "text", "content": answer.content[0].text}]}]
+    # A shape the schemas refuse is refused: the validation is not vacuous.
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate([{"role": "user", "content": "Where?"}], SCHEMAS["gen_ai.input.messages"])
+
+
+# -- verdicts as evaluation results ------------------------------------------------------------
+
+
+def evaluations(span: Any) -> list[dict[str, Any]]:
+    return [dict(e.attributes) for e in span.events if e.name == "gen_ai.evaluation.result"]
+
+
+def test_one_evaluation_result_per_failed_check_without_raw_content(harness: Any, llm: FakeLLM) -> None:
+    secret = "Flat 12, Rue Saint-Honore"
+    harness.start(mode="observe", policy=Policy(system_at_head=True))
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client, ctxguard.conversation("c-2"):
+        ctxguard.record_fact("address", secret)
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Hello there"}])
+    span = only_span(harness)
+    failed = [o for o in span.attributes["ctxguard.violations"]]
+    assert sorted(failed) == ["fact_present", "system_at_head"]
+    results = evaluations(span)
+    assert sorted(r["gen_ai.evaluation.name"] for r in results) == ["ctxguard.fact_present", "ctxguard.system_at_head"]
+    assert {r["gen_ai.evaluation.score.label"] for r in results} == {"fail"}
+    assert all(r["gen_ai.evaluation.explanation"] for r in results)
+    assert secret not in json.dumps(results) and "Hello there" not in json.dumps(results)
+    # The SPEC's violation events stay.
+    assert sorted(e.attributes["check"] for e in span.events if e.name == "ctxguard.violation") == sorted(failed)
+
+
+def test_passed_and_skipped_checks_are_reported_only_when_asked(harness: Any, llm: FakeLLM) -> None:
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client:
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
+        harness.start(mode="observe", policy=POLICY)
+        client.chat.completions.create(model="gpt-4o", messages=messages)
+        assert evaluations(harness.spans()[-1]) == []
+        harness.start(mode="observe", policy=POLICY, evaluations="all")
+        client.chat.completions.create(model="gpt-4o", messages=messages)
+    span = harness.spans()[-1]
+    results = {r["gen_ai.evaluation.name"]: r["gen_ai.evaluation.score.label"] for r in evaluations(span)}
+    checks = harness.registry.get_sample_value  # every check counted has its event, with its outcome
+    assert results["ctxguard.system_at_head"] == "pass" and results["ctxguard.wire_intact"] == "pass"
+    assert set(results.values()) <= {"pass", "skip"}
+    for name, label in results.items():
+        assert checks("ctxguard_checks_total", {"check": name.removeprefix("ctxguard."), "outcome": label}) >= 1
+
+
+# -- compaction --------------------------------------------------------------------------------
+
+
+def test_compacted_exactly_on_the_request_that_lost_turns(harness: Any, llm: FakeLLM) -> None:
+    harness.start(mode="observe", policy=POLICY)
+    system = {"role": "system", "content": "Be brief."}
+    turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn number {i}"} for i in range(6)]
+    sent = [[system, *turns[:2]], [system, *turns[:4]], [system, *turns[2:6]], [system, *turns[2:6],
+                                                                                {"role": "user", "content": "more"}]]
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client, ctxguard.conversation("c-3"):
+        for messages in sent:
+            client.chat.completions.create(model="gpt-4o", messages=messages)
+    marked = [s.attributes.get("gen_ai.conversation.compacted") for s in harness.spans()]
+    assert marked == [None, None, True, None]  # never false: the conventions set it true only
+
+
+def test_window_size_and_utilization(harness: Any, llm: FakeLLM) -> None:
+    harness.start(mode="observe", policy=POLICY)
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client:
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "system", "content": "Be brief."},
+                                                                 {"role": "user", "content": "Where?"}])
+    a, served = only_span(harness).attributes, llm.responses[0]
+    assert a["gen_ai.context.window_size"] == a["ctxguard.budget.window"] == 128_000
+    assert a["gen_ai.context.utilization"] == round((served.input_tokens + served.output_tokens) / 128_000, 4) > 0
