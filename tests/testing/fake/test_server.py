@@ -15,6 +15,7 @@ from typing import Any
 import openai
 import pytest
 
+from ctxguard._nesting import MAX_NESTING
 from ctxguard.testing.fake import FakeLLM, RecordedRequest, Reply
 from tests.testing.fake.helpers import MESSAGES, anthropic_client, gemini_client, post_raw
 
@@ -143,6 +144,24 @@ def test_unknown_path_is_404(llm: FakeLLM) -> None:
                              "param": None, "code": None}
     assert llm.requests[0].path == "/v1/embeddings"
     assert (llm.responses[0].request, llm.responses[0].status) == (llm.requests[0], 404)
+
+
+@pytest.mark.parametrize("nesting", ["[]", "{}"])
+def test_a_body_nested_too_deep_is_refused_the_same_on_every_python(llm: FakeLLM, nesting: str) -> None:
+    """Up to MAX_NESTING levels a body is answered; one more is a 400 in the provider's shape, not
+    a dropped connection, whatever depth this Python's own JSON reader would go to."""
+    def body(depth: int) -> bytes:  # the message, its list and object, and ``extra`` reach ``depth`` levels
+        opening, closing = ('{"k": ', "}") if nesting == "{}" else ("[", "]")
+        extra = opening * (depth - 5) + "1" + closing * (depth - 5)
+        return ('{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi", '
+                f'"extra": {extra}}}]}}]}}').encode()
+
+    status, answer = post_raw(llm.base_url + "/chat/completions", body(MAX_NESTING))
+    assert status == 200 and answer["usage"]["prompt_tokens"] > 0
+    status, answer = post_raw(llm.base_url + "/chat/completions", body(MAX_NESTING + 1))
+    assert status == 400
+    assert answer["error"]["message"] == f"Invalid JSON body: nested more than {MAX_NESTING} levels deep"
+    assert [r.status for r in llm.responses] == [200, 400]
 
 
 def test_reply_callable_exception_becomes_500() -> None:
