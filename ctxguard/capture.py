@@ -329,8 +329,11 @@ def _fact_line(record: Mapping[str, Any], line: int) -> FactLine:
     if fact.get("expires_at") is not None:
         if not isinstance(fact["expires_at"], str):
             raise CaptureError(line, "'fact.expires_at' must be an ISO-8601 timestamp string")
+        written = fact["expires_at"]
+        if written[-1:] in ("Z", "z"):  # UTC as JavaScript writes it, which fromisoformat reads only from 3.11
+            written = written[:-1] + "+00:00"
         try:
-            expires_at = datetime.fromisoformat(fact["expires_at"])
+            expires_at = datetime.fromisoformat(written)
         except ValueError:
             raise CaptureError(line, "'fact.expires_at' is not an ISO-8601 timestamp") from None
         if expires_at.tzinfo is None:
