@@ -11,6 +11,7 @@ packages are driven in tests/coexistence.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import sys
 
@@ -213,10 +214,11 @@ def test_a_method_looked_up_before_instrument_is_guarded_from_the_wire(harness, 
 def test_only_an_sdks_model_request_is_guarded_from_the_wire(harness, llm, client):
     """An app's own HTTP call to a lookalike path, and the SDK's listing of stored completions (a
     GET on the same path), are not model calls."""
-    import httpx
-
+    # The HTTP library the SDK sends with (httpx, or httpx2 for openai 3.x), whose requests ctxguard taps.
+    http = next(importlib.import_module(c.__module__.split(".")[0]) for c in type(client._client).__mro__
+                if c.__module__.startswith("httpx"))
     harness.start(mode="observe")
-    httpx.post(f"{llm.base_url}/chat/completions", json={"model": "gpt-4o", "messages": MESSAGES})
+    http.post(f"{llm.base_url}/chat/completions", json={"model": "gpt-4o", "messages": MESSAGES})
     with pytest.raises(openai.NotFoundError):  # the fake serves no listing
         client.chat.completions.list()
     assert guard_spans(harness) == []
