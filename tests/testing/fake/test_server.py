@@ -197,13 +197,17 @@ def test_failure_before_the_first_byte_is_an_http_error(llm: FakeLLM, client: op
     assert [(s.status, s.error_type) for s in llm.responses] == [(500, "server_error"), (529, "overloaded_error")]
 
 
+def _http_library(http_client: Any) -> Any:
+    """The module (httpx or httpx2) whose client an SDK sends with."""
+    base = next(c for c in type(http_client).__mro__ if c.__module__.startswith("httpx"))
+    return sys.modules[base.__module__.split(".")[0]]
+
+
 def _broken(client: Any) -> tuple[type[BaseException], ...]:
     """What an SDK client raises when the connection dies mid-body: its SDK's connection error,
     or (where the SDK does not wrap stream reads) its HTTP library's protocol error."""
     sdk = sys.modules[type(client).__module__.split(".")[0]]
-    base = next(c for c in type(client._client).__mro__ if c.__module__.startswith("httpx"))  # httpx or httpx2
-    http = sys.modules[base.__module__.split(".")[0]]
-    return (sdk.APIConnectionError, http.RemoteProtocolError)
+    return (sdk.APIConnectionError, _http_library(client._client).RemoteProtocolError)
 
 
 def test_dropped_connection_breaks_the_stream(llm: FakeLLM, client: openai.OpenAI) -> None:
@@ -217,10 +221,8 @@ def test_dropped_connection_breaks_the_stream(llm: FakeLLM, client: openai.OpenA
     with anthropic_client(llm) as c, pytest.raises(_broken(c)):
         list(c.messages.create(model="claude-test", max_tokens=50, messages=MESSAGES, stream=True))
     gemini = gemini_client(llm)
-    from google.genai import _api_client
-
-    http = getattr(_api_client, "httpx2", None) or _api_client.httpx
-    with pytest.raises(http.RemoteProtocolError):
+    # google-genai 2.x imports both httpx and httpx2 and sends with httpx; 3.x sends with httpx2.
+    with pytest.raises(_http_library(gemini._api_client._httpx_client).RemoteProtocolError):
         list(gemini.models.generate_content_stream(model="gemini-2.5-flash", contents="x"))
     assert [(s.failure, s.usage) for s in llm.responses] == [("drop", None)] * 5
 
