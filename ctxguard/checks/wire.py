@@ -68,10 +68,14 @@ def _needle_bytes(needle: _Needle) -> int:
     return ENTRY_BYTES + sum(map(getsizeof, needle.variants))
 
 
+def _needles_bytes(text: str, needles: tuple[_Needle, ...]) -> int:
+    return getsizeof(text) + sum(map(_needle_bytes, needles))
+
+
 #: The same instruction and block are sent call after call: their needles are kept, keyed by
-#: the text, within a budget in bytes (the text counted with its encodings).
-_needle_cache: TwoGenerationCache[str, tuple[_Needle, ...]] = TwoGenerationCache(
-    256, 4 << 20, lambda text, needles: getsizeof(text) + sum(map(_needle_bytes, needles)))
+#: the text, within a budget in bytes (the text counted with its encodings): 4 MiB until
+#: ``instrument()`` gives them their share of ``CTXGUARD_CACHE_BYTES`` (``set_cache_bytes``).
+_needle_cache: TwoGenerationCache[str, tuple[_Needle, ...]] = TwoGenerationCache(256, 4 << 20, _needles_bytes)
 
 
 def _needles(text: str) -> tuple[_Needle, ...]:
@@ -186,8 +190,18 @@ def _parsed_strings(node: Any) -> Any:
 #: Messages resent call after call are searched for whole at the place they were last found.
 #: Only texts up to this size are kept (a larger one is re-encoded per call: bounded memory).
 _WHOLE_CACHED_CHARS = 16_384
-_wholes: TwoGenerationCache[str, _Needle] = TwoGenerationCache(
-    2_048, 4 << 20, lambda digest, needle: _needle_bytes(needle))
+def _whole_bytes(digest: str, needle: _Needle) -> int:
+    return _needle_bytes(needle)
+
+
+_wholes: TwoGenerationCache[str, _Needle] = TwoGenerationCache(2_048, 4 << 20, _whole_bytes)
+
+
+def set_cache_bytes(max_bytes: int) -> None:
+    """Each of the two wire caches (needles, wholes) holds at most ``max_bytes`` from now on, and
+    starts empty (``instrument()``: their shares of ``CTXGUARD_CACHE_BYTES``)."""
+    _needle_cache.resize(max_bytes)
+    _wholes.resize(max_bytes)
 
 
 def _whole(digest: str, text: str) -> _Needle:
