@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 from typing import IO, Any
 
 from . import forksafe
+from ._nesting import deeper_than
 from .cache import BoundedLRU
 from .conversation import Scope
 from .facts.ledger import FactEvent
@@ -283,9 +284,12 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def loads(text: str) -> Any:
     """``json.loads``, refusing what cannot be read or would be read ambiguously, with a
     one-line ``ValueError``: a duplicate key (JSON parsers disagree on which one wins, so the
-    provider may have read another body than this one), nesting deeper than Python's reader
-    goes, an integer longer than Python converts. ``NaN`` and ``Infinity`` are read, as the
+    provider may have read another body than this one), nesting deeper than ``MAX_NESTING``
+    levels (Python's own reader goes deeper on 3.13 than on 3.11: a line reads the same on every
+    Python), an integer longer than Python converts. ``NaN`` and ``Infinity`` are read, as the
     SDKs' encoders write them."""
+    if deeper_than(text):
+        raise ValueError("not readable JSON (nested too deeply)")
     try:
         return json.loads(text, object_pairs_hook=_object)
     except json.JSONDecodeError as exc:
@@ -325,8 +329,11 @@ def _fact_line(record: Mapping[str, Any], line: int) -> FactLine:
     if fact.get("expires_at") is not None:
         if not isinstance(fact["expires_at"], str):
             raise CaptureError(line, "'fact.expires_at' must be an ISO-8601 timestamp string")
+        written = fact["expires_at"]
+        if written[-1:] in ("Z", "z"):  # UTC as JavaScript writes it, which fromisoformat reads only from 3.11
+            written = written[:-1] + "+00:00"
         try:
-            expires_at = datetime.fromisoformat(fact["expires_at"])
+            expires_at = datetime.fromisoformat(written)
         except ValueError:
             raise CaptureError(line, "'fact.expires_at' is not an ISO-8601 timestamp") from None
         if expires_at.tzinfo is None:

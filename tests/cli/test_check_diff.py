@@ -7,12 +7,14 @@ the body that arrived there, and the offline verdict with the live guard's.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
 import subprocess
 import sys
 from collections import deque
+from datetime import datetime, timezone
 from pathlib import Path
 
 import anthropic
@@ -601,3 +603,13 @@ def test_capture_keeps_the_tenant_and_is_private_to_its_owner(
     assert {line.get("tenant") for line in lines_of(Path(written))} == {"acme"}
     out = run_cli("check", written)
     assert out.stdout.splitlines()[0] == "c: first violation at turn 1: fact_present"  # judged in the tenant's scope
+
+
+@pytest.mark.parametrize("written", ["2026-11-29T14:03:11.208Z", "2026-11-29T14:03:11.208z",
+                                     "2026-11-29T14:03:11.208+00:00", "2026-11-29T15:03:11.208+01:00"])
+def test_a_fact_expiry_in_utc_written_with_z_is_read_on_every_python(written: str):
+    """JavaScript's ``toISOString()`` ends in ``Z``: Python 3.11's ``fromisoformat`` reads it, 3.10's
+    did not (the line was refused there, judged here)."""
+    line = {"conversation_id": "c", "fact": {"id": "city", "value": "Lyon", "expires_at": written}}
+    (fact,) = read_capture(io.BytesIO(json.dumps(line).encode() + b"\n"), CAPTURED_PROVIDERS)
+    assert fact.event.expires_at == datetime(2026, 11, 29, 14, 3, 11, 208000, tzinfo=timezone.utc)

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ctxguard._nesting import MAX_NESTING
 from ctxguard.cli import diff as diff_cli
 from ctxguard.cli import main
 from ctxguard.providers import openai as openai_provider
@@ -110,6 +111,27 @@ def test_the_real_command_exits_2_not_1_on_what_used_to_be_a_traceback(tmp_path:
         proc = cli(*verb)
         assert proc.returncode == 2 and proc.stdout == ""
         one_line_naming(proc.stderr, path, 1, reason)
+
+
+@pytest.mark.parametrize("opening", ["[", '{"k": '])
+def test_a_line_is_read_up_to_max_nesting_and_refused_past_it_on_every_python(tmp_path: Path, opening: str):
+    """The bound is ctxguard's, not Python's: 3.11's reader gives up near 1,000 levels, 3.13's near
+    10,000, and a line between would be judged on one and refused on the other."""
+    closing = "}" if opening.startswith("{") else "]"
+
+    def line(depth: int) -> bytes:  # the line, its body and messages, the message, ``extra`` reach ``depth``
+        extra = opening * (depth - 4) + "1" + closing * (depth - 4)
+        return (f'{{"conversation_id": "c", "body": {{"model": "gpt-4o", "messages": '
+                f'[{{"role": "system", "content": "You are the order assistant.", "extra": {extra}}}]}}}}\n').encode()
+
+    path = tmp_path / "deep.jsonl"
+    path.write_bytes(line(MAX_NESTING))
+    assert run_main("check", str(path))[:2] == (0, "c: ok (1 turn)\nchecked 1 requests in 1 conversations: 0 with "
+                                                   "violations\n")
+    path.write_bytes(line(MAX_NESTING + 1))
+    status, out, err = run_main("check", str(path))
+    assert status == 2 and out == ""
+    one_line_naming(err, path, 1, "not readable JSON (nested too deeply)")
 
 
 def test_a_byte_order_mark_on_the_first_line_is_read(tmp_path: Path):

@@ -11,6 +11,7 @@ packages are driven in tests/coexistence.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import sys
 
@@ -278,15 +279,16 @@ def test_a_model_request_is_known_by_its_path_and_body_not_by_who_sent_it(harnes
     """An app's own HTTP call of the API's shape is a model call, guarded from the wire; a body not
     of its shape to the same path, and the SDK's listing of stored completions (a GET on the same
     path), are not."""
-    import httpx
-
+    # The HTTP library the SDK sends with (httpx, or httpx2 for openai 3.x): a venv may have only it.
+    http = next(importlib.import_module(c.__module__.split(".")[0]) for c in type(client._client).__mro__
+                if c.__module__.startswith("httpx"))
     harness.start(mode="observe")
-    httpx.post(f"{llm.base_url}/chat/completions", json={"model": "gpt-4o", "prompt": "not a chat"})
+    http.post(f"{llm.base_url}/chat/completions", json={"model": "gpt-4o", "prompt": "not a chat"})
     with pytest.raises(openai.NotFoundError):  # the fake serves no listing
         client.chat.completions.list()
     assert guard_spans(harness) == []
     assert [r.method for r in llm.requests] == ["POST", "GET"]
-    httpx.post(f"{llm.base_url}/chat/completions", json={"model": "gpt-4o", "messages": MESSAGES})
+    http.post(f"{llm.base_url}/chat/completions", json={"model": "gpt-4o", "messages": MESSAGES})
     assert only_guard_span(harness).attributes["ctxguard.guarded_at"] == "wire"
 
 

@@ -66,7 +66,12 @@ def read_tokens(value: Any, *, keys: bool = False, price: Price = flat) -> int:
     if isinstance(value, (bool, int, float)):
         return 1
     if isinstance(value, list):
-        return sum(read_tokens(v, keys=keys, price=price) for v in value)
+        # A loop, not sum() over a generator: one frame a level, so that the deepest body the
+        # server accepts is read (server.py).
+        n = 0
+        for v in value:
+            n += read_tokens(v, keys=keys, price=price)
+        return n
     if not isinstance(value, dict):
         return 0
     n, priced = 0, False

@@ -15,6 +15,7 @@ from typing import Any
 import openai
 import pytest
 
+from ctxguard._nesting import MAX_NESTING
 from ctxguard.testing.fake import FakeLLM, RecordedRequest, Reply
 from tests.testing.fake.helpers import MESSAGES, anthropic_client, gemini_client, post_raw
 
@@ -145,6 +146,24 @@ def test_unknown_path_is_404(llm: FakeLLM) -> None:
     assert (llm.responses[0].request, llm.responses[0].status) == (llm.requests[0], 404)
 
 
+@pytest.mark.parametrize("nesting", ["[]", "{}"])
+def test_a_body_nested_too_deep_is_refused_the_same_on_every_python(llm: FakeLLM, nesting: str) -> None:
+    """Up to MAX_NESTING levels a body is answered; one more is a 400 in the provider's shape, not
+    a dropped connection, whatever depth this Python's own JSON reader would go to."""
+    def body(depth: int) -> bytes:  # the message, its list and object, and ``extra`` reach ``depth`` levels
+        opening, closing = ('{"k": ', "}") if nesting == "{}" else ("[", "]")
+        extra = opening * (depth - 5) + "1" + closing * (depth - 5)
+        return ('{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi", '
+                f'"extra": {extra}}}]}}]}}').encode()
+
+    status, answer = post_raw(llm.base_url + "/chat/completions", body(MAX_NESTING))
+    assert status == 200 and answer["usage"]["prompt_tokens"] > 0
+    status, answer = post_raw(llm.base_url + "/chat/completions", body(MAX_NESTING + 1))
+    assert status == 400
+    assert answer["error"]["message"] == f"Invalid JSON body: nested more than {MAX_NESTING} levels deep"
+    assert [r.status for r in llm.responses] == [200, 400]
+
+
 def test_reply_callable_exception_becomes_500() -> None:
     def boom(req: RecordedRequest) -> Reply:
         raise ValueError("bad callable")
@@ -178,13 +197,17 @@ def test_failure_before_the_first_byte_is_an_http_error(llm: FakeLLM, client: op
     assert [(s.status, s.error_type) for s in llm.responses] == [(500, "server_error"), (529, "overloaded_error")]
 
 
+def _http_library(http_client: Any) -> Any:
+    """The module (httpx or httpx2) whose client an SDK sends with."""
+    base = next(c for c in type(http_client).__mro__ if c.__module__.startswith("httpx"))
+    return sys.modules[base.__module__.split(".")[0]]
+
+
 def _broken(client: Any) -> tuple[type[BaseException], ...]:
     """What an SDK client raises when the connection dies mid-body: its SDK's connection error,
     or (where the SDK does not wrap stream reads) its HTTP library's protocol error."""
     sdk = sys.modules[type(client).__module__.split(".")[0]]
-    base = next(c for c in type(client._client).__mro__ if c.__module__.startswith("httpx"))  # httpx or httpx2
-    http = sys.modules[base.__module__.split(".")[0]]
-    return (sdk.APIConnectionError, http.RemoteProtocolError)
+    return (sdk.APIConnectionError, _http_library(client._client).RemoteProtocolError)
 
 
 def test_dropped_connection_breaks_the_stream(llm: FakeLLM, client: openai.OpenAI) -> None:
@@ -198,10 +221,8 @@ def test_dropped_connection_breaks_the_stream(llm: FakeLLM, client: openai.OpenA
     with anthropic_client(llm) as c, pytest.raises(_broken(c)):
         list(c.messages.create(model="claude-test", max_tokens=50, messages=MESSAGES, stream=True))
     gemini = gemini_client(llm)
-    from google.genai import _api_client
-
-    http = getattr(_api_client, "httpx2", None) or _api_client.httpx
-    with pytest.raises(http.RemoteProtocolError):
+    # google-genai 2.x imports both httpx and httpx2 and sends with httpx; 3.x sends with httpx2.
+    with pytest.raises(_http_library(gemini._api_client._httpx_client).RemoteProtocolError):
         list(gemini.models.generate_content_stream(model="gemini-2.5-flash", contents="x"))
     assert [(s.failure, s.usage) for s in llm.responses] == [("drop", None)] * 5
 
