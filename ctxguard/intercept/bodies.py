@@ -57,10 +57,17 @@ class EventBody:
                 data = line[6:] if line[5:6] == b" " else line[5:]
                 self._data.append(data)
                 self._held += sys.getsizeof(data) + 8
+                if self._held > ANSWER_LIMIT:  # before its blank line can dispatch it, in this chunk
+                    self._stop()
+                    return
         del buffer[:start]
         if self._held + len(buffer) > ANSWER_LIMIT:
-            self.unread = True
-            self._buffer, self._data = bytearray(), []
+            self._stop()
+
+    def _stop(self) -> None:
+        """An event past ``ANSWER_LIMIT``: the reading ends, the answer so far ``unread``."""
+        self.unread = True
+        self._buffer, self._data, self._held = bytearray(), [], 0
 
     def _dispatch(self) -> None:
         data, self._data, self._held = b"\n".join(self._data), [], 0

@@ -358,3 +358,25 @@ def test_a_stream_that_keeps_reporting_its_end_keeps_few_finish_reasons(provider
     for _ in range(10_000):
         reader.feed(finishing)
     assert 1 <= len(reader.reply().finish_reasons) <= payload.CHOICES_KEPT
+
+
+def test_an_event_past_the_limit_is_not_read_even_when_it_arrives_whole_in_one_chunk(small_limit):
+    """The event past ``ANSWER_LIMIT`` is refused as its data line arrives, not when the chunk is
+    done: a transport handing over the whole event and its blank line at once (httpx reads what the
+    socket holds, 64 KiB on a busy machine) would have had it parsed and fed to the reader. Before,
+    ``test_a_stream_far_past_the_limit_is_read_through_holding_no_more[openai responses]`` saw
+    67,123 bytes held now and then: Responses' last event, the whole answer, read."""
+    fed = []
+
+    class Reader:
+        complete = False
+
+        def feed(self, event: object) -> None:
+            fed.append(event)
+
+    body = bodies.EventBody(Reader())  # type: ignore[arg-type]
+    small = b'data: {"type":"response.output_text.delta","delta":"x"}\n\n'
+    whole = b'data: {"type":"response.completed","text":"' + b"x" * (2 * small_limit) + b'"}\n\n'
+    body.feed(small + whole + small)
+    assert body.unread and len(fed) == 1
+    assert fed[0] == {"type": "response.output_text.delta", "delta": "x"}
