@@ -167,6 +167,45 @@ def test_module_level_state_mutated_at_run_time_is_only_the_processes(harness, l
     assert set(PROCESS_STATE) | set(MEMOS) <= set(containers)  # no stale name: each one is there
 
 
+# -- the fake: one module per wire format, and a small shared part that names none ---------------
+
+#: The fake's shared part: its server, the wire-format protocol and what every format uses. Every
+#: other module of ``testing/fake/`` is a wire format's (``registry.FORMATS``), or ``media.py``: each
+#: provider's picture prices, one function a provider.
+FAKE_SHARED = ("__init__.py", "server.py", "wire.py", "script.py", "tokens.py", "framing.py", "registry.py")
+#: Its bound (issue 38), in lines that are neither blank nor comments: docstrings count.
+FAKE_SHARED_LINES = 800
+
+
+def _code_strings(tree: ast.Module) -> list[ast.Constant]:
+    """The string constants of a module but its docstrings."""
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and ast.get_docstring(node) is not None}
+    return [node for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+
+
+def test_the_fakes_shared_part_is_small_and_names_no_provider():
+    """The fake mirrors the providers: all it knows of an API is in that API's module, listed in the
+    registry; the server and what every format uses stay under the bound and name no provider (no
+    route, window, address or error of one), so adding a provider's fake is one module and one line."""
+    from ctxguard.testing.fake.registry import FORMATS
+
+    fake = PACKAGE / "testing" / "fake"
+    formats = {f.body.__module__.rpartition(".")[2] + ".py" for f in FORMATS}
+    assert {p.name for p in fake.glob("*.py")} - set(FAKE_SHARED) == formats | {"media.py"}
+    lines = sum(1 for name in FAKE_SHARED for line in (fake / name).read_text().splitlines()
+                if line.strip() and not line.lstrip().startswith("#"))
+    assert lines <= FAKE_SHARED_LINES, lines
+    names = {f.name.partition(".")[0] for f in FORMATS} | {name.removesuffix(".py") for name in formats}
+    names |= {p.distribution for p in PROVIDERS} | {"google", "huggingface", "aws", "claude"}
+    for name in set(FAKE_SHARED) - {"registry.py"}:  # the one place that names the formats
+        strings = [c.value for c in _code_strings(ast.parse((fake / name).read_text()))]
+        named = [(s, n) for s in strings for n in names if n.lower() in s.lower()]
+        assert not named, (name, named)
+
+
 def test_no_class_name_is_defined_twice():
     """One name per concept: a class name says which one it is, anywhere in the package."""
     seen: dict[str, str] = {}
