@@ -28,6 +28,7 @@ __all__ = [
     "ENV_SPAN",
     "ENV_TOKENIZER",
     "ENVIRONMENT",
+    "MAX_CONVERSATIONS",
     "Config",
     "MetricsChoice",
     "Mode",
@@ -58,10 +59,13 @@ ENV_DISABLED = "CTXGUARD_DISABLED"
 ENV_CAPTURE_PATH = "CTXGUARD_CAPTURE_PATH"
 #: How many conversations are remembered for eviction detection (LRU; default 10000, also for 0 or less).
 ENV_MAX_CONVERSATIONS = "CTXGUARD_MAX_CONVERSATIONS"
+MAX_CONVERSATIONS = 10_000
 #: Bytes of memory for ctxguard's caches and memories together (default ``CACHE_BYTES``, also for 0
 #: or less); docs/operations.md, "Memory", says how they share it.
 ENV_CACHE_BYTES = "CTXGUARD_CACHE_BYTES"
-CACHE_BYTES = 64 * 1024 * 1024
+#: 16 MiB: a fleet worker levels off within ~16 MiB of the same worker without ctxguard, and the
+#: caches still find what a call resends (docs/operations.md, "What a worker costs").
+CACHE_BYTES = 16 * 1024 * 1024
 #: A TOML or JSON file of model context windows, added to the shipped table and winning over it
 #: (docs/budget.md, "Adding or overriding windows"); read by ``instrument()``.
 ENV_MODEL_WINDOWS = "CTXGUARD_MODEL_WINDOWS"
@@ -185,7 +189,7 @@ class Config:
     digest_key: bytes | None = field(default=None, repr=False)  # a secret: never in a repr, log or message
     capture_content: bool = False
     metrics_port: int | None = None
-    max_conversations: int = 10_000
+    max_conversations: int = MAX_CONVERSATIONS
     cache_bytes: int = CACHE_BYTES
     capture_path: str | None = None
     span: SpanChoice = "auto"
@@ -251,7 +255,7 @@ class Config:
             digest_key=key,
             capture_content=capture_content if capture is None else capture,
             metrics_port=metrics_port if port is None else port,
-            max_conversations=max_conv if max_conv is not None else 10_000,
+            max_conversations=max_conv if max_conv is not None else MAX_CONVERSATIONS,
             cache_bytes=cache_bytes if cache_bytes is not None else CACHE_BYTES,
             capture_path=os.environ.get(ENV_CAPTURE_PATH, "").strip() or capture_path,
             span="own" if span == "own" else "auto",

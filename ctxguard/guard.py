@@ -28,7 +28,7 @@ from ._isolation import guarded, report_internal_error
 from .call import Call, CallServices
 from .capture import CaptureWriter
 from .checks import CHECK_NAMES
-from .config import Config
+from .config import MAX_CONVERSATIONS, Config
 from .conversation import CONVERSATION_BYTES, ConversationMemory, Scope, current_conversation
 from .digest import Digester
 from .inspection import Inspector, Verdict
@@ -219,7 +219,10 @@ def inspector_for(config: Config, facts: facts_mod.Sinks) -> Inspector:
     else:
         counter = default_counter()
         measurer = Measurer(digester, counter, Calibration(exact=counter.exact), max_bytes=budget // 4)
-    # CTXGUARD_MAX_CONVERSATIONS raised past its share is honoured for conversations of ~25 messages.
-    remembered = max(budget * 3 // 16, config.max_conversations * CONVERSATION_BYTES)
+    # CTXGUARD_MAX_CONVERSATIONS set past its share is honoured for conversations of ~25 messages; the
+    # default count is a bound, not a promise: it would hold 10 MiB whatever the budget.
+    remembered = budget * 3 // 16
+    if config.max_conversations != MAX_CONVERSATIONS:
+        remembered = max(remembered, config.max_conversations * CONVERSATION_BYTES)
     memory = ConversationMemory(config.max_conversations, max_bytes=remembered)
     return Inspector(measurer, memory, Memos(max_bytes=budget * 3 // 16), facts, budget, config.server_windows)

@@ -103,7 +103,7 @@ class Inspector:
         #: Pure readings kept between calls, of fixed size (docs/operations.md, "Memory"): pinned
         #: blocks parsed, and what the checks keep (wire needles, tool runs).
         self._blocks = block_cache()
-        self.check_caches = check_caches()
+        self.check_caches = check_caches(cache_bytes // 32)  # each wire cache: 1/32 of the budget
 
     # -- before sending -------------------------------------------------
 

@@ -251,15 +251,17 @@ class Measurer:
         payload's fixed tokens (a report not above them teaches nothing)."""
         model, fixed = payload.model, payload.fixed
         text = reported - fixed
-        before = self.out_of_range(model)
         self._observe(payload, model, fixed, text)
         after = self.out_of_range(model)
-        if after is not None and before is None:
+        if after is not None and payload.out_of_range is None:  # as it was when measured
             _said_out_of_range(model, after, reported, payload.tokens)
 
     def out_of_range(self, model: str | None) -> str | None:
         """Whether ``model``'s counts are past what calibration corrects (``Calibration.outside``)."""
-        return self.calibration.outside(model) or self.bounds.outside(model)
+        calibration, bounds = self.calibration, self.bounds
+        if not (calibration.outside_by_model or bounds.outside_by_model):
+            return None  # every model within range, as nearly always: no call (~4,000 instructions a call)
+        return calibration.outside(model) or bounds.outside(model)
 
     def _observe(self, payload: Payload, model: str | None, fixed: int, text: int) -> None:
         self.bounds.observe(model, payload.bound - fixed, text)  # ignored if either is not > 0

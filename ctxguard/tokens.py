@@ -215,7 +215,8 @@ class Calibration:
         #: Models whose factor is at a bound: at least half their reports were past it, so the
         #: count is out of what calibration can correct ("under-counted": reports more than
         #: ``high`` times it; "over-counted": less than ``low``).
-        self._outside: dict[str, str] = {}
+        #: model -> "under-counted" / "over-counted" while its reports stay past the bounds (``outside``).
+        self.outside_by_model: dict[str, str] = {}
         self._lock = forksafe.lock()
         self._exact = exact
 
@@ -240,7 +241,7 @@ class Calibration:
         """``"under-counted"`` or ``"over-counted"`` while ``model``'s reports stay past the bounds
         calibration corrects within (its factor is a bound), else None: calibration refines a
         count, it cannot rescue one that far off."""
-        return self._outside.get(model) if model and self._outside else None
+        return self.outside_by_model.get(model) if model and self.outside_by_model else None
 
     def observe(self, model: str | None, counted: int, reported: int) -> None:
         if not model or counted <= 0 or reported <= 0:
@@ -274,11 +275,11 @@ class Calibration:
         """The factor of ``model`` from its ratios, sorted (under the lock)."""
         factor = ordered[len(ordered) // 2]  # the median (the upper one of an even count)
         if factor >= self.high:
-            self._outside[model] = "under-counted"
+            self.outside_by_model[model] = "under-counted"
         elif factor <= self.low:
-            self._outside[model] = "over-counted"
+            self.outside_by_model[model] = "over-counted"
         else:
-            self._outside.pop(model, None)
+            self.outside_by_model.pop(model, None)
         if factor < self.EXACT_FLOOR and self._exact is not None and self._exact(model):
             factor = self.EXACT_FLOOR
         self._factors[model] = factor

@@ -139,8 +139,8 @@ def test_the_fixed_caches_fed_ten_times_their_budget_keep_at_most_it(cache, feed
 
 def test_the_wire_needle_caches_fed_ten_times_their_budget_keep_at_most_it():
     """``wire_intact``'s needles (instructions, blocks, fact lines as JSON may encode them) and
-    wholes (fact-carrying messages): 4 MiB each, however many texts just under the size past
-    which they keep nothing."""
+    wholes (fact-carrying messages): 4 MiB each until ``instrument()`` gives them their share
+    (``set_cache_bytes``), however many texts just under the size past which they keep nothing."""
     from ctxguard.checks import wire
 
     needles, wholes = wire.needle_cache(), wire.whole_cache()
@@ -173,3 +173,18 @@ def test_the_tool_runs_fed_ten_times_their_budget_keep_at_most_it():
             del messages, payload
         kept = retained()
     assert ctx.caches.runs.bytes <= budget and kept <= budget, kept
+
+
+def test_instrument_gives_the_wire_caches_their_share_of_the_budget(harness, monkeypatch):
+    """The wire caches are within ``CTXGUARD_CACHE_BYTES`` (1/32 each), not 4 MiB beside it."""
+    from ctxguard.checks import wire
+
+    monkeypatch.setenv("CTXGUARD_CACHE_BYTES", str(BUDGET))
+    guard = harness.start(mode="observe")
+    caches = guard._inspector.check_caches
+    for i in range(200):  # 200 fact-carrying messages of 16 KB: 6 MiB as JSON escapes them
+        t = f"{i} " + "é" * (wire._WHOLE_CACHED_CHARS - 10)
+        wire._whole(f"d{i}", t, caches.wholes)
+        wire._carried(t, t.encode(), caches.needles)
+    assert caches.wholes.bytes <= BUDGET // 32
+    assert caches.needles.bytes <= BUDGET // 32

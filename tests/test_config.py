@@ -27,8 +27,8 @@ def test_env_overrides(monkeypatch):
     ("CTXGUARD_METRICS_PORT", "70000", "metrics_port", None),
     ("CTXGUARD_MAX_CONVERSATIONS", "0", "max_conversations", 10_000),
     ("CTXGUARD_MAX_CONVERSATIONS", "lots", "max_conversations", 10_000),
-    ("CTXGUARD_CACHE_BYTES", "0", "cache_bytes", 64 * 1024 * 1024),
-    ("CTXGUARD_CACHE_BYTES", "64MiB", "cache_bytes", 64 * 1024 * 1024),
+    ("CTXGUARD_CACHE_BYTES", "0", "cache_bytes", 16 * 1024 * 1024),
+    ("CTXGUARD_CACHE_BYTES", "64MiB", "cache_bytes", 16 * 1024 * 1024),
     ("CTXGUARD_OLLAMA_NUM_CTX", "0", "ollama_num_ctx", 4096),
     ("CTXGUARD_OLLAMA_NUM_CTX", "4k", "ollama_num_ctx", 4096),
 ])

@@ -36,7 +36,7 @@ def test_the_example_suites_need_nothing_but_pytest():
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:asyncio",
                           "-W", "error::pytest.PytestConfigWarning", "examples/test_retention.py",
                           "examples/test_retention_suite.py", "examples/test_context_builder.py"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=180)
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "warning" not in out.stdout.lower()
 
@@ -47,7 +47,7 @@ def _suite(bug: str | None) -> subprocess.CompletedProcess[str]:
     if bug is not None:
         env["SHOP_BUG"] = bug
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf",
-                           "examples/test_retention_suite.py"], cwd=ROOT, capture_output=True, text=True, timeout=180,
+                           "examples/test_retention_suite.py"], cwd=ROOT, capture_output=True, text=True, timeout=900,
                           env=env)
 
 

@@ -62,9 +62,10 @@ ANSWER_CHECKS: dict[str, AnswerCheck] = {
 }
 
 
-def check_caches() -> CheckCaches:
-    """New caches for the checks that keep what they read between calls (an inspector's)."""
-    return CheckCaches(wire.needle_cache(), wire.whole_cache(), tools.run_cache())
+def check_caches(wire_bytes: int = 4 << 20) -> CheckCaches:
+    """New caches for the checks that keep what they read between calls (an inspector's); each wire
+    cache within ``wire_bytes``."""
+    return CheckCaches(wire.needle_cache(wire_bytes), wire.whole_cache(wire_bytes), tools.run_cache())
 
 
 def run_checks(payload: Payload, ctx: Context) -> list[Outcome]:

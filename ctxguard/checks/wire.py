@@ -68,10 +68,15 @@ def _needle_bytes(needle: _Needle) -> int:
     return ENTRY_BYTES + sum(map(getsizeof, needle.variants))
 
 
-def needle_cache() -> TwoGenerationCache[str, tuple[_Needle, ...]]:
+def _needles_bytes(text: str, needles: tuple[_Needle, ...]) -> int:
+    return getsizeof(text) + sum(map(_needle_bytes, needles))
+
+
+def needle_cache(max_bytes: int = 4 << 20) -> TwoGenerationCache[str, tuple[_Needle, ...]]:
     """The same instruction and block are sent call after call: their needles are kept, keyed by
-    the text, within a budget in bytes (the text counted with its encodings)."""
-    return TwoGenerationCache(256, 4 << 20, lambda text, needles: getsizeof(text) + sum(map(_needle_bytes, needles)))
+    the text, within ``max_bytes`` (the text counted with its encodings; an inspector's is its
+    share of ``CTXGUARD_CACHE_BYTES``)."""
+    return TwoGenerationCache(256, max_bytes, _needles_bytes)
 
 
 def _needles(text: str, cache: TwoGenerationCache[str, tuple[_Needle, ...]]) -> tuple[_Needle, ...]:
@@ -186,9 +191,13 @@ def _parsed_strings(node: Any) -> Any:
 #: Messages resent call after call are searched for whole at the place they were last found.
 #: Only texts up to this size are kept (a larger one is re-encoded per call: bounded memory).
 _WHOLE_CACHED_CHARS = 16_384
-def whole_cache() -> TwoGenerationCache[str, _Needle]:
-    """Fact-carrying messages, whole, by their digest (up to ``_WHOLE_CACHED_CHARS``)."""
-    return TwoGenerationCache(2_048, 4 << 20, lambda digest, needle: _needle_bytes(needle))
+def _whole_bytes(digest: str, needle: _Needle) -> int:
+    return _needle_bytes(needle)
+
+
+def whole_cache(max_bytes: int = 4 << 20) -> TwoGenerationCache[str, _Needle]:
+    """Fact-carrying messages, whole, by their digest (up to ``_WHOLE_CACHED_CHARS``), within ``max_bytes``."""
+    return TwoGenerationCache(2_048, max_bytes, _whole_bytes)
 
 
 def _whole(digest: str, text: str, cache: TwoGenerationCache[str, _Needle]) -> _Needle:

@@ -153,7 +153,8 @@ def run_check(args: argparse.Namespace) -> int:
             print(conversation_line(name, seen.first, seen.turns, seen.unread))
         judged = requests - sum(unjudged.values())
         also = f", {not_judged} not judged" if not_judged else ""
-        print(f"checked {judged} requests in {len(conversations)} conversations: {violating} with violations{also}")
+        of = f" of {requests}" if judged != requests else ""
+        print(f"checked {judged}{of} requests in {len(conversations)} conversations: {violating} with violations{also}")
         for (provider, sdk), count in unjudged.items():
             print(f"not judged offline: {count} {provider} requests ({not_read_because(sdk, provider)})")
     return 1 if violating else NOT_JUDGED if unjudged else 0

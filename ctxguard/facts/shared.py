@@ -38,6 +38,13 @@ WORD_HEX = 16
 #: What the digests of shared values are keyed for (``Digester.derived``): never equal to a
 #: message or id digest of the same text.
 PURPOSE = "ctxguard.facts.shared"
+#: The bytes of the caches of word digests: by word, and by message (a message's words' digests).
+WORDS_BYTES = 1 << 20
+MESSAGE_WORDS_BYTES = 2 << 20
+
+
+def _word_bytes(word: str, digest: str) -> int:
+    return ENTRY_BYTES + getsizeof(word) + getsizeof(digest)
 
 
 @dataclass(frozen=True)
@@ -78,11 +85,14 @@ class ValueDigests:
     """How shared values, their words and their scopes are digested: one key derived from the
     process's digest key, so processes that share ``CTXGUARD_DIGEST_KEY`` agree."""
 
-    __slots__ = ("_digester", "key")
+    __slots__ = ("_digester", "_words", "key")
 
     def __init__(self, digester: Digester) -> None:
         self._digester = digester.derived(PURPOSE)
         self.key = self._digester.text("key")[:WORD_HEX]
+        # Word -> its digest: a chat's words recur across messages, and a payload's new messages
+        # were a hundred keyed digests a call in the fleet workload (bench/fleet_load.py --profile).
+        self._words: TwoGenerationCache[str, str] = TwoGenerationCache(16_384, WORDS_BYTES, _word_bytes)
 
     def scope(self, scope: Scope) -> str:
         conversation, tenant = scope  # the conversation's length first, the tenant marked: injective
@@ -93,7 +103,11 @@ class ValueDigests:
         return self._digester.text("v\x1f" + norm)
 
     def word(self, word: str) -> str:
-        return self._digester.text("w\x1f" + word)[:WORD_HEX]
+        digest = self._words.get(word)
+        if digest is None:
+            digest = self._digester.text("w\x1f" + word)[:WORD_HEX]
+            self._words.put(word, digest)
+        return digest
 
     def words(self, words: Iterable[str]) -> dict[str, str]:
         """Word digest -> word."""
@@ -147,7 +161,7 @@ class DigestIndex:
         self._lock = forksafe.lock()
         # Message digest -> its word digests: a message resent costs nothing new.
         self._messages: TwoGenerationCache[str, dict[str, str]] = TwoGenerationCache(
-            4_096, 8 << 20, _words_map_bytes
+            4_096, MESSAGE_WORDS_BYTES, _words_map_bytes
         )
 
     def __len__(self) -> int:

@@ -484,7 +484,7 @@ def test_a_conversation_with_a_request_not_read_offline_is_not_judged_never_ok(t
         "x: not judged (1 of 1 request not read offline)",
         "y: ok (1 turn)",
         "z: not judged (1 of 2 requests not read offline)",
-        "checked 2 requests in 3 conversations: 0 with violations, 2 not judged",
+        "checked 2 of 4 requests in 3 conversations: 0 with violations, 2 not judged",
         "not judged offline: 1 litellm requests (captured without 'sdk', and the label 'litellm' does not say "
         "which SDK wrote the body)",
         "not judged offline: 1 azure.ai.openai requests (captured without 'sdk', and the label 'azure.ai.openai' "

@@ -8,7 +8,10 @@ what went over the wire.
 - exactly one ctxguard span per request that reached the server, matched by the keyed digest of
   the body that arrived (``ctxguard.wire.hash``), and ``ctxguard.head.role`` is that body's head;
 - ``ctxguard_guard_errors_total`` stays 0 (swallowed errors fail the test anyway: tests/conftest.py);
-- last, the reply attributes of each span equal what the server returned for its request.
+- with ``framework_spans`` (the spans a framework records itself, through the global tracer
+  provider: ``global_spans()``): each call's usage is on exactly one span, ctxguard's or an
+  enclosing framework span;
+- last, the reply attributes of each call equal what the server returned for its request.
 
 Each failure has its own ``AssertionError`` subclass, so a test that fails today because of a
 known ctxguard bug is ``xfail(raises=...)`` for exactly that failure, and fails for any other.
@@ -27,6 +30,10 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ctxguard.digest import Digester
 from ctxguard.testing import FakeLLM, RecordedRequest, ServedResponse
@@ -53,6 +60,10 @@ class SpanMismatch(AssertionError):
 
 class ReplyMismatch(AssertionError):
     """A span's reply attributes differ from what the server returned for its request."""
+
+
+class UsageNotOnOneSpan(AssertionError):
+    """A call's usage (``gen_ai.usage.*``) is on none of its spans, or on more than one."""
 
 
 class EvictionNotNamed(AssertionError):
@@ -83,7 +94,7 @@ def served(response: ServedResponse) -> dict[str, Any]:
 def head_role(request: RecordedRequest) -> str:
     """The role of the first thing the model reads in ``request``'s body, stated independently of
     ctxguard's readers: Chat ``messages[0]``; Responses ``instructions`` or the first input item;
-    Anthropic ``system`` or ``messages[0]``."""
+    Anthropic ``system`` or ``messages[0]``; Gemini ``systemInstruction`` or ``contents[0]``."""
     body = request.json
     route = request.path.split("?", 1)[0]
     if route.endswith("/responses"):
@@ -97,6 +108,12 @@ def head_role(request: RecordedRequest) -> str:
         system = body.get("system")
         texts = [system] if isinstance(system, str) else [b.get("text", "") for b in system or ()]
         return "system" if any(t.strip() for t in texts) else body["messages"][0]["role"]
+    if route.endswith(("generateContent", "streamGenerateContent")):
+        system = body.get("systemInstruction") or body.get("system_instruction") or {}
+        if any(part.get("text", "").strip() for part in system.get("parts", ())):
+            return "system"
+        role = body["contents"][0].get("role", "user")
+        return "assistant" if role == "model" else str(role)
     return str(body["messages"][0]["role"])
 
 
@@ -151,11 +168,13 @@ def run(scenario: Callable[[FakeLLM], Any]) -> Played:
 
 
 def play(harness: GuardHarness, scenario: Callable[[FakeLLM], Any], *, concurrent: bool = False,
-         then: Callable[[Played], None] | None = None, **instrument: Any) -> Played:
+         then: Callable[[Played], None] | None = None, framework_spans: InMemorySpanExporter | None = None,
+         **instrument: Any) -> Played:
     """Play ``scenario`` uninstrumented, then under ctxguard (observe mode, ``instrument``
     arguments), and check what ctxguard recorded (module docstring). Returns the guarded run.
     ``concurrent``: the scenario sends requests at once, so they arrive in either order.
-    ``then``: the test's own checks of the guarded run, before the reply attributes'."""
+    ``then``: the test's own checks of the guarded run, before the reply attributes'.
+    ``framework_spans``: where the framework's own spans went (``global_spans()``)."""
     plain = run(scenario)
     harness.start(mode="observe", **instrument)
     guarded = run(scenario)
@@ -173,8 +192,12 @@ def play(harness: GuardHarness, scenario: Callable[[FakeLLM], Any], *, concurren
         assert span.attributes["ctxguard.head.role"] == head_role(request), f"request {i + 1}"
     if then is not None:
         then(guarded)
-    for i, (sent, span) in enumerate(zip(guarded.sent, spans, strict=True)):
-        recorded = {k: span.attributes[k] for k in REPLY_KEYS if k in span.attributes}
+    carriers = spans
+    if framework_spans is not None:
+        carriers = usage_carriers(spans, framework_spans.get_finished_spans())
+    for i, (sent, span, carrier) in enumerate(zip(guarded.sent, spans, carriers, strict=True)):
+        recorded = {k: span.attributes[k] for k in REPLY_KEYS if k in span.attributes and "usage" not in k}
+        recorded |= {k: carrier.attributes[k] for k in REPLY_KEYS if k in carrier.attributes and "usage" in k}
         recorded = {k: tuple(v) if k.endswith("finish_reasons") else v for k, v in recorded.items()}
         if recorded != served(sent):
             raise ReplyMismatch(f"request {i + 1} ({span.name}): span has {recorded}, server sent {served(sent)}")
@@ -200,3 +223,44 @@ def matched_spans(harness: GuardHarness, played: Played) -> list[Any]:
     if left:
         raise SpanMismatch(f"{len(left)} ctxguard spans match no request that arrived: {left}")
     return matched
+
+
+_GLOBAL_SPANS: list[InMemorySpanExporter] = []
+
+
+def global_spans() -> InMemorySpanExporter:
+    """The spans recorded through the global tracer provider (a framework's own: Strands', ADK's),
+    emptied. The global provider is set once per process: here, the first time a test asks."""
+    if not _GLOBAL_SPANS:
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        _GLOBAL_SPANS.append(exporter)
+    _GLOBAL_SPANS[0].clear()
+    return _GLOBAL_SPANS[0]
+
+
+#: The GenAI conventions' inference operations: a span of one of them records one call's usage (an
+#: agent's ``invoke_agent`` span records the sum of its calls').
+INFERENCE = frozenset({"chat", "text_completion", "generate_content"})
+
+
+def usage_carriers(spans: list[Any], others: tuple[ReadableSpan, ...]) -> list[Any]:
+    """For each ctxguard span, the one span of its call that carries ``gen_ai.usage.*``: itself
+    or an inference span of ``others`` enclosing it; ``UsageNotOnOneSpan`` for a call with none
+    or several."""
+    by_id = {s.context.span_id: s for s in others}
+    carriers = []
+    for i, span in enumerate(spans):
+        call = [span]
+        parent = span.parent
+        while parent is not None and parent.span_id in by_id:
+            call.append(by_id[parent.span_id])
+            parent = call[-1].parent
+        found = [s for s in call if "gen_ai.usage.input_tokens" in (s.attributes or {})
+                 and (s is span or (s.attributes or {}).get("gen_ai.operation.name") in INFERENCE)]
+        if len(found) != 1:
+            raise UsageNotOnOneSpan(f"request {i + 1}: usage on {len(found)} spans of {[s.name for s in call]}")
+        carriers.append(found[0])
+    return carriers

@@ -272,6 +272,6 @@ def test_captures_are_judged_offline_as_the_sdk_that_wrote_the_body_or_said_not_
         "azure: first violation at turn 1: system_at_head",
         "anthropic: first violation at turn 2: system_at_head",
         "gemini: not judged (1 of 1 request not read offline)",
-        "checked 3 requests in 3 conversations: 2 with violations, 1 not judged",
+        "checked 3 of 4 requests in 3 conversations: 2 with violations, 1 not judged",
         "not judged offline: 1 gcp.gemini requests (written by litellm in a request format not read offline)",
     ]
