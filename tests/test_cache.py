@@ -139,8 +139,8 @@ def test_the_fixed_caches_fed_ten_times_their_budget_keep_at_most_it(cache, feed
 
 def test_the_wire_needle_caches_fed_ten_times_their_budget_keep_at_most_it():
     """``wire_intact``'s needles (instructions, blocks, fact lines as JSON may encode them) and
-    wholes (fact-carrying messages): 4 MiB each until ``instrument()`` gives them their share
-    (``set_cache_bytes``), however many texts just under the size past which they keep nothing."""
+    wholes (fact-carrying messages): 4 MiB each unless made with a share of ``CTXGUARD_CACHE_BYTES``
+    (an inspector's), however many texts just under the size past which they keep nothing."""
     from ctxguard.checks import wire
 
     needles, wholes = wire.needle_cache(), wire.whole_cache()
