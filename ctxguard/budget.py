@@ -52,6 +52,7 @@ def _shipped() -> dict[str, int]:
 #: Context windows in tokens by model id, read from the shipped data file at import; user entries
 #: (``add_model_windows``, ``instrument(model_windows=)``, ``CTXGUARD_MODEL_WINDOWS``) are added to
 #: it and win. ``window_for`` resolves ids to these keys; anything else unknown is *not* guessed.
+#: Module-level and mutated at run time: it is the public table, the process's (SPEC §2).
 MODEL_WINDOWS: dict[str, int] = _shipped()
 
 #: Dated snapshots (``-2024-08-06``, ``-20250514``, Cohere's ``-08-2024``), four- and three-digit

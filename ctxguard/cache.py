@@ -96,13 +96,6 @@ class TwoGenerationCache(Generic[K, V]):
         """The bytes held, as ``weight`` counts them: at most ``max_bytes``."""
         return self._new_bytes + self._old_bytes
 
-    def resize(self, max_bytes: int) -> None:
-        """Hold at most ``max_bytes`` from now on, starting empty (a module's cache given its share
-        of ``CTXGUARD_CACHE_BYTES`` by ``instrument()``)."""
-        with self._lock:
-            self.max_bytes, self._half = max_bytes, max_bytes // 2
-            self._new, self._new_bytes, self._old, self._old_bytes = {}, 0, {}, 0
-
 
 _MISSING: Any = object()
 _peek = OrderedDict.get

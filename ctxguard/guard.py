@@ -28,7 +28,6 @@ from ._isolation import guarded, report_internal_error
 from .call import Call, CallServices
 from .capture import CaptureWriter
 from .checks import CHECK_NAMES
-from .checks import wire as wire_check
 from .config import MAX_CONVERSATIONS, Config
 from .conversation import CONVERSATION_BYTES, ConversationMemory, Scope, current_conversation
 from .digest import Digester
@@ -226,5 +225,4 @@ def inspector_for(config: Config, facts: facts_mod.Sinks) -> Inspector:
     if config.max_conversations != MAX_CONVERSATIONS:
         remembered = max(remembered, config.max_conversations * CONVERSATION_BYTES)
     memory = ConversationMemory(config.max_conversations, max_bytes=remembered)
-    wire_check.set_cache_bytes(budget // 32)
     return Inspector(measurer, memory, Memos(max_bytes=budget * 3 // 16), facts, budget, config.server_windows)

@@ -18,7 +18,7 @@ from . import facts as facts_mod
 from ._isolation import guarded, report_internal_error
 from .budget import BudgetEval
 from .cache import TwoGenerationCache, text_bytes, words_bytes
-from .checks import ANSWER_CHECKS, NEEDS_EXACT, WIRE_CHECKS, Context, Outcome, Skip, outcome, run_checks
+from .checks import ANSWER_CHECKS, NEEDS_EXACT, WIRE_CHECKS, Context, Outcome, Skip, check_caches, outcome, run_checks
 from .conversation import ConversationMemory, Diff, Scope
 from .facts.evaluate import FactView, build_view
 from .facts.index import terms
@@ -28,7 +28,7 @@ from .facts.redis import LedgerSlow
 from .measure import Measurer, shown
 from .memo import Memos
 from .payload import Answer, Payload
-from .pinned import PinnedBlock, find_block
+from .pinned import PinnedBlock, block_cache, find_block
 from .policy import Policy
 from .providers.base import Provider
 from .summaries import LossyNotes
@@ -100,6 +100,10 @@ class Inspector:
         self._words: TwoGenerationCache[str, frozenset[str]] = TwoGenerationCache(
             4_096, cache_bytes // 16, words_bytes
         )
+        #: Pure readings kept between calls, of fixed size (docs/operations.md, "Memory"): pinned
+        #: blocks parsed, and what the checks keep (wire needles, tool runs).
+        self._blocks = block_cache()
+        self.check_caches = check_caches(cache_bytes // 32)  # each wire cache: 1/32 of the budget
 
     # -- before sending -------------------------------------------------
 
@@ -162,6 +166,7 @@ class Inspector:
             first_system=diff.first_system if diff is not None else None,
             in_conversation=diff is not None,
             facts=facts,
+            caches=self.check_caches,
         )
         verdict.outcomes = run_checks(payload, verdict.ctx)
         verdict.violations = [v for o in verdict.outcomes for v in o.violations]
@@ -205,11 +210,10 @@ class Inspector:
             request_window=payload.window,
         )
 
-    @staticmethod
-    def _pinned(payload: Payload, policy: Policy) -> PinnedBlock | None:
+    def _pinned(self, payload: Payload, policy: Policy) -> PinnedBlock | None:
         if policy.pinned is None or payload.unreadable is not None:
             return None
-        return find_block(payload.messages, policy.pinned.marker)
+        return find_block(payload.messages, policy.pinned.marker, self._blocks)
 
     def norm(self, digest: str, text: str) -> str | Chunked:
         """A message's text normalised for fact matching, cached by its digest; a text too

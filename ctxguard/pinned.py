@@ -16,7 +16,7 @@ from .cache import ENTRY_BYTES, TwoGenerationCache, str_bytes
 from .payload import Message
 from .tokens import TokenCounter, default_counter
 
-__all__ = ["PinnedBlock", "find_block", "render_pinned"]
+__all__ = ["PinnedBlock", "block_cache", "find_block", "render_pinned"]
 
 
 def _header(marker: str, entries: int) -> str:
@@ -104,12 +104,16 @@ def _parsed_bytes(key: tuple[str, str], parsed: Parsed) -> int:
     return ENTRY_BYTES + str_bytes(key[0]) + str_bytes(parsed[0])
 
 
-#: The same block is re-sent call after call: parsed once, by the text of the message carrying it.
-_PARSED: TwoGenerationCache[tuple[str, str], Parsed] = TwoGenerationCache(1024, 1024 * 1024, _parsed_bytes)
+def block_cache() -> TwoGenerationCache[tuple[str, str], Parsed]:
+    """For ``find_block``: the same block is re-sent call after call, parsed once, by the text of the
+    message carrying it and the marker (an inspector's)."""
+    return TwoGenerationCache(1024, 1024 * 1024, _parsed_bytes)
 
 
-def find_block(messages: list[Message], marker: str) -> PinnedBlock | None:
-    """The first message carrying ``marker``, parsed; None when no message does.
+def find_block(messages: list[Message], marker: str,
+               cache: TwoGenerationCache[tuple[str, str], Parsed] | None = None) -> PinnedBlock | None:
+    """The first message carrying ``marker``, parsed (kept in ``cache``, if given); None when no
+    message does.
 
     >>> block = render_pinned({"shipping_city": "Pune", "order_id": "A-1041"}, max_tokens=100)
     >>> found = find_block([Message("system", "Be brief.\\n" + block, "digest", 0)], "Pinned facts")
@@ -120,10 +124,12 @@ def find_block(messages: list[Message], marker: str) -> PinnedBlock | None:
     """
     for message in messages:
         if marker in message.text:
+            if cache is None:
+                return PinnedBlock(*_parse(message.text, marker))
             key = (message.text, marker)
-            parsed = _PARSED.get(key)
+            parsed = cache.get(key)
             if parsed is None:
                 parsed = _parse(message.text, marker)
-                _PARSED.put(key, parsed)
+                cache.put(key, parsed)
             return PinnedBlock(*parsed)
     return None

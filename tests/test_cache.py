@@ -16,7 +16,6 @@ from ctxguard.measure import Measurer
 from ctxguard.payload import Answer, Message, RequestView
 from ctxguard.pinned import find_block
 from ctxguard.providers import _read
-from ctxguard.providers import openai as openai_provider
 from ctxguard.providers.openai import PROVIDER as OPENAI
 from ctxguard.telemetry.ids import ExportedIds
 from ctxguard.tokens import Calibration, EstimateCounter
@@ -107,26 +106,27 @@ def test_the_guard_fed_ten_times_its_budget_keeps_at_most_its_budget(harness, mo
     assert kept <= BUDGET
 
 
+BLOCKS = pinned_mod.block_cache()
+
+
 def _pinned(i: int) -> None:
-    find_block([Message("system", f"{text(i)}\n\n[Pinned facts]\n- a: b", f"d{i}", 1)], "Pinned facts")
+    find_block([Message("system", f"{text(i)}\n\n[Pinned facts]\n- a: b", f"d{i}", 1)], "Pinned facts", BLOCKS)
 
 
-def _rendered(i: int) -> None:
-    openai_provider._cached(("tool", text(i)), lambda: text(-i))
-
-
-def _tool_texts(i: int) -> None:
-    _read.tool_texts([{"name": text(i)}], lambda tools: [text(-i)])
+def _rendered_and_read(i: int) -> None:
+    if i % 2:
+        _read.rendering(("tool", text(i)), lambda: text(-i))
+    else:
+        _read.tool_texts([{"name": text(i)}], lambda tools: [text(-i)])
 
 
 @pytest.mark.parametrize(("cache", "feed"), [
-    (pinned_mod._PARSED, _pinned),
-    (openai_provider._RENDERED, _rendered),
-    (_read._TOOL_TEXTS, _tool_texts),
+    (BLOCKS, _pinned),
+    (_read._RENDERINGS, _rendered_and_read),
     (None, lambda i: IDS.id(text(i))),
-], ids=["pinned blocks", "rendered tools", "tools read", "exported ids"])
+], ids=["pinned blocks", "tools rendered and read", "exported ids"])
 def test_the_fixed_caches_fed_ten_times_their_budget_keep_at_most_it(cache, feed):
-    """Caches outside ``CTXGUARD_CACHE_BYTES`` (docs/operations.md, "Memory"): 1 or 2 MiB each."""
+    """Caches outside ``CTXGUARD_CACHE_BYTES`` (docs/operations.md, "Memory"): 1 to 4 MiB each."""
     cache = cache if cache is not None else IDS._cache
     budget = cache.max_bytes
     with traced() as retained:
@@ -139,30 +139,30 @@ def test_the_fixed_caches_fed_ten_times_their_budget_keep_at_most_it(cache, feed
 
 def test_the_wire_needle_caches_fed_ten_times_their_budget_keep_at_most_it():
     """``wire_intact``'s needles (instructions, blocks, fact lines as JSON may encode them) and
-    wholes (fact-carrying messages): 4 MiB each until ``instrument()`` gives them their share
-    (``set_cache_bytes``), however many texts just under the size past which they keep nothing."""
+    wholes (fact-carrying messages): 4 MiB each unless made with a share of ``CTXGUARD_CACHE_BYTES``
+    (an inspector's), however many texts just under the size past which they keep nothing."""
     from ctxguard.checks import wire
 
+    needles, wholes = wire.needle_cache(), wire.whole_cache()
     texts = [f"{i} " + "é" * (wire._WHOLE_CACHED_CHARS - 10) for i in range(10 * 4 * BUDGET // 30_000)]
     with traced() as retained:
         for t in texts:
-            assert wire._carried(t, t.encode())
-            wire._whole(f"d{t[:8]}", t)
+            assert wire._carried(t, t.encode(), needles)
+            wire._whole(f"d{t[:8]}", t, wholes)
         kept = retained()
-    assert wire._needle_cache.bytes <= 4 * BUDGET and wire._wholes.bytes <= 4 * BUDGET
+    assert needles.bytes <= 4 * BUDGET and wholes.bytes <= 4 * BUDGET
     assert kept <= 8 * BUDGET + BUDGET // 4, kept
 
 
 def test_the_tool_runs_fed_ten_times_their_budget_keep_at_most_it():
     """``tool_pairs_intact``'s runs (where each payload with tool refs left off): 1 MiB, however
     many orphans they hold and however long their ids."""
-    from ctxguard.checks import tools
-    from ctxguard.checks.base import Context
+    from ctxguard.checks import Context, check_caches, tools
     from ctxguard.payload import Message, Payload
     from ctxguard.policy import Policy
 
-    ctx = Context(Policy(), None, 0, "n/a", None, False, "n/a")
-    budget = tools._runs.max_bytes
+    ctx = Context(Policy(), None, 0, "n/a", None, False, "n/a", check_caches())
+    budget = ctx.caches.runs.max_bytes
     with traced() as retained:
         for i in range(10 * budget // SIZE):  # 50 orphan calls of 2,000-character ids a payload
             messages = [Message("assistant", "", f"d{i}.{n}", 1, tool_refs=(f"id:tool_call={i}.{n}.{'x' * 2000}",))
@@ -172,7 +172,7 @@ def test_the_tool_runs_fed_ten_times_their_budget_keep_at_most_it():
             assert len(tools.tool_pairs_intact(payload, ctx)) == 50
             del messages, payload
         kept = retained()
-    assert tools._runs.bytes <= budget and kept <= budget, kept
+    assert ctx.caches.runs.bytes <= budget and kept <= budget, kept
 
 
 def test_instrument_gives_the_wire_caches_their_share_of_the_budget(harness, monkeypatch):
@@ -180,10 +180,11 @@ def test_instrument_gives_the_wire_caches_their_share_of_the_budget(harness, mon
     from ctxguard.checks import wire
 
     monkeypatch.setenv("CTXGUARD_CACHE_BYTES", str(BUDGET))
-    harness.start(mode="observe")
+    guard = harness.start(mode="observe")
+    caches = guard._inspector.check_caches
     for i in range(200):  # 200 fact-carrying messages of 16 KB: 6 MiB as JSON escapes them
         t = f"{i} " + "é" * (wire._WHOLE_CACHED_CHARS - 10)
-        wire._whole(f"d{i}", t)
-        wire._carried(t, t.encode())
-    assert wire._wholes.bytes <= BUDGET // 32
-    assert wire._needle_cache.bytes <= BUDGET // 32
+        wire._whole(f"d{i}", t, caches.wholes)
+        wire._carried(t, t.encode(), caches.needles)
+    assert caches.wholes.bytes <= BUDGET // 32
+    assert caches.needles.bytes <= BUDGET // 32

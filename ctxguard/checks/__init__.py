@@ -26,11 +26,11 @@ from collections.abc import Mapping
 from ..payload import Payload
 from ..violations import Violation
 from . import budget, facts, kept, pinned, structure, tools, wire
-from .base import NEEDS_EXACT, UNLISTED, AnswerCheck, Check, Context, Declared, Outcome, Skip, WireCheck
+from .base import NEEDS_EXACT, UNLISTED, AnswerCheck, Check, CheckCaches, Context, Declared, Outcome, Skip, WireCheck
 
 __all__ = [
     "ANSWER_CHECKS", "BY_NAME", "CHECKS", "CHECK_NAMES", "NEEDS_EXACT", "REGISTRY", "WIRE_CHECKS",
-    "Context", "Declared", "Outcome", "Skip", "outcome", "run_checks",
+    "CheckCaches", "Context", "Declared", "Outcome", "Skip", "check_caches", "outcome", "run_checks",
 ]
 
 REGISTRY: tuple[Declared, ...] = (
@@ -60,6 +60,12 @@ WIRE_CHECKS: dict[str, WireCheck] = {c.name: c.judge for c in REGISTRY if c.phas
 ANSWER_CHECKS: dict[str, AnswerCheck] = {
     c.name: c.judge for c in REGISTRY if c.phase == "answer"  # type: ignore[misc]
 }
+
+
+def check_caches(wire_bytes: int = 4 << 20) -> CheckCaches:
+    """New caches for the checks that keep what they read between calls (an inspector's); each wire
+    cache within ``wire_bytes``."""
+    return CheckCaches(wire.needle_cache(wire_bytes), wire.whole_cache(wire_bytes), tools.run_cache())
 
 
 def run_checks(payload: Payload, ctx: Context) -> list[Outcome]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from ..budget import BudgetEval
+from ..cache import TwoGenerationCache
 from ..facts.evaluate import FactView
 from ..payload import Answer, Payload
 from ..pinned import PinnedBlock
@@ -14,7 +15,8 @@ from ..policy import Policy
 from ..violations import Violation
 
 __all__ = [
-    "NEEDS_EXACT", "UNLISTED", "AnswerCheck", "Check", "Context", "Declared", "Outcome", "Phase", "Skip", "WireCheck",
+    "NEEDS_EXACT", "UNLISTED", "AnswerCheck", "Check", "CheckCaches", "Context", "Declared", "Outcome", "Phase",
+    "Skip", "WireCheck",
 ]
 
 
@@ -32,6 +34,20 @@ UNLISTED = Skip("")
 NEEDS_EXACT = Skip("not counted exactly")
 
 
+class CheckCaches:
+    """What the checks keep between calls, each cache bounded in entries and bytes: ``wire_intact``'s
+    needles (a protected text -> how JSON may write it, whole and line by line) and wholes (a
+    fact-carrying message's digest -> how JSON may write it), ``tool_pairs_intact``'s runs (a payload
+    digest -> where the check left off). Made by ``checks.check_caches()`` and owned by an
+    ``Inspector``, so by an installation: gone with ``uninstrument()``, never the process's."""
+
+    __slots__ = ("needles", "runs", "wholes")
+
+    def __init__(self, needles: TwoGenerationCache[str, Any], wholes: TwoGenerationCache[str, Any],
+                 runs: TwoGenerationCache[str, Any]) -> None:
+        self.needles, self.wholes, self.runs = needles, wholes, runs
+
+
 @dataclass(slots=True)
 class Context:
     """What the checks need beyond the payload, derived once per call."""
@@ -43,6 +59,7 @@ class Context:
     first_system: str | None  # digest of the conversation's first system instruction
     in_conversation: bool
     facts: FactView | str  # a string is the reason facts cannot be judged
+    caches: CheckCaches  # the inspector's
 
 
 @dataclass(slots=True, frozen=True)

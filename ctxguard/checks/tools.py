@@ -19,7 +19,7 @@ from ..payload import TOOL_CALL, TOOL_REFS, TOOL_RESULT, Payload
 from ..violations import Violation
 from .base import Context, Skip
 
-__all__ = ["ELSEWHERE", "tool_pairs_intact"]
+__all__ = ["ELSEWHERE", "run_cache", "tool_pairs_intact"]
 
 _CALL, _RESULT, _KIND = len(TOOL_CALL), len(TOOL_RESULT), len(TOOL_REFS)
 _SHORT = 40  # characters of an id or a name in a violation's detail
@@ -88,9 +88,10 @@ def _run_bytes(digest: str, run: _Run) -> int:
 _RUN_BYTES, _PENDING_BYTES, _VIOLATION_BYTES = 400, 150, 400
 
 
-#: The last run of each payload with tool refs, by its digest (a digest names its messages, so a
-#: run found is the run of these messages; the rest of what it depends on is compared).
-_runs: TwoGenerationCache[str, _Run] = TwoGenerationCache(4096, 1 << 20, _run_bytes)
+def run_cache() -> TwoGenerationCache[str, _Run]:
+    """The last run of each payload with tool refs, by its digest (a digest names its messages, so a
+    run found is the run of these messages; the rest of what it depends on is compared)."""
+    return TwoGenerationCache(4096, 1 << 20, _run_bytes)
 
 
 def tool_pairs_intact(payload: Payload, ctx: Context) -> list[Violation] | Skip:
@@ -99,21 +100,23 @@ def tool_pairs_intact(payload: Payload, ctx: Context) -> list[Violation] | Skip:
     if first is None:  # no message has tool refs: the whole cost on most payloads
         return [] if elsewhere is None else Skip(elsewhere)
     adjacent = payload.tool_results != "later"
-    run = _runs.get(payload.extends) if payload.extends is not None else None
+    runs = ctx.caches.runs
+    run = runs.get(payload.extends) if payload.extends is not None else None
     if (run is not None and run.adjacent == adjacent and run.length <= len(payload.messages)
             and run.unjudged == (ELSEWHERE if run.stored else elsewhere)):
         if run.length == len(payload.messages):  # the same messages again
             return run.verdict if isinstance(run.verdict, Skip) else run.verdict[:]
-        found = _judge(payload, adjacent, run.stored, run)
+        found = _judge(payload, adjacent, run.stored, run, runs)
         if found is not None:
             return found
-    found = _judge(payload, adjacent, False, None)
+    found = _judge(payload, adjacent, False, None, runs)
     if found is None:  # a message stands for stored items: judged again, knowing it
-        found = _judge(payload, adjacent, True, None) or []  # never None with ``stored``
+        found = _judge(payload, adjacent, True, None, runs) or []  # never None with ``stored``
     return found
 
 
-def _judge(payload: Payload, adjacent: bool, stored: bool, run: _Run | None) -> list[Violation] | Skip | None:
+def _judge(payload: Payload, adjacent: bool, stored: bool, run: _Run | None,
+           runs: TwoGenerationCache[str, _Run]) -> list[Violation] | Skip | None:
     """The verdict, from ``run`` on if given, else from the first message with tool refs. ``stored``:
     whether a message stands for stored items (``TOOL_ELSEWHERE``); None if one is found while
     that is False (results before it were judged as if every call were in the payload)."""
@@ -146,8 +149,8 @@ def _judge(payload: Payload, adjacent: bool, stored: bool, run: _Run | None) -> 
         pending.clear()  # a stored item may be any call's output, too
     _unanswered(pending, violations, adjacent)
     verdict: list[Violation] | Skip = violations if violations else Skip(unjudged) if unjudged is not None else []
-    _runs.put(payload.digest, _Run(adjacent, unjudged, stored, len(messages), previous, *kept,
-                                   verdict[:] if isinstance(verdict, list) else verdict))
+    runs.put(payload.digest, _Run(adjacent, unjudged, stored, len(messages), previous, *kept,
+                                  verdict[:] if isinstance(verdict, list) else verdict))
     return verdict
 
 

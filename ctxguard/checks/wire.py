@@ -72,29 +72,30 @@ def _needles_bytes(text: str, needles: tuple[_Needle, ...]) -> int:
     return getsizeof(text) + sum(map(_needle_bytes, needles))
 
 
-#: The same instruction and block are sent call after call: their needles are kept, keyed by
-#: the text, within a budget in bytes (the text counted with its encodings): 4 MiB until
-#: ``instrument()`` gives them their share of ``CTXGUARD_CACHE_BYTES`` (``set_cache_bytes``).
-_needle_cache: TwoGenerationCache[str, tuple[_Needle, ...]] = TwoGenerationCache(256, 4 << 20, _needles_bytes)
+def needle_cache(max_bytes: int = 4 << 20) -> TwoGenerationCache[str, tuple[_Needle, ...]]:
+    """The same instruction and block are sent call after call: their needles are kept, keyed by
+    the text, within ``max_bytes`` (the text counted with its encodings; an inspector's is its
+    share of ``CTXGUARD_CACHE_BYTES``)."""
+    return TwoGenerationCache(256, max_bytes, _needles_bytes)
 
 
-def _needles(text: str) -> tuple[_Needle, ...]:
+def _needles(text: str, cache: TwoGenerationCache[str, tuple[_Needle, ...]]) -> tuple[_Needle, ...]:
     """(the whole text; then each non-empty line of it)."""
-    found = _needle_cache.get(text)
+    found = cache.get(text)
     if found is None:
         lines = (line for line in (raw.strip() for raw in text.splitlines()) if line)
         found = (_Needle(text), *(_Needle(line) for line in lines))
-        _needle_cache.put(text, found)
+        cache.put(text, found)
     return found
 
 
-def _carried(text: str, body: bytes) -> bool:
+def _carried(text: str, body: bytes, cache: TwoGenerationCache[str, tuple[_Needle, ...]]) -> bool:
     if len(text) > _WHOLE_CACHED_CHARS:  # not kept: an instruction of 100 MB is not cached 256 times over
         if _in_one_piece(text, body):
             return True
         stripped = (line for line in (raw.strip() for raw in text.splitlines()) if line)
         return all(_Needle(line).found_in(body) for line in stripped)
-    whole, *lines = _needles(text)
+    whole, *lines = _needles(text, cache)
     # The whole text in one piece carries every line: one search instead of one per line.
     return whole.found_in(body) or all(line.found_in(body) for line in lines)
 
@@ -103,13 +104,13 @@ def wire_intact(payload: Payload, ctx: Context, body: bytes) -> list[Violation]:
     """The system instruction and pinned block passed to the SDK, missing from ``body`` as sent."""
     violations = []
     system = payload.system
-    system_carried = system is not None and _carried(system.text, body)
+    system_carried = system is not None and _carried(system.text, body, ctx.caches.needles)
     if system is not None and not system_carried:
         violations.append(Violation("wire_intact", "the system instruction passed is not in the body sent"))
     pinned = ctx.pinned
     # A block inside an instruction that went out whole went out with it.
     inside = system_carried and system is not None and pinned is not None and pinned.text in system.text
-    if pinned is not None and not inside and not _carried(pinned.text, body):
+    if pinned is not None and not inside and not _carried(pinned.text, body, ctx.caches.needles):
         violations.append(Violation("wire_intact", "the pinned block passed is not in the body sent"))
     if isinstance(ctx.facts, FactView):
         violations.extend(_facts_on_the_wire(payload, ctx, ctx.facts, body))
@@ -138,10 +139,10 @@ def _facts_on_the_wire(payload: Payload, ctx: Context, view: FactView, body: byt
             continue
         if len(message.text) > LARGE_TEXT:
             continue  # too large to split into lines and normalise each: its facts are not judged here
-        if _whole(message.digest, message.text).found_in(body):
+        if _whole(message.digest, message.text, ctx.caches.wholes).found_in(body):
             continue
         for version, lines in _lines_holding(message.text, versions):
-            if lines and not all(_carried(line, body) for line in lines):
+            if lines and not all(_carried(line, body, ctx.caches.needles) for line in lines):
                 violations.append(Violation(
                     "wire_intact", f"{version.label} passed is not in the body sent", version.fact_id))
     if violations:
@@ -194,23 +195,18 @@ def _whole_bytes(digest: str, needle: _Needle) -> int:
     return _needle_bytes(needle)
 
 
-_wholes: TwoGenerationCache[str, _Needle] = TwoGenerationCache(2_048, 4 << 20, _whole_bytes)
+def whole_cache(max_bytes: int = 4 << 20) -> TwoGenerationCache[str, _Needle]:
+    """Fact-carrying messages, whole, by their digest (up to ``_WHOLE_CACHED_CHARS``), within ``max_bytes``."""
+    return TwoGenerationCache(2_048, max_bytes, _whole_bytes)
 
 
-def set_cache_bytes(max_bytes: int) -> None:
-    """Each of the two wire caches (needles, wholes) holds at most ``max_bytes`` from now on, and
-    starts empty (``instrument()``: their shares of ``CTXGUARD_CACHE_BYTES``)."""
-    _needle_cache.resize(max_bytes)
-    _wholes.resize(max_bytes)
-
-
-def _whole(digest: str, text: str) -> _Needle:
+def _whole(digest: str, text: str, cache: TwoGenerationCache[str, _Needle]) -> _Needle:
     if len(text) > _WHOLE_CACHED_CHARS:
         return _Needle(text)
-    needle = _wholes.get(digest)
+    needle = cache.get(digest)
     if needle is None:
         needle = _Needle(text)
-        _wholes.put(digest, needle)
+        cache.put(digest, needle)
     return needle
 
 

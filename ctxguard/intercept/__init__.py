@@ -121,11 +121,11 @@ def _http_results() -> HttpResults:
     return installation.http_results if installation is not None else HttpResults()
 
 
+@transparent
 def _sync_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
     api = site.api
     shared = provider.family if isinstance(provider.family, SharedDispatch) else None
 
-    @transparent
     def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         guard = _guard_for()
         if guard is None:
@@ -159,10 +159,10 @@ def _sync_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
     return wrapper
 
 
+@transparent
 def _async_wrapper(provider: Provider, site: CallSite, patched: Site) -> Any:
     api = site.api
 
-    @transparent
     async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         guard = _guard_for()
         if guard is None:

@@ -45,10 +45,10 @@ def _sent(request: Any) -> bytes | bytearray | None:
     return value if isinstance(value, (bytes, bytearray)) else None
 
 
+@transparent
 def send(unguarded: Unguarded) -> Any:
     """The wrapper of ``ClientRequest.send(conn)``."""
 
-    @transparent
     async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         if instance.method != "POST":
             return await wrapped(*args, **kwargs)
@@ -184,7 +184,7 @@ class _Content(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]
         return _iterator(self.readany)
 
     def iter_chunks(self) -> Any:
-        return _Chunks(self)
+        return _ContentChunks(self)
 
     def __del__(self) -> None:
         seen = getattr(self, "_self_seen", None)
@@ -199,13 +199,13 @@ def _iterator(read: Any) -> Any:
     return AsyncStreamIterator(read)
 
 
-class _Chunks:
+class _ContentChunks:
     """``iter_chunks()`` on the stand-in: ``(data, end of an HTTP chunk)`` until ``(b"", False)``."""
 
     def __init__(self, content: _Content) -> None:
         self._content = content
 
-    def __aiter__(self) -> _Chunks:
+    def __aiter__(self) -> _ContentChunks:
         return self
 
     async def __anext__(self) -> tuple[bytes, bool]:

@@ -64,9 +64,9 @@ class _Tap:
             seen.end("abandoned")
 
 
+@transparent
 def _sync_tap(base: type) -> type:
     class SyncTap(_Tap, base):  # type: ignore[misc,valid-type]
-        @transparent
         def __iter__(self) -> Any:
             seen = self._seen
             try:
@@ -80,7 +80,6 @@ def _sync_tap(base: type) -> type:
                 raise
             seen.end("complete")
 
-        @transparent
         def close(self) -> None:
             try:
                 self._inner.close()
@@ -90,9 +89,9 @@ def _sync_tap(base: type) -> type:
     return SyncTap
 
 
+@transparent
 def _async_tap(base: type) -> type:
     class AsyncTap(_Tap, base):  # type: ignore[misc,valid-type]
-        @transparent
         async def __aiter__(self) -> Any:
             seen = self._seen
             try:
@@ -106,7 +105,6 @@ def _async_tap(base: type) -> type:
                 raise
             seen.end("complete")
 
-        @transparent
         async def aclose(self) -> None:
             try:
                 await self._inner.aclose()

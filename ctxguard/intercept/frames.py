@@ -32,7 +32,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: The code of every ctxguard function that runs between the app and the SDK, and of wrapt's
 #: calls into them when wrapt runs without its C extension (a method's wrapper, bound to its
-#: instance or called through the class): Python frames too then.
+#: instance or called through the class): Python frames too then. Module-level, filled as
+#: ctxguard's modules are imported (``transparent``), and never changed after: the code objects
+#: are the modules' own, whichever installation runs them.
 _CODES: set[CodeType] = {
     call.__code__
     for kind in (wrapt.FunctionWrapper, wrapt.BoundFunctionWrapper, wrapt.PartialCallableObjectProxy)
@@ -42,8 +44,14 @@ _CODES: set[CodeType] = {
 
 
 def transparent(function: F) -> F:
-    """Mark ``function`` as one whose frame a warning's ``stacklevel`` does not count."""
-    _CODES.add(function.__code__)
+    """Mark ``function``, and every function defined inside it, as one whose frame a warning's
+    ``stacklevel`` does not count. On a factory (a wrapper's, a tap class's), at import: the
+    functions it makes at run time share the code objects marked here."""
+    codes = [function.__code__]
+    while codes:
+        code = codes.pop()
+        _CODES.add(code)
+        codes.extend(const for const in code.co_consts if isinstance(const, CodeType))
     return function
 
 

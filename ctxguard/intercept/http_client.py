@@ -56,11 +56,11 @@ def _sent(body: Any, encoding: str) -> bytes | bytearray | None:
     return None  # a file, an iterable: streamed unread
 
 
+@transparent
 def request(unguarded: Unguarded, encoding: str) -> Any:
     """The wrapper of a connection's ``request(method, url, body=None, ...)``; ``encoding``: how
     that client encodes a string body."""
 
-    @transparent
     def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         method = args[0] if args else kwargs.get("method")
         if method != "POST":

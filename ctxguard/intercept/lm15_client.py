@@ -37,10 +37,10 @@ def _leaving(unguarded: Unguarded, args: Any, kwargs: Any) -> Ours | None:
     return None if path is None else leaving(unguarded, path, lambda: request.body)
 
 
+@transparent
 def stream(unguarded: Unguarded) -> Any:
     """The wrapper of ``StdlibTransport.stream(request)``."""
 
-    @transparent
     def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         ours = _leaving(unguarded, args, kwargs)
         if ours is None:
@@ -58,10 +58,10 @@ def stream(unguarded: Unguarded) -> Any:
     return wrapper
 
 
+@transparent
 def async_stream(unguarded: Unguarded) -> Any:
     """The wrapper of ``StdlibAsyncTransport._do_stream(request)``."""
 
-    @transparent
     async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         ours = _leaving(unguarded, args, kwargs)
         if ours is None:

@@ -151,13 +151,13 @@ async def async_send(unguarded: Unguarded, wrapped: Any, instance: Any, args: An
     return response
 
 
+@transparent
 def body_send(provider: Provider, attribute: str) -> Any:
     """The wrapper of an SDK's own transport (``Provider.transport``: botocore's
     ``URLLib3Session.send``, after signing): the request's ``attribute`` is the body as sent,
     handed to that provider's call in flight. Requests no call of its is in flight for (another
     AWS service's, credentials being fetched) pass untouched."""
 
-    @transparent
     def send(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         call = IN_FLIGHT.get()
         if call is not None and call.provider is provider:

@@ -3,6 +3,7 @@ TypedDicts and the SDKs' "not given" sentinels all read the same way."""
 
 from __future__ import annotations
 
+import functools
 import json
 import marshal
 import re
@@ -19,32 +20,27 @@ SENTINELS = frozenset({"NotGiven", "Omit", "Unset"})
 ROLE_MAX = 32
 
 
-#: type -> whether it is a Mapping. ``isinstance(obj, Mapping)`` is an ABC check, several
-#: times a dict look-up; the SDKs' response and parameter types are few and fixed.
-_MAPPINGS: dict[type, bool] = {dict: True}
+#: The types most values read are: never an SDK's "not given" sentinel. ``__name__`` of a built-in
+#: type builds a new string on every call; of a class (an SDK's sentinel), it is a look-up.
+_PLAIN = frozenset({type(None), str, int, float, bool, list, dict, tuple})
 
 
-#: type -> whether it is one of the SDKs' "not given" sentinels (by name: both SDKs have their
-#: own). ``type(value).__name__`` of a built-in type builds a new string on every call.
-_SENTINEL_TYPES: dict[type, bool] = {type(None): False, str: False, int: False, list: False, dict: False}
+@functools.lru_cache(maxsize=1024)
+def _is_mapping(cls: type) -> bool:
+    """Whether ``cls`` is a Mapping, memoised per type: ``issubclass`` with an ABC is several times a
+    dict look-up, and the SDKs' response and parameter types are few and fixed."""
+    return issubclass(cls, Mapping)
 
 
 def get(obj: Any, key: str) -> Any:
-    cls = type(obj)
-    mapping = _MAPPINGS.get(cls)
-    if mapping is None:
-        mapping = isinstance(obj, Mapping)
-        # Not for proxies (``__class__`` other than the type): isinstance looks through them.
-        if obj.__class__ is cls and len(_MAPPINGS) < 1024:
-            _MAPPINGS[cls] = mapping
-    value = obj.get(key) if mapping else getattr(obj, key, None)
+    cls: Any = type(obj)
+    # A proxy's ``__class__`` is what it stands for: isinstance looks through it, issubclass does not.
+    if cls is dict or _is_mapping(cls) or (obj.__class__ is not cls and isinstance(obj, Mapping)):
+        value = obj.get(key)
+    else:
+        value = getattr(obj, key, None)
     kind = type(value)
-    sentinel = _SENTINEL_TYPES.get(kind)
-    if sentinel is None:
-        sentinel = kind.__name__ in SENTINELS
-        if len(_SENTINEL_TYPES) < 1024:
-            _SENTINEL_TYPES[kind] = sentinel
-    return None if sentinel else value
+    return None if kind not in _PLAIN and kind.__name__ in SENTINELS else value
 
 
 def as_int(value: Any) -> int | None:
@@ -202,15 +198,27 @@ def exact_key(value: Any) -> bytes | None:
 Reader = Callable[[list[Any] | tuple[Any, ...]], list[str]]
 
 
-def _texts_bytes(key: tuple[Reader, bytes], texts: tuple[str, ...]) -> int:
-    return ENTRY_BYTES + len(key[1]) + sum(map(str_bytes, texts))
+def _rendering_bytes(key: tuple[Any, Any], value: str | tuple[str, ...]) -> int:
+    inner = key[1]  # ``exact_key``'s bytes, canonical JSON or a pydantic class
+    size = ENTRY_BYTES + (len(inner) if isinstance(inner, bytes) else str_bytes(inner) if isinstance(inner, str) else 0)
+    return size + (str_bytes(value) if isinstance(value, str) else sum(map(str_bytes, value)))
 
 
-#: (reader, ``exact_key(tools)``) -> what that reader read them as: apps send the same tools on every
-#: call, and reading them (canonical JSON, a rendering) costs a quarter of an agent's call. Keyed by
-#: the reader too: the same tools read as OpenAI renders them and as canonical JSON differ.
-_TOOL_TEXTS: TwoGenerationCache[tuple[Reader, bytes], tuple[str, ...]] = TwoGenerationCache(
-    256, 2 * 1024 * 1024, _texts_bytes)
+#: Tools and response formats as a provider reads them (canonical JSON, OpenAI's rendering), by
+#: ``(reader or kind, exact key or canonical JSON)``: apps send the same tools on every call, and
+#: reading them costs a quarter of an agent's call. Keyed by the reader too: the same tools read as
+#: OpenAI renders them and as canonical JSON differ. A memo of pure functions, so the process's,
+#: not an installation's; bounded in entries and bytes (schemas can be large).
+_RENDERINGS: TwoGenerationCache[tuple[Any, Any], Any] = TwoGenerationCache(1280, 4 * 1024 * 1024, _rendering_bytes)
+
+
+def rendering(key: tuple[Any, Any], render: Callable[[], str]) -> str:
+    """``render()``, kept by ``key`` (``(kind, the rendered value's exact key or canonical JSON)``)."""
+    text: str | None = _RENDERINGS.get(key)
+    if text is None:
+        text = render()
+        _RENDERINGS.put(key, text)
+    return text
 
 
 def tool_texts(tools: list[Any] | tuple[Any, ...], read: Reader) -> list[str]:
@@ -220,10 +228,10 @@ def tool_texts(tools: list[Any] | tuple[Any, ...], read: Reader) -> list[str]:
     if exact is None:
         return read(tools)
     key = (read, exact)
-    cached = _TOOL_TEXTS.get(key)
+    cached: tuple[str, ...] | None = _RENDERINGS.get(key)
     if cached is None:
         cached = tuple(read(tools))
-        _TOOL_TEXTS.put(key, cached)
+        _RENDERINGS.put(key, cached)
     return list(cached)
 
 

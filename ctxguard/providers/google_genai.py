@@ -15,6 +15,7 @@ schema. Who a call reaches is read off its client: the Gemini Developer API or V
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -334,24 +335,16 @@ def _tools(tools: Any, view: RequestView, how: GeminiCounting) -> None:
 GEMINI_API = "gcp.gemini"
 VERTEX_AI = "gcp.vertex_ai"
 _UNSET = object()
-#: Base URL -> (host, port): a client's URL is one string, read on every call.
-_SERVERS: dict[str, tuple[str | None, int | None]] = {}
-
-
+@functools.lru_cache(maxsize=256)
 def _server(url: str) -> tuple[str | None, int | None]:
-    """``server.address`` and ``server.port`` of a base URL (443 or 80 by scheme when it names none)."""
-    found = _SERVERS.get(url)
-    if found is None:
-        try:
-            parts = urlsplit(url)
-            found = (parts.hostname, parts.port or (80 if parts.scheme == "http" else 443)) if parts.hostname else (
-                None, None)
-        except ValueError:  # a malformed URL (a bad port): the SDK's own request fails on it
-            found = (None, None)
-        if len(_SERVERS) >= 256:
-            _SERVERS.clear()
-        _SERVERS[url] = found
-    return found
+    """``server.address`` and ``server.port`` of a base URL (443 or 80 by scheme when it names none),
+    memoised per URL: a client's URL is one string, read on every call."""
+    try:
+        parts = urlsplit(url)
+        return (parts.hostname, parts.port or (80 if parts.scheme == "http" else 443)) if parts.hostname else (
+            None, None)
+    except ValueError:  # a malformed URL (a bad port): the SDK's own request fails on it
+        return None, None
 
 
 #: ``GenerateContentConfig``'s sampling parameters -> ``RequestView.settings``.

@@ -86,6 +86,8 @@ def _by_class(cls: type) -> str | None:
 
 #: Per base URL object (kept, so its id is not reused while cached): ``(url, client class,
 #: identity)``. A client's URL object is replaced when its base URL is (``client.base_url = ...``).
+#: A memo of a pure function, so the process's: keyed by identity (hashing an ``httpx.URL`` formats
+#: it), which ``functools.lru_cache`` cannot do; at most ``_MAX`` entries, cleared whole past it.
 _urls: dict[int, tuple[Any, type, Identity | None]] = {}
 _MAX = 256
 

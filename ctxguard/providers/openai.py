@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from ..cache import TwoGenerationCache, str_bytes, text_bytes
 from ..memo import Memo
 from ..payload import (
     CHOICES_KEPT,
@@ -38,6 +37,7 @@ from ._read import (
     items,
     jsonable,
     output_type,
+    rendering,
     settings,
     structured_parts,
     tool_texts,
@@ -214,17 +214,6 @@ _TOOLS_FRAME = "# Tools\n\n## functions\n\nnamespace functions {\n\n} // namespa
 _TS_DEPTH = 8
 
 
-def _rendered_bytes(key: tuple[str, Any], text: str) -> int:
-    inner = key[1]  # canonical JSON, ``exact_key``'s bytes or a pydantic class
-    if isinstance(inner, bytes):
-        return text_bytes(key, text) + len(inner)
-    return text_bytes(key, text) + (str_bytes(inner) if isinstance(inner, str) else 0)
-
-
-#: (kind, canonical JSON of a tool or format) -> its rendering (apps send the same tools every call).
-_RENDERED: TwoGenerationCache[tuple[str, Any], str] = TwoGenerationCache(1024, 2 * 1024 * 1024, _rendered_bytes)
-
-
 def _typescript(schema: Any, depth: int = 0) -> str:
     """A JSON schema as the TypeScript type OpenAI renders it as."""
     if not isinstance(schema, Mapping) or depth > _TS_DEPTH:
@@ -294,14 +283,6 @@ def _format_text(format_: Any) -> str | None:
     return "\n".join(lines)
 
 
-def _cached(key: Any, render: Callable[[], str]) -> str:
-    text = _RENDERED.get(key)
-    if text is None:
-        text = render()
-        _RENDERED.put(key, text)
-    return text
-
-
 def _tools(tools: Any, view: RequestView) -> None:
     """Function tools as OpenAI renders them; any other tool (web search, MCP, a custom grammar) as
     canonical JSON, its nearest stand-in."""
@@ -325,7 +306,7 @@ def _tool_texts(tools: list[Any] | tuple[Any, ...]) -> list[str]:
             texts.append(canonical(tool))
             continue
         functions += 1
-        texts.append(_cached(("tool", canonical(function)), functools.partial(_function_text, function)))
+        texts.append(rendering(("tool", canonical(function)), functools.partial(_function_text, function)))
     if functions:
         texts.append(_TOOLS_FRAME)
     return texts
@@ -352,7 +333,7 @@ def _response_format(value: Any, api: str, view: RequestView) -> None:
         return
     try:
         key = ("format", value if isinstance(value, type) else exact_key(value) or canonical(value))
-        text = _cached(key, lambda: _format_text(_parsed_format(value, api)) or "")
+        text = rendering(key, lambda: _format_text(_parsed_format(value, api)) or "")
     except Exception:  # a schema the SDK itself will refuse to convert: its error reaches the app
         return
     if text:

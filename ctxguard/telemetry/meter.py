@@ -222,6 +222,9 @@ def _version() -> str:
 
 
 _lock = forksafe.lock()
+# The instruments of each meter provider, made once per provider: an instrument cannot be removed
+# from one, so instrument() again with it must count on the same ones; the provider outlives
+# installations. Weak: a provider gone takes its instruments with it.
 _by_provider: weakref.WeakKeyDictionary[Any, Meters] = weakref.WeakKeyDictionary()
 
 

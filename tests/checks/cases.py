@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from ctxguard.budget import BudgetEval
-from ctxguard.checks import BY_NAME, Context, Skip
+from ctxguard.checks import BY_NAME, Context, Skip, check_caches
 from ctxguard.conversation import Scope
 from ctxguard.digest import Digester
 from ctxguard.facts.evaluate import FactView, build_view
@@ -125,7 +125,7 @@ def context(
         pinned = find_block(p.messages, policy.pinned.marker)
     if pinned_tokens is None:
         pinned_tokens = _MEASURER.tokens(pinned.text) if pinned is not None else 0
-    return Context(policy, pinned, pinned_tokens, budget, first_system, in_conversation, facts)
+    return Context(policy, pinned, pinned_tokens, budget, first_system, in_conversation, facts, check_caches())
 
 
 @dataclass(frozen=True)

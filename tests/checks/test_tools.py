@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxguard.checks import CHECKS, Context, Skip
+from ctxguard.checks import CHECKS, Context, Skip, check_caches
 from ctxguard.checks.tools import ELSEWHERE, tool_pairs_intact
 from ctxguard.digest import Digester
 from ctxguard.measure import Measurer
@@ -26,7 +26,7 @@ from tests.builder.helpers import anthropic_problems, openai_orphans
 from tests.conftest import KEY
 
 CTX = Context(policy=Policy(), pinned=None, pinned_tokens=0, budget="n/a", first_system=None,
-              in_conversation=False, facts="n/a")
+              in_conversation=False, facts="n/a", caches=check_caches())
 MEASURER = Measurer(Digester(KEY), EstimateCounter(), Calibration())
 ADAPTERS = {"chat": (openai.ADAPTER, "chat.completions"), "responses": (openai.ADAPTER, "responses"),
             "anthropic": (anthropic.ADAPTER, "messages"), "gemini": (google_genai.ADAPTER, "generate_content")}

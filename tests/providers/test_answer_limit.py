@@ -18,7 +18,7 @@ import pytest
 
 import ctxguard
 from ctxguard import payload
-from ctxguard.intercept import bodies, carriers
+from ctxguard.intercept import bodies
 from ctxguard.payload import UNREAD
 from ctxguard.providers import BY_DISTRIBUTION, PROVIDERS
 from ctxguard.testing import FakeLLM, Reply
@@ -68,7 +68,7 @@ def held(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
             super().__init__(reader)
             made.append(self)
 
-    monkeypatch.setattr(carriers, "EventBody", Events)
+    monkeypatch.setattr(bodies, "EventBody", Events)  # body_reader makes it
 
     def weigh() -> int:
         assert made, "no stream reader was made"

@@ -1,15 +1,7 @@
-"""A loopback fake LLM server that speaks each provider's wire format, behind the real SDKs.
-
-Mocked SDK objects never exercise what ctxguard depends on: the bytes the real SDKs send and the
-way they parse answers, streams included. This server answers them over real HTTP, deterministic,
-offline and free, the way the providers answer: usage grows with what the model reads and says
-(``tokens``, ``media``), ids look real and are recorded (``FakeLLM.responses``), streams carry each
-provider's framing and fail the way real ones do, errors carry each provider's body.
-
-One module per wire format (``openai_chat``, ``openai_responses``, ``anthropic_messages``, ``gemini``,
-``mistral``, ``ollama``, ``cohere``, ``bedrock``), each declaring a ``wire.WireFormat`` listed in
-``registry.FORMATS``; the server, the records and the writers are shared and name no API.
-Standard library only: importing it drags no dependency into the library or its tests.
+"""A loopback fake LLM server that speaks each provider's wire format, behind the real SDKs: over
+real HTTP, deterministic, offline, the way the providers answer (docs/testing.md). One module per
+wire format, each declaring a ``wire.WireFormat`` listed in ``registry.FORMATS``; the server, the
+records and the writers are shared and name no API. Standard library only.
 
 Usage::
 

@@ -179,4 +179,5 @@ FORMAT = WireFormat(
     json=SPACED,
     framing=sse(),
     headers=request_id_header("request-id"),
+    address=("anthropic_base_url", ""),
 )

@@ -211,6 +211,7 @@ CONVERSE = WireFormat(
     framing=_EVENTSTREAM,
     headers=_headers,
     model_in_path=_model_in_path,
+    address=("bedrock_endpoint_url", ""),
 )
 
 # -- InvokeModel ---------------------------------------------------------------------------------------

@@ -182,4 +182,5 @@ FORMAT = WireFormat(
     framing=sse(),
     headers=request_id_header("x-request-id"),
     broken=BROKEN,
+    address=("cohere_base_url", ""),
 )

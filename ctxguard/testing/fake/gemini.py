@@ -16,7 +16,7 @@ from typing import Any
 from . import media
 from .framing import INDENTED, sse
 from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, schemas_tokens
-from .wire import BASE64URL, HEX, Drop, Event, Events, Exchange, WireFormat, no_headers, phrase, split
+from .wire import BASE64URL, HEX, Drop, Event, Events, Exchange, WireFormat, phrase, split
 
 FAILURE_STATUS = 503
 ERRORS: dict[int, tuple[str, str]] = {
@@ -146,6 +146,6 @@ FORMAT = WireFormat(
     failure_status=FAILURE_STATUS,
     json=INDENTED,
     framing=sse((", ", ": ")),
-    headers=no_headers,
     model_in_path=model_in_path,
+    address=("gemini_base_url", ""),
 )

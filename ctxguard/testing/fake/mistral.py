@@ -166,4 +166,5 @@ FORMAT = WireFormat(
     framing=sse(),
     headers=request_id_header("x-kong-request-id"),
     broken=BROKEN,
+    address=("mistral_base_url", "/mistral"),
 )

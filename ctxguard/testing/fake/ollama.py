@@ -19,9 +19,12 @@ from typing import Any
 from . import media
 from .framing import Json, ndjson
 from .tokens import FRAME_TOKENS, read_tokens, schemas_tokens
-from .wire import HEX, Drop, Event, Events, Exchange, WireFormat, no_headers, phrase, split
+from .wire import HEX, Drop, Event, Events, Exchange, WireFormat, phrase, split
 
 FAILURE_STATUS = 500
+#: The context window an Ollama server gives a request without ``options.num_ctx``: its default below
+#: 24 GiB of VRAM (0.15.5 and later). ``FakeLLM.ollama_num_ctx`` sets the server's own.
+OLLAMA_NUM_CTX = 4096
 ERRORS: dict[int, str] = {
     400: "invalid request",
     404: 'model "{model}" not found, try pulling it first',
@@ -178,8 +181,9 @@ FORMAT = WireFormat(
     failure_status=FAILURE_STATUS,
     json=Json("application/json; charset=utf-8", go_json),
     framing=ndjson(go_json),
-    headers=no_headers,
     # Checked before any model is looked for.
     refuse=lambda ex: None if ex.payload.get("model") else "model is required",
     truncated_tokens=lambda ex: _prompt(ex)[1],
+    address=("ollama_host", ""),
+    server_window=("ollama_num_ctx", OLLAMA_NUM_CTX),
 )

@@ -63,6 +63,12 @@ def error(ex: Exchange, status: int, message: str | None) -> tuple[dict[str, Any
     return body, err_type
 
 
+def invalid_url(method: str, path: str) -> tuple[dict[str, Any], str]:
+    """The service's answer (404) to a route it does not have."""
+    error = {"message": f"Invalid URL ({method} {path})", "type": "invalid_request_error", "param": None, "code": None}
+    return {"error": error}, "invalid_request_error"
+
+
 def request_id(ex: Exchange) -> str:
     return "req_" + ex.ident("request", HEX, 32)
 
@@ -227,4 +233,5 @@ FORMAT = WireFormat(
     framing=sse(),
     headers=request_id_header("x-request-id"),
     truncated_tokens=truncated_tokens,
+    address=("base_url", "/v1"),
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from . import anthropic_messages, bedrock, cohere, gemini, mistral, ollama, openai_chat, openai_responses
 from .wire import WireFormat
 
-__all__ = ["FORMATS", "UNKNOWN_ROUTE", "answering"]
+__all__ = ["ADDRESSES", "FORMATS", "SERVER_WINDOWS", "UNKNOWN_ROUTE", "answering", "unknown_route"]
 
 FORMATS: tuple[WireFormat, ...] = (
     openai_chat.FORMAT,
@@ -22,6 +22,11 @@ FORMATS: tuple[WireFormat, ...] = (
 )
 #: A route no format answers is answered (404) as OpenAI answers one.
 UNKNOWN_ROUTE = openai_chat.FORMAT
+unknown_route = openai_chat.invalid_url
+#: ``FakeLLM``'s attributes each format declares: its SDK's address (-> the path after the origin),
+#: and the window its server gives a request that sets none (-> the format's name and the window).
+ADDRESSES = {f.address[0]: f.address[1] for f in FORMATS if f.address is not None}
+SERVER_WINDOWS = {f.server_window[0]: (f.name, f.server_window[1]) for f in FORMATS if f.server_window is not None}
 
 
 def answering(route: str) -> WireFormat | None:

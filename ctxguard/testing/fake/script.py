@@ -37,17 +37,12 @@ class ServedResponse:
     Tests compare the SDK's parsed result and ctxguard's span with these rather
     than with constants: ``llm.responses[0].id == span.attributes["gen_ai.response.id"]``.
 
-    ``finish_reasons`` are in the provider's own words (chat ``finish_reason``,
-    Anthropic ``stop_reason``, Gemini ``finishReason``, the Responses ``status``).
-    ``usage`` is the final usage object exactly as sent (None when the answer carried
-    none: a chat stream without ``include_usage``); ``input_tokens`` and
-    ``output_tokens`` are the totals as billed (cached prompt tokens included, so
-    for Anthropic ``input_tokens + cache_read_input_tokens``; reasoning included, so
-    for Gemini ``candidatesTokenCount + thoughtsTokenCount``; for Cohere ``usage.tokens``, what
-    the model read, its prompt template included, not ``billed_units``).  A stream cut by a
-    scripted ``stream_failure`` never reported its final usage: those are None.
-    ``truncated_tokens``: prompt tokens the server dropped to fit its context window (Ollama,
-    which does so silently: its ``prompt_eval_count`` is what it kept).
+    ``finish_reasons`` are in the API's own words; ``usage`` is the final usage object exactly as
+    sent (None: the answer carried none); ``input_tokens`` and ``output_tokens`` are the totals,
+    cached prompt tokens and reasoning included, whatever the API's breakdown (its module's
+    ``usage`` says how it splits them). A stream cut by a scripted ``stream_failure`` never
+    reported its final usage: those are None. ``truncated_tokens``: prompt tokens the server
+    dropped to fit its context window (``FakeLLM.windows``).
     """
 
     request: RecordedRequest
@@ -81,17 +76,14 @@ class Reply:
     ``deltas`` is how many pieces a streamed answer's text comes in: 3 by default, so clients
     must really join them; a model streams about a token a piece (``deltas=len(text) // 4``).
 
-    Token counts default to an estimate of what was sent and what is said (see
-    ``ctxguard.testing.fake``); explicit ``input_tokens`` / ``output_tokens`` win, and are
-    totals the way OpenAI reports them: ``input_tokens`` includes ``cached_tokens`` (read from the
-    provider's prompt cache) and ``cache_write_tokens`` (written to it: Anthropic's
-    ``cache_creation_input_tokens``, Bedrock's ``cacheWriteInputTokens``; the others report none),
-    ``output_tokens`` includes ``reasoning_tokens``.  ``reasoning`` is the thinking
-    text: an Anthropic ``thinking`` block with its signature, a Responses reasoning
-    item with a summary, a Gemini thought part (chat completions only report its
-    token count).  ``finish_reason`` uses OpenAI vocabulary and is translated for
-    the other APIs; it defaults to ``tool_calls`` when there are tool calls, else
-    ``stop``.  Unknown values pass through verbatim.
+    Token counts default to an estimate of what was sent and what is said (``tokens``); explicit
+    ``input_tokens`` / ``output_tokens`` win, totals the way OpenAI reports them: ``input_tokens``
+    includes ``cached_tokens`` (read from the provider's prompt cache) and ``cache_write_tokens``
+    (written to it: Anthropic's ``cache_creation_input_tokens``, Bedrock's
+    ``cacheWriteInputTokens``; the others report none), ``output_tokens`` includes
+    ``reasoning_tokens``. ``reasoning`` is the thinking text, as each API carries it.
+    ``finish_reason`` uses OpenAI's vocabulary, which each API translates (``tool_calls`` when
+    there are tool calls, else ``stop``); unknown values pass through verbatim.
     """
 
     text: str = ""

@@ -18,16 +18,13 @@ from types import TracebackType
 from typing import Any
 
 from ..._nesting import MAX_NESTING, deeper_than
-from .registry import UNKNOWN_ROUTE, answering
+from .registry import ADDRESSES, SERVER_WINDOWS, UNKNOWN_ROUTE, answering, unknown_route
 from .script import RecordedRequest, Reply, ServedResponse, coerce
 from .wire import Drop, Event, Exchange
 
-__all__ = ["OLLAMA_NUM_CTX", "FakeLLM"]
+__all__ = ["FakeLLM"]
 
 ReplyFn = Callable[[RecordedRequest], "Reply | str"]
-#: The context window an Ollama server gives a request without ``options.num_ctx``: its default below
-#: 24 GiB of VRAM (0.15.5 and later).
-OLLAMA_NUM_CTX = 4096
 
 
 class _Server(ThreadingHTTPServer):
@@ -141,9 +138,7 @@ class _Handler(BaseHTTPRequestHandler):
         fmt = answering(route)
         ex = Exchange(fmt or UNKNOWN_ROUTE, fake._nonce, serial, route, fake.windows.get(fmt.name) if fmt else None)
         if fmt is None or self.command != "POST":
-            message = f"Invalid URL ({self.command} {self.path.split('?', 1)[0]})"
-            error = {"message": message, "type": "invalid_request_error", "param": None, "code": None}
-            self._send_error(ex, req, 404, ({"error": error}, "invalid_request_error"))
+            self._send_error(ex, req, 404, unknown_route(self.command, self.path.split("?", 1)[0]))
             return
         try:
             # Refused at a depth of its own, as a provider's parser does: Python's reader goes
@@ -250,7 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class FakeLLM:
-    """Loopback server standing in for OpenAI / Anthropic / Gemini / Mistral / Ollama / Cohere / Bedrock endpoints.
+    """Loopback server standing in for every provider the registry lists (``registry.FORMATS``).
 
     Reply precedence is: scripted replies (FIFO), then the ``reply`` callable,
     then a default ``"ok N"`` that makes request ordering visible in asserts.
@@ -279,24 +274,26 @@ class FakeLLM:
         self._serial = 0
         self.requests: list[RecordedRequest] = []
         self.responses: list[ServedResponse] = []
-        #: The context window, in the fake's tokens, each API named here holds a prompt to (by the
-        #: ``WireFormat`` name), as its server does: ``ollama.chat`` cuts a longer prompt to it
-        #: (``ollama_num_ctx``); ``openai.responses`` is the model's window, past which a request with
-        #: ``truncation="auto"`` loses its oldest input items and any other is refused (400);
-        #: ``openai.chat`` plays an OpenAI-compatible server that keeps the last tokens of a longer
-        #: prompt (vLLM's ``truncate_prompt_tokens``, TGI's ``truncate``, llama.cpp's server at its
-        #: context size). Each reports what it kept, and ``ServedResponse.truncated_tokens`` the rest.
-        self.windows: dict[str, int] = {"ollama.chat": OLLAMA_NUM_CTX}
+        #: The context window, in the fake's tokens, each API named here holds a prompt to (by its
+        #: ``WireFormat`` name), as its server does: its module says how it cuts a longer prompt, and
+        #: ``ServedResponse.truncated_tokens`` what it cut. A format may give a default (``ollama.chat``).
+        self.windows: dict[str, int] = {name: window for name, window in SERVER_WINDOWS.values()}
 
-    @property
-    def ollama_num_ctx(self) -> int:
-        """The context window this server gives an Ollama request without ``options.num_ctx`` (its
-        ``OLLAMA_CONTEXT_LENGTH``); set it to play a server configured otherwise."""
-        return self.windows["ollama.chat"]
+    def __getattr__(self, name: str) -> Any:
+        """What each wire format declares (``registry``): the address its SDK is pointed at
+        (``base_url``, ``anthropic_base_url``, ``mistral_base_url``: the origin and the format's
+        path prefix), and its server's default window (``ollama_num_ctx``), which can be set."""
+        if name in ADDRESSES:
+            return self.origin + ADDRESSES[name]
+        if name in SERVER_WINDOWS:
+            return self.windows[SERVER_WINDOWS[name][0]]
+        raise AttributeError(name)
 
-    @ollama_num_ctx.setter
-    def ollama_num_ctx(self, tokens: int) -> None:
-        self.windows["ollama.chat"] = tokens
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in SERVER_WINDOWS:
+            self.windows[SERVER_WINDOWS[name][0]] = value
+        else:
+            super().__setattr__(name, value)
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -343,42 +340,6 @@ class FakeLLM:
     def origin(self) -> str:
         host = f"[{self._host}]" if ":" in self._host else self._host
         return f"http://{host}:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        """OpenAI SDK ``base_url``; the SDK appends ``/chat/completions`` etc."""
-        return f"{self.origin}/v1"
-
-    @property
-    def anthropic_base_url(self) -> str:
-        """Anthropic SDK ``base_url``; that SDK appends ``/v1/messages`` itself."""
-        return self.origin
-
-    @property
-    def gemini_base_url(self) -> str:
-        """google-genai ``http_options={"base_url": ...}``; the SDK appends ``/v1beta/models/…`` itself."""
-        return self.origin
-
-    @property
-    def bedrock_endpoint_url(self) -> str:
-        """boto3 ``client("bedrock-runtime", endpoint_url=...)``; botocore appends ``/model/…`` itself."""
-        return self.origin
-
-    @property
-    def mistral_base_url(self) -> str:
-        """mistralai ``Mistral(server_url=...)``; the SDK appends ``/v1/chat/completions`` itself.
-        Mistral's path is OpenAI's: this prefix is what makes the fake answer as Mistral does."""
-        return self.origin + "/mistral"
-
-    @property
-    def ollama_host(self) -> str:
-        """ollama ``Client(host=...)``; the SDK appends ``/api/chat`` itself."""
-        return self.origin
-
-    @property
-    def cohere_base_url(self) -> str:
-        """cohere ``ClientV2(base_url=...)``; the SDK appends ``/v2/chat`` itself."""
-        return self.origin
 
     # -- scripting & inspection ----------------------------------------------
 

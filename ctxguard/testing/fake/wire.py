@@ -69,7 +69,7 @@ class WireFormat:
     json: Json
     framing: Framing
     #: Headers after Content-Type: ``headers(exchange, status, error type or None)``.
-    headers: Callable[[Exchange, int, str | None], Headers]
+    headers: Callable[[Exchange, int, str | None], Headers] = lambda exchange, status, error_type: []
     #: The model a route names, for an API whose body does not.
     model_in_path: Callable[[str], str] = lambda route: ""
     #: Why the request is refused (400) before any reply is taken; None: it is not.
@@ -78,6 +78,12 @@ class WireFormat:
     broken: str | None = None
     #: Prompt tokens the server drops to fit its context window; it reports what it kept, never more.
     truncated_tokens: Callable[[Exchange], int] | None = None
+    #: Where its SDK is pointed: the ``FakeLLM`` attribute naming it and its path after the origin
+    #: (None: another format's address reaches it too).
+    address: tuple[str, str] | None = None
+    #: The window its server holds a request that sets none to (``FakeLLM.windows``), and the
+    #: ``FakeLLM`` attribute that reads and sets it.
+    server_window: tuple[str, int] | None = None
 
 
 def asks_to_stream(exchange: Exchange) -> bool:
@@ -87,10 +93,6 @@ def asks_to_stream(exchange: Exchange) -> bool:
 def request_id_header(name: str) -> Callable[[Exchange, int, str | None], Headers]:
     """The request id under ``name``, on every answer."""
     return lambda exchange, status, error_type: [(name, exchange.request_id)]
-
-
-def no_headers(exchange: Exchange, status: int, error_type: str | None) -> Headers:
-    return []
 
 
 def phrase(status: int) -> str:
