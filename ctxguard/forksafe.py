@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from ._isolation import report_internal_error
 
-__all__ = ["Forked", "event", "lock", "on_fork", "rlock"]
+__all__ = ["Forked", "adopt", "event", "lock", "on_fork", "rlock"]
 
 
 class Forked(Protocol):
@@ -55,6 +55,13 @@ def event() -> threading.Event:
     made = threading.Event()
     _owned.add(made)
     return made
+
+
+def adopt(made: Any) -> None:
+    """A lock another library made, which ctxguard's objects use: a forked child gets it back
+    unlocked too (None, or what cannot be re-initialised, is left as it is)."""
+    if hasattr(made, "_at_fork_reinit"):
+        _owned.add(made)
 
 
 def on_fork(obj: Forked) -> None:

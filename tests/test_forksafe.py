@@ -3,10 +3,12 @@ guarded calls of its own, whatever lock those threads held at the fork."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import threading
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 import openai
@@ -15,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 import ctxguard
 from ctxguard import forksafe
+from ctxguard.facts.ledger import FactEvent
 from tests.servers import free_port
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
@@ -32,11 +35,13 @@ def _call(completions: Any, conversation: str, instrumented: bool) -> None:
         completions.create(model="gpt-4o", messages=MESSAGES)
 
 
-def _child(completions: Any, instrumented: bool) -> None:  # pragma: no cover - runs in the forked child
+def _child(completions: Any, instrumented: bool, stacks: Any) -> None:  # pragma: no cover - in the child
     """One call and ``uninstrument()``, under an alarm: exits 0 when they returned, 1 when one
-    raised; a deadlock never exits and the parent kills it."""
+    raised; a deadlock is ended by the alarm, after every thread's stack is written to ``stacks``."""
     code = 1
     try:
+        out = open(stacks / f"{os.getpid()}.txt", "w")  # noqa: SIM115 - open until os._exit
+        faulthandler.dump_traceback_later(18, file=out)
         signal.alarm(20)
         _call(completions, "forked", instrumented)
         ctxguard.uninstrument()  # the parent's /metrics thread is not here: nothing may wait for it
@@ -76,7 +81,7 @@ def test_children_forked_under_concurrent_calls_finish_a_call(llm, redis_url, tm
             time.sleep(0.01)
             pid = os.fork()
             if pid == 0:  # pragma: no cover
-                _child(completions, instrumented)
+                _child(completions, instrumented, tmp_path)
             children.append(pid)
         outcomes = {}
         deadline = time.monotonic() + 30
@@ -98,7 +103,10 @@ def test_children_forked_under_concurrent_calls_finish_a_call(llm, redis_url, tm
         ledger.close()
         forked_client.close()
     hung = len(children) - len(outcomes)
-    assert hung == 0 and set(outcomes.values()) == {0}, f"{hung} of {FORKS} children hung; exit codes {outcomes}"
+    stacks = "".join(f"\n--- child {pid}:\n" + (tmp_path / f"{pid}.txt").read_text()
+                     for pid, code in outcomes.items() if code != 0 and (tmp_path / f"{pid}.txt").exists())
+    assert hung == 0 and set(outcomes.values()) == {0}, (
+        f"{hung} of {FORKS} children hung; exit codes {outcomes}{stacks}")
 
 
 def test_a_lock_held_at_the_fork_is_free_in_the_child():
@@ -109,4 +117,38 @@ def test_a_lock_held_at_the_fork_is_free_in_the_child():
         os._exit(0 if held.acquire(timeout=2) else 1)
     held.release()
     _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("pool", ["_client", "_reads"])
+def test_a_ledger_whose_pool_lock_was_held_at_the_fork_answers_in_the_child(redis_url, pool):
+    """A thread holds the lock of one of the ledger's connection pools while the process forks:
+    the child's ledger still reads and writes (redis-py before 8.2 resets an inherited pool under
+    that lock; the ledger gives the child pools of its own)."""
+    ledger = ctxguard.RedisLedger(redis_url, prefix=f"forkpool{os.getpid()}")
+    ledger.state(("warm", None), datetime.now(timezone.utc))  # both pools have a connection
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with getattr(ledger, pool).connection_pool._lock:
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(5)
+    try:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover
+            signal.alarm(10)
+            try:
+                ledger.append(FactEvent(scope=("child", None), fact_id="city", value="Lyon"))
+                os._exit(0 if "city" in ledger.state(("child", None), datetime.now(timezone.utc)).active else 1)
+            finally:
+                os._exit(2)
+    finally:
+        release.set()
+        holder.join()
+    _, status = os.waitpid(pid, 0)
+    ledger.close()
     assert os.waitstatus_to_exitcode(status) == 0

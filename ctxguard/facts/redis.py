@@ -204,6 +204,8 @@ class RedisLedger:
                 # redis-py >= 6 retries 3 times with up to seconds of backoff by default.
                 retry=Retry(NoBackoff(), 0),
             )
+        if self._owns_client:
+            _unlocked_at_fork(client)
         self._client: Any = client
         self._arrival_key = f"{prefix}:arrival"
         #: The stream of shared values (keyed digests only).
@@ -275,7 +277,7 @@ class RedisLedger:
             kwargs["socket_connect_timeout"] = seconds if connect < 0 else connect
         # The ledger client's own class (an app's subclass, say, that counts or traces commands).
         connections = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
-        return type(self._client)(connection_pool=connections)
+        return _unlocked_at_fork(type(self._client)(connection_pool=connections))
 
     def close(self) -> None:
         """Stop sharing and release the connection pool (a ``client`` passed in is left to its owner)."""
@@ -283,6 +285,14 @@ class RedisLedger:
         self._reads.close()
         if self._owns_client:
             self._client.close()
+
+
+def _unlocked_at_fork(client: Any) -> Any:
+    """``client``, its pool's lock released in a forked child. redis-py before 8.2 resets an
+    inherited pool (at its first command, or when the client is dropped) under that lock, which
+    a parent thread may have held at the fork: the child would wait for it for ever."""
+    forksafe.adopt(getattr(client.connection_pool, "_lock", None))
+    return client
 
 
 class SharedValuesReader:
