@@ -178,8 +178,6 @@ BEDROCK_MISSES = {
     "openllmetry-bedrock-nova-converse-stream": "guardContent qualifiers (~12) and digits one a token",
     "openllmetry-bedrock-guardrail-invoke-stream": "the guardrail blocked the input: 6 reported for 8 tokens",
     # What the request does not show.
-    "pydai-bedrock-bedrock-model-thinking-part-deepseek-1": "DeepSeek R1 on Bedrock drops earlier turns",
-    "pydai-bedrock-bedrock-thinking-high-qwen-variant-1": "Qwen3 drops earlier turns' thinking; counted as text",
     "pydai-bedrock-bedrock-inference-profile-converse": "an application inference profile names no model",
     # Families with no template here: OpenAI Chat's framing.
     "pydai-bedrock-bedrock-native-output-minimax": "MiniMax M2: no template here (its default system prompt)",
@@ -193,7 +191,6 @@ BEDROCK_MISSES = {
 #: The Bedrock families (and request formats) whose median misses ±10%, and why.
 BEDROCK_FAMILY_MISSES = {
     "anthropic invoke_model": "Anthropic's framing: 6 counted where a lone Claude message costs 7-9",
-    "deepseek converse": "DeepSeek R1 on Bedrock drops earlier turns (2 requests)",
     "minimax converse": "no template here", "nvidia-nemotron converse": "no template here",
     "writer-palmyra converse": "no template published", "zai-glm converse": "no template here",
     "unknown converse": "an application inference profile names no model",

@@ -274,8 +274,20 @@ def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> Request
             view.items.append(("system", text, tuple(refs), "instructions", cost))
     items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True,
           memo=memo)
+    if fam.drops_earlier_thinking:
+        _drop_earlier_thinking(view)
     _frame(view, fam)
     return view
+
+
+def _drop_earlier_thinking(view: RequestView) -> None:
+    """The assistant turns before the last user message without their thinking (the text up to
+    ``</think>``), as the family's template writes them: Qwen3's drops it."""
+    users = [i for i, item in enumerate(view.items) if item[0] == "user"]
+    for i in range(users[-1] if users else 0):
+        role, text, refs, kind, cost = view.items[i]
+        if role == "assistant" and "</think>" in text:
+            view.items[i] = (role, text.split("</think>")[-1].lstrip("\n"), refs, kind, cost)
 
 
 def _body(value: Any) -> tuple[dict[str, Any] | None, str | None]:

@@ -134,6 +134,10 @@ class Family:
     prompt_request: int = 0
     #: What an image costs this family (None: Claude's formula, the stand-in used so far).
     image: Callable[[Size | None], int] | None = None
+    #: The template drops an answer's thinking (its text up to the last ``</think>``) from the
+    #: assistant turns before the last user message (Qwen3's ``last_query_index``; DeepSeek-R1's
+    #: from every answer).
+    drops_earlier_thinking: bool = False
 
 
 # -- Published chat templates (Hugging Face tokenizer_config.json ``chat_template``) -----------------
@@ -199,12 +203,13 @@ FAMILIES: dict[str, Family] = {
     # Qwen3: <|im_start|>role\n ... <|im_end|>\n; the reply <|im_start|>assistant\n, and with thinking
     # off (Bedrock's default) an empty <think>\n\n</think>\n\n. Tools in a system turn (counted as its
     # own); a call <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>, a result between
-    # <tool_response> markers.
+    # <tool_response> markers. An earlier answer's thinking is dropped.
     "qwen": Family("qwen", message=5, request=3 + 4, tool_call=11, tool_result=5, tool_prompt=QWEN_TOOLS + 5,
-                   tool_text=qwen_tool),
+                   tool_text=qwen_tool, drops_earlier_thinking=True),
     # DeepSeek-R1: a begin-of-sentence token, the system prompt, then each turn after a User or
-    # Assistant token (an answer closed by end-of-sentence); the reply: Assistant, <think>, \n.
-    "deepseek": Family("deepseek", message=1, request=4),
+    # Assistant token (an answer closed by end-of-sentence); the reply: Assistant, <think>, \n. An
+    # answer is written from its last </think> on: what comes before, thinking or not, is dropped.
+    "deepseek": Family("deepseek", message=1, request=4, drops_earlier_thinking=True),
     # Gemma 3: <bos><start_of_turn>role\n ... <end_of_turn>\n, the reply <start_of_turn>model\n.
     "gemma": Family("gemma", message=5, request=4),
     # gpt-oss: <|start|>role<|message|> ... <|end|> (an answer also names its channel), its system
