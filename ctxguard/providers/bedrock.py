@@ -281,10 +281,14 @@ def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> Request
 
 
 def _drop_earlier_thinking(view: RequestView) -> None:
-    """The assistant turns before the last user message without their thinking (the text up to
-    ``</think>``), as the family's template writes them: Qwen3's drops it."""
-    users = [i for i, item in enumerate(view.items) if item[0] == "user"]
-    for i in range(users[-1] if users else 0):
+    """The assistant turns before the last user query without their thinking (the text up to the
+    last ``</think>``), as the family's template writes them. The query is a user message that is not
+    only tool results (Qwen3's ``last_query_index``): the turns of an agent loop since then keep
+    theirs. DeepSeek-R1 drops it from every answer; from the earlier ones only, here, errs on the
+    safe side."""
+    queries = [i for i, (role, _, refs, _, _) in enumerate(view.items)
+               if role == "user" and not any(ref.startswith(TOOL_RESULT) for ref in refs)]
+    for i in range(queries[-1] if queries else 0):
         role, text, refs, kind, cost = view.items[i]
         if role == "assistant" and "</think>" in text:
             view.items[i] = (role, text.split("</think>")[-1].lstrip("\n"), refs, kind, cost)
