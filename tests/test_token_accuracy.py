@@ -62,6 +62,12 @@ BAND = (-20.0, 25.0)
 #: traffic, per provider"); every other request of the provider is held to ``BAND``.
 OUTSIDE: dict[str, dict[str, tuple[tuple[float, float], str]]] = {
     "ollama": {},
+    "openai": {
+        "pydai-responses-image-url": (
+            (200.0, 250.0), "an image by URL, never fetched: charged the most its model charges for one"),
+        "n0isy-chat-long-tool-call-result": (
+            (25.0, 35.0), "a tool call's arguments pretty-printed (2-space JSON), which OpenAI counts compacted"),
+    },
     "mistral": {
         "pydai-mistral-model-sees-multiple-images-mistral-1": (
             (300.0, 400.0), "an image by URL, never fetched: charged the most its model's encoder makes of one"),
