@@ -180,8 +180,6 @@ BEDROCK_MISSES = {
     "lc-aws-bedrock-thinking-v1": "a 1,084-character thinking signature the corpus cut to 64",
     # Amazon's tokenizers.
     "pydai-bedrock-bedrock-cache-point-adds-cache-control-nova-lite": "all-caps text: Nova's tokenizer",
-    "openllmetry-bedrock-titan-invoke-stream-guardrail": "digits one token each in Titan's tokenizer",
-    "openllmetry-bedrock-nova-converse-stream": "guardContent qualifiers (~12) and digits one a token",
     "openllmetry-bedrock-guardrail-invoke-stream": "the guardrail blocked the input: 6 reported for 8 tokens",
     # What the request does not show.
     "pydai-bedrock-bedrock-inference-profile-converse": "an application inference profile names no model",

@@ -53,7 +53,7 @@ from .anthropic import ADAPTER as ANTHROPIC
 from .anthropic import STRUCTURED_OUTPUT_PROMPT, THINKING_PROMPT, image_tokens, tool_prompt_tokens
 from .base import CallSite, Pending, Provider, SharedDispatch, Translation, WireRoute
 from .bedrock_families import ANTHROPIC as CLAUDE
-from .bedrock_families import Family, family
+from .bedrock_families import Family, digit_surplus, family
 
 __all__ = ["ADAPTER", "PROVIDER"]
 
@@ -187,9 +187,13 @@ def _message_item(message: Any, model: str | None) -> Item:
     refs: list[str] = []
     cost = _blocks(_get(message, "content"), texts, refs, model)
     role = _role(_get(message, "role"), "other")
+    fam = family(model)
     if role == "assistant":
-        cost += family(model).assistant
-    return (role, "\n".join(texts), tuple(refs), "message", cost)
+        cost += fam.assistant
+    text = "\n".join(texts)
+    if fam.digits_apart:
+        cost += digit_surplus(text)
+    return (role, text, tuple(refs), "message", cost)
 
 
 def _tools(config: Any, view: RequestView, fam: Family) -> None:
@@ -270,6 +274,8 @@ def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> Request
         refs: list[str] = []
         cost = _blocks(system, texts, refs, view.model)
         text = "\n".join(texts)
+        if fam.digits_apart:
+            cost += digit_surplus(text)
         if text.strip():
             view.items.append(("system", text, tuple(refs), "instructions", cost))
     items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True,
@@ -328,7 +334,7 @@ def _prompt_body(view: RequestView, document: Mapping[str, Any], fam: Family, ke
     config = document.get("textGenerationConfig")
     view.max_output_tokens = _int(document.get("max_gen_len")) or _int(document.get("max_tokens")) or (
         _int(config.get("maxTokenCount")) if isinstance(config, dict) else None)
-    view.items.append(("user", prompt, (), "message", 0))
+    view.items.append(("user", prompt, (), "message", digit_surplus(prompt) if fam.digits_apart else 0))
     view.message_framing, view.reply_priming = 0, fam.prompt_request
     return None
 

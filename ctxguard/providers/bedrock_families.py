@@ -34,7 +34,7 @@ from ._image import Size
 from ._read import canonical, jsonable
 from .mistral import image_tokens as pixtral_tokens
 
-__all__ = ["ANTHROPIC", "FAMILIES", "OTHER", "Family", "family", "nova_image_tokens"]
+__all__ = ["ANTHROPIC", "FAMILIES", "OTHER", "Family", "digit_surplus", "family", "nova_image_tokens"]
 
 
 def spec_json(spec: Mapping[str, Any]) -> str:
@@ -101,6 +101,15 @@ def nova_image_tokens(size: Size | None) -> int:
     return next((tokens for side, tokens in entries if longer <= side), entries[-1][1])
 
 
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def digit_surplus(text: str) -> int:
+    """What a tokenizer that takes each digit as a token reads of ``text``'s digit runs beyond
+    cl100k, which takes them three at a time: ``digit_surplus("call 5551234567")`` is 10 - 4 = 6."""
+    return sum(len(run) - (len(run) + 2) // 3 for run in _DIGITS.findall(text)) if text else 0
+
+
 @dataclass(frozen=True)
 class Family:
     """How one model family's prompt format frames a request, in tokens.
@@ -138,6 +147,9 @@ class Family:
     #: assistant turns before the last user message (Qwen3's ``last_query_index``; DeepSeek-R1's
     #: from every answer).
     drops_earlier_thinking: bool = False
+    #: The tokenizer takes each digit as a token, where cl100k takes up to three
+    #: (``digit_surplus``: the difference, counted as a cost of the message).
+    digits_apart: bool = False
 
 
 # -- Published chat templates (Hugging Face tokenizer_config.json ``chat_template``) -----------------
@@ -238,11 +250,11 @@ TITAN_REQUEST = 3
 FAMILIES.update({
     "nova": Family("nova", message=0, request=0, assistant=NOVA_TURN, tool_call=NOVA_TOOL_BLOCK,
                    tool_result=NOVA_TOOL_BLOCK, tool_prompt=NOVA_TOOL_PROMPT, invoke=frozenset({"messages"}),
-                   image=nova_image_tokens),
+                   image=nova_image_tokens, digits_apart=True),
     "nova2": Family("nova2", message=0, request=0, assistant=NOVA_TURN, tool_call=NOVA_TOOL_BLOCK,
                     tool_result=NOVA_TOOL_BLOCK, tool_prompt=NOVA2_TOOL_PROMPT, invoke=frozenset({"messages"}),
                     image=lambda size: NOVA2_IMAGE),
-    "titan": Family("titan", message=0, request=TITAN_REQUEST, invoke=frozenset({"inputText"})),
+    "titan": Family("titan", message=0, request=TITAN_REQUEST, invoke=frozenset({"inputText"}), digits_apart=True),
     # Cohere on Bedrock: the count Bedrock reports is the message's text (the preamble Cohere adds
     # is not in it: docs/budget.md).
     "cohere": Family("cohere", message=0, request=0, invoke=frozenset({"prompt", "message"})),
