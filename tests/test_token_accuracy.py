@@ -165,13 +165,6 @@ BAND = (-20.0, 25.0)
 #: the band leaves this list (the test fails on a stale entry).
 BEDROCK_MISSES = {
     # Claude: the Anthropic module's accounting (providers/anthropic.py), shared by Converse and invoke_model.
-    "otel-bedrock-invoke-model-no-content-tool-call-anthropic-claude-1": "Anthropic's tool-use markup, ~40 a pair",
-    "otel-bedrock-invoke-model-with-content-tool-call-anthropic-claude": "Anthropic's tool-use markup, ~40 a pair",
-    "otel-bedrock-invoke-model-with-response-stream-no-content-tool-call-anthr-1": "Anthropic's tool-use markup",
-    "otel-bedrock-invoke-model-with-response-stream-with-content-tool-call-ant": "Anthropic's tool-use markup",
-    "openinference-bedrock-testinvokemodelwithstreamresponse-invoke": "Anthropic's tool-use markup, 3 pairs",
-    "crewai-bedrock-testbedrocknativetoolcalling-bedrock-parallel-native-tool-ca-1": "Anthropic's tool-use markup",
-    "crewai-bedrock-testbedrocknativetoolcalling-bedrock-parallel-native-tool-ca-2": "Anthropic's tool-use markup",
     "otel-bedrock-invoke-model-with-response-stream-close-before-consumption-a-2": "Claude 2, 11 tokens: framing",
     "pydai-bedrock-bedrock-cache-point-adds-cache-control-claude-sonnet-4-5": "all-caps text: Claude's tokenizer",
     "pydai-bedrock-bedrock-single-tool-choice-preserves-cache-anthropic": "all-caps text: Claude's tokenizer",
@@ -194,7 +187,6 @@ BEDROCK_MISSES = {
 }
 #: The Bedrock families (and request formats) whose median misses ±10%, and why.
 BEDROCK_FAMILY_MISSES = {
-    "anthropic invoke_model": "Anthropic's framing: 6 counted where a lone Claude message costs 7-9",
     "minimax converse": "no template here", "nvidia-nemotron converse": "no template here",
     "writer-palmyra converse": "no template published", "zai-glm converse": "no template here",
     "unknown converse": "an application inference profile names no model",

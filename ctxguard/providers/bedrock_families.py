@@ -32,6 +32,7 @@ from typing import Any
 
 from ._image import Size
 from ._read import canonical, jsonable
+from .anthropic import TOOL_BLOCK_MARKUP
 from .mistral import image_tokens as pixtral_tokens
 
 __all__ = ["ANTHROPIC", "FAMILIES", "OTHER", "Family", "digit_surplus", "family", "nova_image_tokens"]
@@ -261,7 +262,7 @@ FAMILIES.update({
 })
 
 #: Claude: Anthropic's own accounting (``anthropic.py``), framing as OpenAI Chat's.
-ANTHROPIC = Family("anthropic")
+ANTHROPIC = Family("anthropic", tool_call=TOOL_BLOCK_MARKUP, tool_result=TOOL_BLOCK_MARKUP)
 #: A model of no family here: OpenAI Chat's framing, as every provider had before its own.
 OTHER = Family("other")
 
