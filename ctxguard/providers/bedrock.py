@@ -53,7 +53,7 @@ from .anthropic import ADAPTER as ANTHROPIC
 from .anthropic import STRUCTURED_OUTPUT_PROMPT, THINKING_PROMPT, image_tokens, tool_prompt_tokens
 from .base import CallSite, Pending, Provider, SharedDispatch, Translation, WireRoute
 from .bedrock_families import ANTHROPIC as CLAUDE
-from .bedrock_families import Family, family
+from .bedrock_families import Family, digit_surplus, family
 
 __all__ = ["ADAPTER", "PROVIDER"]
 
@@ -187,9 +187,13 @@ def _message_item(message: Any, model: str | None) -> Item:
     refs: list[str] = []
     cost = _blocks(_get(message, "content"), texts, refs, model)
     role = _role(_get(message, "role"), "other")
+    fam = family(model)
     if role == "assistant":
-        cost += family(model).assistant
-    return (role, "\n".join(texts), tuple(refs), "message", cost)
+        cost += fam.assistant
+    text = "\n".join(texts)
+    if fam.digits_apart:
+        cost += digit_surplus(text)
+    return (role, text, tuple(refs), "message", cost)
 
 
 def _tools(config: Any, view: RequestView, fam: Family) -> None:
@@ -270,12 +274,30 @@ def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> Request
         refs: list[str] = []
         cost = _blocks(system, texts, refs, view.model)
         text = "\n".join(texts)
+        if fam.digits_apart:
+            cost += digit_surplus(text)
         if text.strip():
             view.items.append(("system", text, tuple(refs), "instructions", cost))
     items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True,
           memo=memo)
+    if fam.drops_earlier_thinking:
+        _drop_earlier_thinking(view)
     _frame(view, fam)
     return view
+
+
+def _drop_earlier_thinking(view: RequestView) -> None:
+    """The assistant turns before the last user query without their thinking (the text up to the
+    last ``</think>``), as the family's template writes them. The query is a user message that is not
+    only tool results (Qwen3's ``last_query_index``): the turns of an agent loop since then keep
+    theirs. DeepSeek-R1 drops it from every answer; from the earlier ones only, here, errs on the
+    safe side."""
+    queries = [i for i, (role, _, refs, _, _) in enumerate(view.items)
+               if role == "user" and not any(ref.startswith(TOOL_RESULT) for ref in refs)]
+    for i in range(queries[-1] if queries else 0):
+        role, text, refs, kind, cost = view.items[i]
+        if role == "assistant" and "</think>" in text:
+            view.items[i] = (role, text.split("</think>")[-1].lstrip("\n"), refs, kind, cost)
 
 
 def _body(value: Any) -> tuple[dict[str, Any] | None, str | None]:
@@ -312,7 +334,7 @@ def _prompt_body(view: RequestView, document: Mapping[str, Any], fam: Family, ke
     config = document.get("textGenerationConfig")
     view.max_output_tokens = _int(document.get("max_gen_len")) or _int(document.get("max_tokens")) or (
         _int(config.get("maxTokenCount")) if isinstance(config, dict) else None)
-    view.items.append(("user", prompt, (), "message", 0))
+    view.items.append(("user", prompt, (), "message", digit_surplus(prompt) if fam.digits_apart else 0))
     view.message_framing, view.reply_priming = 0, fam.prompt_request
     return None
 

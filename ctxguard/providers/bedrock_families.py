@@ -32,9 +32,10 @@ from typing import Any
 
 from ._image import Size
 from ._read import canonical, jsonable
+from .anthropic import TOOL_BLOCK_MARKUP
 from .mistral import image_tokens as pixtral_tokens
 
-__all__ = ["ANTHROPIC", "FAMILIES", "OTHER", "Family", "family", "nova_image_tokens"]
+__all__ = ["ANTHROPIC", "FAMILIES", "OTHER", "Family", "digit_surplus", "family", "nova_image_tokens"]
 
 
 def spec_json(spec: Mapping[str, Any]) -> str:
@@ -101,6 +102,15 @@ def nova_image_tokens(size: Size | None) -> int:
     return next((tokens for side, tokens in entries if longer <= side), entries[-1][1])
 
 
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def digit_surplus(text: str) -> int:
+    """What a tokenizer that takes each digit as a token reads of ``text``'s digit runs beyond
+    cl100k, which takes them three at a time: ``digit_surplus("call 5551234567")`` is 10 - 4 = 6."""
+    return sum(len(run) - (len(run) + 2) // 3 for run in _DIGITS.findall(text)) if text else 0
+
+
 @dataclass(frozen=True)
 class Family:
     """How one model family's prompt format frames a request, in tokens.
@@ -134,6 +144,13 @@ class Family:
     prompt_request: int = 0
     #: What an image costs this family (None: Claude's formula, the stand-in used so far).
     image: Callable[[Size | None], int] | None = None
+    #: The template drops an answer's thinking (its text up to the last ``</think>``) from the
+    #: assistant turns before the last user message (Qwen3's ``last_query_index``; DeepSeek-R1's
+    #: from every answer).
+    drops_earlier_thinking: bool = False
+    #: The tokenizer takes each digit as a token, where cl100k takes up to three
+    #: (``digit_surplus``: the difference, counted as a cost of the message).
+    digits_apart: bool = False
 
 
 # -- Published chat templates (Hugging Face tokenizer_config.json ``chat_template``) -----------------
@@ -199,12 +216,13 @@ FAMILIES: dict[str, Family] = {
     # Qwen3: <|im_start|>role\n ... <|im_end|>\n; the reply <|im_start|>assistant\n, and with thinking
     # off (Bedrock's default) an empty <think>\n\n</think>\n\n. Tools in a system turn (counted as its
     # own); a call <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>, a result between
-    # <tool_response> markers.
+    # <tool_response> markers. An earlier answer's thinking is dropped.
     "qwen": Family("qwen", message=5, request=3 + 4, tool_call=11, tool_result=5, tool_prompt=QWEN_TOOLS + 5,
-                   tool_text=qwen_tool),
+                   tool_text=qwen_tool, drops_earlier_thinking=True),
     # DeepSeek-R1: a begin-of-sentence token, the system prompt, then each turn after a User or
-    # Assistant token (an answer closed by end-of-sentence); the reply: Assistant, <think>, \n.
-    "deepseek": Family("deepseek", message=1, request=4),
+    # Assistant token (an answer closed by end-of-sentence); the reply: Assistant, <think>, \n. An
+    # answer is written from its last </think> on: what comes before, thinking or not, is dropped.
+    "deepseek": Family("deepseek", message=1, request=4, drops_earlier_thinking=True),
     # Gemma 3: <bos><start_of_turn>role\n ... <end_of_turn>\n, the reply <start_of_turn>model\n.
     "gemma": Family("gemma", message=5, request=4),
     # gpt-oss: <|start|>role<|message|> ... <|end|> (an answer also names its channel), its system
@@ -233,18 +251,18 @@ TITAN_REQUEST = 3
 FAMILIES.update({
     "nova": Family("nova", message=0, request=0, assistant=NOVA_TURN, tool_call=NOVA_TOOL_BLOCK,
                    tool_result=NOVA_TOOL_BLOCK, tool_prompt=NOVA_TOOL_PROMPT, invoke=frozenset({"messages"}),
-                   image=nova_image_tokens),
+                   image=nova_image_tokens, digits_apart=True),
     "nova2": Family("nova2", message=0, request=0, assistant=NOVA_TURN, tool_call=NOVA_TOOL_BLOCK,
                     tool_result=NOVA_TOOL_BLOCK, tool_prompt=NOVA2_TOOL_PROMPT, invoke=frozenset({"messages"}),
                     image=lambda size: NOVA2_IMAGE),
-    "titan": Family("titan", message=0, request=TITAN_REQUEST, invoke=frozenset({"inputText"})),
+    "titan": Family("titan", message=0, request=TITAN_REQUEST, invoke=frozenset({"inputText"}), digits_apart=True),
     # Cohere on Bedrock: the count Bedrock reports is the message's text (the preamble Cohere adds
     # is not in it: docs/budget.md).
     "cohere": Family("cohere", message=0, request=0, invoke=frozenset({"prompt", "message"})),
 })
 
 #: Claude: Anthropic's own accounting (``anthropic.py``), framing as OpenAI Chat's.
-ANTHROPIC = Family("anthropic")
+ANTHROPIC = Family("anthropic", tool_call=TOOL_BLOCK_MARKUP, tool_result=TOOL_BLOCK_MARKUP)
 #: A model of no family here: OpenAI Chat's framing, as every provider had before its own.
 OTHER = Family("other")
 

@@ -533,10 +533,11 @@ def _llama_prompt() -> str:
 
 def _template_tokens(model: str) -> int:
     """The request's tokens as the model's prompt format has them: Llama's template rendered (its
-    special tokens one each), Nova's text, tool spec and tool prompt (measured: Nova publishes none)."""
+    special tokens one each), Nova's text (a digit a token), tool spec and tool prompt (measured: Nova
+    publishes none)."""
     import re
 
-    from ctxguard.providers.bedrock_families import NOVA_TOOL_PROMPT, NOVA_TURN
+    from ctxguard.providers.bedrock_families import NOVA_TOOL_PROMPT, NOVA_TURN, digit_surplus
     from ctxguard.tokens import default_counter
 
     counter = default_counter()
@@ -546,7 +547,8 @@ def _template_tokens(model: str) -> int:
         return sum(counter.count(piece) for piece in special.split(prompt) if piece) + len(special.findall(prompt))
     texts = [SYSTEM] + [m["content"][0]["text"] for m in HISTORY]
     assistants = sum(m["role"] == "assistant" for m in HISTORY)
-    return (sum(counter.count(text) for text in texts) + counter.count(json.dumps(TOOL["toolSpec"], sort_keys=True))
+    return (sum(counter.count(text) + digit_surplus(text) for text in texts)
+            + counter.count(json.dumps(TOOL["toolSpec"], sort_keys=True))
             + NOVA_TOOL_PROMPT + NOVA_TURN * assistants)
 
 

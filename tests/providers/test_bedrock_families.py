@@ -131,6 +131,53 @@ def test_qwen_writes_its_tools_calls_and_results_as_its_template_does():
     ) - rendered(prompt)) <= 1  # where the texts join, a token may merge
 
 
+THOUGHT = "<think>\nThe user wants one word. Just say ok, nothing more, and stop there.\n</think>\n\n"
+
+
+def test_qwen_and_deepseek_drop_an_earlier_answers_thinking_as_their_templates_do():
+    """Qwen3's template writes an answer before the last user query from its last </think> on
+    (DeepSeek-R1's every answer): the thinking an app sends back is not read, so not counted."""
+    messages = [user("Reply with ok"), assistant(THOUGHT + "ok"), user("Again")]
+    prompt = ("<|im_start|>user\nReply with ok<|im_end|>\n<|im_start|>assistant\nok<|im_end|>\n"
+              "<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert counted("qwen.qwen3-32b-v1:0", messages=messages) == rendered(prompt)
+    plain = [user("Reply with ok"), assistant("ok"), user("Again")]
+    assert counted("us.deepseek.r1-v1:0", messages=messages) == counted("us.deepseek.r1-v1:0", messages=plain)
+
+
+def test_qwen_keeps_the_thinking_of_an_agent_loop_since_the_last_query():
+    """A tool result is not a query (Qwen3's ``last_query_index``): the answer that called the tool,
+    after the last user query, is written with its thinking."""
+    call = {"toolUse": {"toolUseId": "t1", "name": "get_weather", "input": {"city": "Paris"}}}
+    result = {"toolResult": {"toolUseId": "t1", "content": [{"text": "30C"}]}}
+    looping = [user("Weather in Paris?"), {"role": "assistant", "content": [{"text": THOUGHT}, call]},
+               {"role": "user", "content": [result]}]
+    bare = [user("Weather in Paris?"), {"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
+    model, tools = "qwen.qwen3-32b-v1:0", {"tools": [TOOL]}
+    assert counted(model, toolConfig=tools, messages=looping) - counted(model, toolConfig=tools, messages=bare) >= 15
+
+
+#: A ten-digit number: 4 tokens to cl100k (555 123 456 7), 10 to Nova's and Titan's tokenizers.
+PHONE = "Call me back at 5551234567, please."
+
+
+@pytest.mark.parametrize("model", ["amazon.nova-lite-v1:0", "amazon.titan-text-express-v1"])
+def test_nova_and_titan_count_each_digit_as_a_token(model):
+    """Nova and Titan read a digit a token (two recorded guardrail requests with a ten-digit number:
+    Titan 28 reported, 21 counted before; Nova 54, 42), on Converse and in an ``invoke_model`` prompt."""
+    without = PHONE.replace("5551234567", "five")
+    assert counted(model, messages=[user(PHONE)]) - counted(model, messages=[user(without)]) == (
+        default_counter().count(PHONE) - default_counter().count(without) + 6)
+    assert counted("us.meta.llama3-2-1b-instruct-v1:0", messages=[user(PHONE)]) - counted(
+        "us.meta.llama3-2-1b-instruct-v1:0", messages=[user(without)]) == (
+        default_counter().count(PHONE) - default_counter().count(without))  # Llama's tokenizer is cl100k's kind
+
+
+def test_titans_prompt_body_counts_each_digit_as_a_token():
+    _, tokens = invoked("amazon.titan-text-express-v1", {"inputText": PHONE})
+    assert tokens == default_counter().count(PHONE) + 6
+
+
 def test_mistral_writes_its_tools_between_markers():
     prompt = ("<s>[AVAILABLE_TOOLS]" + json.dumps([FUNCTION]) + "[/AVAILABLE_TOOLS][INST]What is the weather in "
               "Paris?[/INST]")
