@@ -9,6 +9,7 @@ that lost turns."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -219,6 +220,169 @@ def test_gemini(harness: Any, llm: FakeLLM) -> None:
     assert a["gen_ai.usage.reasoning.output_tokens"] == usage.thoughts_token_count == 25
     assert a["gen_ai.usage.output_tokens"] == usage.candidates_token_count + 25 == 60
 
+
+
+def test_mistral(harness: Any, llm: FakeLLM) -> None:
+    """Mistral reports the cached prompt tokens inside ``prompt_tokens`` (``prompt_tokens_details``),
+    and no reasoning count (a Magistral's thinking is in ``completion_tokens``)."""
+    pytest.importorskip("mistralai.client", reason="mistralai is not installed (extra 'mistral')")
+    from mistralai.client import Mistral
+
+    harness.start(mode="observe", policy=POLICY)
+    llm.script(Reply(text='{"city": "Pune"}', input_tokens=800, cached_tokens=640, output_tokens=30))
+    with Mistral(api_key="t", server_url=llm.mistral_base_url) as client:
+        result = client.chat.complete(
+            model="mistral-large-latest", messages=[{"role": "system", "content": "Be brief."},
+                                                    {"role": "user", "content": "Where?"}],
+            temperature=0.2, top_p=0.9, max_tokens=200, stop=["END"], random_seed=5, presence_penalty=0.3,
+            frequency_penalty=0.1, response_format={"type": "json_object"})
+    sent = llm.bodies("/chat/completions")[0]
+    a = conventions(only_span(harness))
+    # ctxguard does not read a Mistral client's endpoint (no server.address).
+    assert set(a) == CONVENTIONS - NEVER_HERE - {"server.address", "server.port",
+        "gen_ai.request.top_k", "gen_ai.usage.cache_creation.input_tokens", "gen_ai.usage.reasoning.output_tokens",
+        "gen_ai.conversation.id", "gen_ai.request.stream", "gen_ai.response.time_to_first_chunk"}
+    assert (a["gen_ai.operation.name"], a["gen_ai.provider.name"]) == ("chat", "mistral_ai")
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"]) == (sent["temperature"], sent["top_p"])
+    assert (a["gen_ai.request.max_tokens"], a["gen_ai.request.seed"]) == (sent["max_tokens"], sent["random_seed"])
+    assert list(a["gen_ai.request.stop_sequences"]) == sent["stop"]
+    assert (a["gen_ai.request.frequency_penalty"], a["gen_ai.request.presence_penalty"]) == (0.1, 0.3)
+    assert a["gen_ai.output.type"] == "json"
+    assert a["gen_ai.response.id"] == result.id and a["gen_ai.response.model"] == result.model
+    assert list(a["gen_ai.response.finish_reasons"]) == [result.choices[0].finish_reason]
+    assert a["gen_ai.usage.input_tokens"] == result.usage.prompt_tokens == 800  # the cached ones included
+    assert a["gen_ai.usage.cache_read.input_tokens"] == 640
+    assert llm.responses[0].usage["prompt_tokens_details"] == {"cached_tokens": 640}
+    assert a["gen_ai.usage.output_tokens"] == result.usage.completion_tokens == 30
+
+
+def test_cohere(harness: Any, llm: FakeLLM) -> None:
+    """Cohere v2 names its sampling parameters ``p`` and ``k``, and reports the prompt tokens that hit
+    its cache as ``usage.cached_tokens``, a part of ``tokens.input_tokens``; no reasoning count."""
+    cohere = pytest.importorskip("cohere", reason="cohere is not installed (extra 'cohere')")
+    harness.start(mode="observe", policy=POLICY)
+    llm.script(Reply(text='{"city": "Pune"}', input_tokens=900, cached_tokens=700, output_tokens=25))
+    client = cohere.ClientV2(api_key="t", base_url=llm.cohere_base_url)  # made after instrument(): guarded
+    with ctxguard.conversation("c-5"):
+        result = client.chat(
+            model="command-a-03-2025", messages=[{"role": "system", "content": "Be brief."},
+                                                 {"role": "user", "content": "Where?"}],
+            temperature=0.3, p=0.75, k=40, seed=11, stop_sequences=["END"], max_tokens=250, frequency_penalty=0.2,
+            presence_penalty=0.4, response_format={"type": "json_object"}, request_options={"max_retries": 0})
+    sent = llm.bodies("/chat")[0]
+    a = conventions(only_span(harness))
+    # Cohere's answer names no model; ctxguard does not read a Cohere client's endpoint.
+    assert set(a) == CONVENTIONS - NEVER_HERE - {"server.address", "server.port",
+        "gen_ai.usage.cache_creation.input_tokens", "gen_ai.usage.reasoning.output_tokens", "gen_ai.request.stream",
+        "gen_ai.response.time_to_first_chunk", "gen_ai.response.model"}
+    assert (a["gen_ai.operation.name"], a["gen_ai.provider.name"]) == ("chat", "cohere")
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"], a["gen_ai.request.top_k"]) == (
+        sent["temperature"], sent["p"], sent["k"])
+    assert (a["gen_ai.request.seed"], a["gen_ai.request.max_tokens"]) == (sent["seed"], sent["max_tokens"])
+    assert list(a["gen_ai.request.stop_sequences"]) == sent["stop_sequences"]
+    assert (a["gen_ai.request.frequency_penalty"], a["gen_ai.request.presence_penalty"]) == (
+        sent["frequency_penalty"], sent["presence_penalty"])
+    assert a["gen_ai.output.type"] == "json"
+    assert a["gen_ai.conversation.id"] == "c-5"
+    assert a["gen_ai.response.id"] == result.id
+    assert list(a["gen_ai.response.finish_reasons"]) == [result.finish_reason]
+    assert a["gen_ai.usage.input_tokens"] == result.usage.tokens.input_tokens == 900
+    assert a["gen_ai.usage.cache_read.input_tokens"] == result.usage.cached_tokens == 700
+    assert a["gen_ai.usage.output_tokens"] == result.usage.tokens.output_tokens == 25
+
+
+def test_ollama_stream(harness: Any, llm: FakeLLM) -> None:
+    """Ollama carries the sampling parameters in ``options`` and reports no cache or reasoning count
+    (``prompt_eval_count`` and ``eval_count`` only), nor an id."""
+    ollama = pytest.importorskip("ollama", reason="ollama is not installed (extra 'ollama')")
+    harness.start(mode="observe", policy=POLICY)
+    llm.script(Reply(text='{"city": "Pune"}', input_tokens=300, output_tokens=20))
+    options = {"temperature": 0.7, "top_p": 0.85, "top_k": 30, "seed": 42, "stop": ["END"], "num_predict": 128,
+               "frequency_penalty": 0.1, "presence_penalty": 0.2}
+    with ollama.Client(host=llm.ollama_host) as client:
+        chunks = list(client.chat(model="llama3.2", messages=[{"role": "system", "content": "Be brief."},
+                                                               {"role": "user", "content": "Where?"}],
+                                  options=options, format="json", stream=True))
+    sent = llm.bodies("/api/chat")[0]
+    a = conventions(only_span(harness))
+    # ctxguard does not read an Ollama client's host.
+    assert set(a) == CONVENTIONS - NEVER_HERE - {"server.address", "server.port",
+        "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_creation.input_tokens",
+        "gen_ai.usage.reasoning.output_tokens", "gen_ai.conversation.id", "gen_ai.response.id"}
+    assert (a["gen_ai.operation.name"], a["gen_ai.provider.name"]) == ("chat", "ollama")
+    sent_options = sent["options"]
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"], a["gen_ai.request.top_k"]) == (
+        sent_options["temperature"], sent_options["top_p"], sent_options["top_k"])
+    assert (a["gen_ai.request.seed"], a["gen_ai.request.max_tokens"]) == (sent_options["seed"],
+                                                                         sent_options["num_predict"])
+    assert list(a["gen_ai.request.stop_sequences"]) == sent_options["stop"]
+    assert (a["gen_ai.request.frequency_penalty"], a["gen_ai.request.presence_penalty"]) == (
+        sent_options["frequency_penalty"], sent_options["presence_penalty"])
+    assert a["gen_ai.output.type"] == "json" and sent["format"] == "json"
+    assert a["gen_ai.request.stream"] is True and a["gen_ai.response.time_to_first_chunk"] > 0
+    last = chunks[-1]
+    assert a["gen_ai.response.model"] == last.model
+    assert list(a["gen_ai.response.finish_reasons"]) == [last.done_reason]
+    assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (last.prompt_eval_count,
+                                                                                 last.eval_count) == (300, 20)
+
+
+def test_huggingface(harness: Any, llm: FakeLLM) -> None:
+    """huggingface_hub's client speaks OpenAI's chat format to an endpoint (here, one that reports
+    OpenAI's usage details)."""
+    hub = pytest.importorskip("huggingface_hub", reason="huggingface_hub is not installed (extra 'huggingface')")
+    harness.start(mode="observe", policy=POLICY)
+    llm.script(Reply(text="Pune.", input_tokens=600, cached_tokens=128, output_tokens=40, reasoning_tokens=10))
+    with hub.InferenceClient(base_url=llm.base_url, api_key="t") as client:
+        result = client.chat_completion(
+            model="meta-llama/Llama-3.1-8B-Instruct", messages=[{"role": "system", "content": "Be brief."},
+                                                                {"role": "user", "content": "Where?"}],
+            temperature=0.5, top_p=0.8, seed=9, stop=["END"], max_tokens=150, frequency_penalty=0.1,
+            presence_penalty=0.2)
+    sent = llm.bodies("/chat/completions")[0]
+    a = conventions(only_span(harness))
+    assert set(a) == CONVENTIONS - NEVER_HERE - {
+        "gen_ai.request.top_k", "gen_ai.usage.cache_creation.input_tokens", "gen_ai.output.type",
+        "gen_ai.conversation.id", "gen_ai.request.stream", "gen_ai.response.time_to_first_chunk"}
+    assert (a["gen_ai.operation.name"], a["gen_ai.provider.name"]) == ("chat", "huggingface")
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"]) == (sent["temperature"], sent["top_p"])
+    assert (a["gen_ai.request.seed"], a["gen_ai.request.max_tokens"]) == (sent["seed"], sent["max_tokens"])
+    assert list(a["gen_ai.request.stop_sequences"]) == sent["stop"]
+    assert a["gen_ai.response.id"] == result.id and a["gen_ai.response.model"] == result.model
+    assert a["gen_ai.usage.input_tokens"] == result.usage.prompt_tokens == 600
+    assert a["gen_ai.usage.cache_read.input_tokens"] == 128
+    assert a["gen_ai.usage.reasoning.output_tokens"] == 10
+    assert a["gen_ai.usage.output_tokens"] == result.usage.completion_tokens == 40
+
+
+def test_litellm_anthropic_route(harness: Any, llm: FakeLLM) -> None:
+    """Through LiteLLM to Anthropic: the span names the routed provider and carries what Anthropic
+    answered on the wire (cache reads and writes apart from ``input_tokens``, summed on the span)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch at import
+    litellm = pytest.importorskip("litellm", reason="litellm is not installed (extra 'litellm')")
+    harness.start(mode="observe", policy=POLICY)
+    llm.script(Reply(text="Pune.", input_tokens=1400, cached_tokens=1000, cache_write_tokens=200, output_tokens=35))
+    litellm.completion(model="anthropic/claude-sonnet-4-5", messages=[{"role": "system", "content": "Be brief."},
+                                                                   {"role": "user", "content": "Where?"}],
+                       temperature=0.4, top_p=0.9, stop=["END"], max_tokens=300, api_base=llm.anthropic_base_url,
+                       api_key="t")
+    sent, served = llm.bodies("/messages")[0], llm.responses[0]
+    a = conventions(only_span(harness))
+    # ctxguard does not read the api_base LiteLLM was given.
+    assert set(a) == CONVENTIONS - NEVER_HERE - {"server.address", "server.port",
+        "gen_ai.request.top_k", "gen_ai.request.seed", "gen_ai.request.frequency_penalty",
+        "gen_ai.request.presence_penalty", "gen_ai.output.type", "gen_ai.conversation.id",
+        "gen_ai.usage.reasoning.output_tokens", "gen_ai.request.stream", "gen_ai.response.time_to_first_chunk"}
+    assert (a["gen_ai.operation.name"], a["gen_ai.provider.name"]) == ("chat", "anthropic")
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"]) == (sent["temperature"], sent["top_p"])
+    assert a["gen_ai.request.max_tokens"] == sent["max_tokens"]
+    assert list(a["gen_ai.request.stop_sequences"]) == sent["stop_sequences"]
+    assert a["gen_ai.response.id"] == served.id and a["gen_ai.response.model"] == served.model
+    usage = served.usage
+    assert usage["input_tokens"] == 1400 - 1000 - 200  # what the wire says: apart
+    assert a["gen_ai.usage.input_tokens"] == 1400
+    assert a["gen_ai.usage.cache_read.input_tokens"] == usage["cache_read_input_tokens"] == 1000
+    assert a["gen_ai.usage.cache_creation.input_tokens"] == usage["cache_creation_input_tokens"] == 200
 
 # -- content capture, in the conventions' JSON shapes -------------------------------------------
 
