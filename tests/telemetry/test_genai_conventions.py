@@ -327,32 +327,36 @@ def test_ollama_stream(harness: Any, llm: FakeLLM) -> None:
                                                                                  last.eval_count) == (300, 20)
 
 
-def test_huggingface(harness: Any, llm: FakeLLM) -> None:
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_huggingface(harness: Any, llm: FakeLLM, stream: bool) -> None:
     """huggingface_hub's client speaks OpenAI's chat format to an endpoint (here, one that reports
-    OpenAI's usage details)."""
+    OpenAI's usage details, which the client's output types do not declare)."""
     hub = pytest.importorskip("huggingface_hub", reason="huggingface_hub is not installed (extra 'huggingface')")
     harness.start(mode="observe", policy=POLICY)
     llm.script(Reply(text="Pune.", input_tokens=600, cached_tokens=128, output_tokens=40, reasoning_tokens=10))
+    streaming = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
     with hub.InferenceClient(base_url=llm.base_url, api_key="t") as client:
         result = client.chat_completion(
             model="meta-llama/Llama-3.1-8B-Instruct", messages=[{"role": "system", "content": "Be brief."},
                                                                 {"role": "user", "content": "Where?"}],
             temperature=0.5, top_p=0.8, seed=9, stop=["END"], max_tokens=150, frequency_penalty=0.1,
-            presence_penalty=0.2)
-    sent = llm.bodies("/chat/completions")[0]
+            presence_penalty=0.2, response_format={"type": "json", "value": {"type": "object"}}, **streaming)
+        usage = list(result)[-1].usage if stream else result.usage
+    sent, served = llm.bodies("/chat/completions")[0], llm.responses[0]
     a = conventions(only_span(harness))
     assert set(a) == CONVENTIONS - NEVER_HERE - {
-        "gen_ai.request.top_k", "gen_ai.usage.cache_creation.input_tokens", "gen_ai.output.type",
-        "gen_ai.conversation.id", "gen_ai.request.stream", "gen_ai.response.time_to_first_chunk"}
+        "gen_ai.request.top_k", "gen_ai.usage.cache_creation.input_tokens", "gen_ai.conversation.id",
+        *(() if stream else ("gen_ai.request.stream", "gen_ai.response.time_to_first_chunk"))}
     assert (a["gen_ai.operation.name"], a["gen_ai.provider.name"]) == ("chat", "huggingface")
     assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"]) == (sent["temperature"], sent["top_p"])
     assert (a["gen_ai.request.seed"], a["gen_ai.request.max_tokens"]) == (sent["seed"], sent["max_tokens"])
     assert list(a["gen_ai.request.stop_sequences"]) == sent["stop"]
-    assert a["gen_ai.response.id"] == result.id and a["gen_ai.response.model"] == result.model
-    assert a["gen_ai.usage.input_tokens"] == result.usage.prompt_tokens == 600
-    assert a["gen_ai.usage.cache_read.input_tokens"] == 128
-    assert a["gen_ai.usage.reasoning.output_tokens"] == 10
-    assert a["gen_ai.usage.output_tokens"] == result.usage.completion_tokens == 40
+    assert a["gen_ai.output.type"] == "json" and sent["response_format"]["type"] == "json"
+    assert a["gen_ai.response.id"] == served.id and a["gen_ai.response.model"] == served.model
+    assert a["gen_ai.usage.input_tokens"] == usage.prompt_tokens == 600
+    assert a["gen_ai.usage.cache_read.input_tokens"] == usage.prompt_tokens_details["cached_tokens"] == 128
+    assert a["gen_ai.usage.reasoning.output_tokens"] == usage.completion_tokens_details["reasoning_tokens"] == 10
+    assert a["gen_ai.usage.output_tokens"] == usage.completion_tokens == 40
 
 
 def test_litellm_anthropic_route(harness: Any, llm: FakeLLM) -> None:
