@@ -713,8 +713,9 @@ _FAILED = frozenset({"ERROR", "TIMEOUT"})
 
 
 #: The v2 request's sampling parameters -> ``RequestView.settings``.
-_SETTINGS = {"temperature": "temperature", "p": "top_p", "k": "top_k", "seed": "seed", "stop_sequences": "stop_sequences",
-             "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty"}
+_SETTINGS = {"temperature": "temperature", "p": "top_p", "k": "top_k", "seed": "seed",
+             "stop_sequences": "stop_sequences", "frequency_penalty": "frequency_penalty",
+             "presence_penalty": "presence_penalty"}
 
 
 class CohereAdapter(Translation):
