@@ -393,17 +393,39 @@ def test_litellm_anthropic_route(harness: Any, llm: FakeLLM) -> None:
 SCHEMAS = json.loads((Path(__file__).parent.parent / "data" / "genai_content_schemas.json").read_text())
 
 
+LOOKUP = {"type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"]}
+
+
+def valid_tool_definitions(captured: str) -> list[dict[str, Any]]:
+    """``gen_ai.tool.definitions`` read back, valid against its schema, each function's parameters a
+    draft-07 JSON schema (as the conventions say they MUST be; the schema's GenericToolDefinition
+    would accept any)."""
+    definitions = json.loads(captured)
+    jsonschema.validate(definitions, SCHEMAS["gen_ai.tool.definitions"])
+    for definition in definitions:
+        if "parameters" in definition:
+            jsonschema.Draft7Validator.check_schema(definition["parameters"])
+    return definitions
+
+
 def test_captured_content_follows_the_schemas(harness: Any, llm: FakeLLM) -> None:
     harness.start(mode="observe", policy=POLICY, capture_content=True)
     with anthropic.Anthropic(base_url=llm.anthropic_base_url, api_key="t", max_retries=0) as claude:
         answer = claude.messages.create(model="claude-sonnet-4-5", system="Be brief.", max_tokens=100, messages=[
             {"role": "user", "content": "Where?"}, {"role": "assistant", "content": "Where what?"},
-            {"role": "user", "content": "The parcel."}])
+            {"role": "user", "content": "The parcel."}],
+            tools=[{"name": "lookup", "description": "Find an order", "input_schema": LOOKUP},
+                   {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}])
     a = only_span(harness).attributes
     captured = {key: json.loads(a[key]) for key in ("gen_ai.input.messages", "gen_ai.output.messages",
                                                     "gen_ai.system_instructions")}
     for key, value in captured.items():
         jsonschema.validate(value, SCHEMAS[key])
+    sent = llm.bodies("/messages")[0]["tools"]
+    assert valid_tool_definitions(a["gen_ai.tool.definitions"]) == [
+        {"type": "function", "name": sent[0]["name"], "description": sent[0]["description"],
+         "parameters": sent[0]["input_schema"]},
+        {"type": sent[1]["type"], "name": sent[1]["name"]}]
     assert captured["gen_ai.system_instructions"] == [{"type": "text", "content": "Be brief."}]
     assert [m["role"] for m in captured["gen_ai.input.messages"]] == ["user", "assistant", "user"]
     assert captured["gen_ai.input.messages"][2]["parts"] == [{"type": "text", "content": "The parcel."}]
@@ -413,6 +435,34 @@ def test_captured_content_follows_the_schemas(harness: Any, llm: FakeLLM) -> Non
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate([{"role": "user", "content": "Where?"}], SCHEMAS["gen_ai.input.messages"])
 
+
+
+def test_tool_definitions_of_chat_completions_and_responses(harness: Any, llm: FakeLLM) -> None:
+    """Chat Completions nests a function tool's definition in ``function``, the Responses API does
+    not; a built-in tool known by its type alone has no name the conventions could carry."""
+    harness.start(mode="observe", policy=POLICY, capture_content=True)
+    messages = [{"role": "user", "content": "Where is A-1?"}]
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client:
+        client.chat.completions.create(model="gpt-4o", messages=messages, tools=[
+            {"type": "function", "function": {"name": "lookup", "description": "Find an order", "parameters": LOOKUP}},
+            {"type": "function", "function": {"name": "ping"}}])
+        client.responses.create(model="gpt-5", input="Where is A-1?", tools=[
+            {"type": "function", "name": "lookup", "parameters": LOOKUP, "strict": True}, {"type": "web_search"}])
+    chat, responses = (valid_tool_definitions(s.attributes["gen_ai.tool.definitions"]) for s in harness.spans())
+    function = llm.bodies("/chat/completions")[0]["tools"][0]["function"]
+    assert chat == [{"type": "function", "name": "lookup", "description": function["description"],
+                     "parameters": function["parameters"]}, {"type": "function", "name": "ping"}]
+    assert responses == [{"type": "function", "name": "lookup", "parameters": llm.bodies("/responses")[0]["tools"][0][
+        "parameters"]}]
+
+
+def test_no_tool_definitions_unless_content_is_captured(harness: Any, llm: FakeLLM) -> None:
+    harness.start(mode="observe", policy=POLICY)
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client:
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Where is A-1?"}], tools=[
+            {"type": "function", "function": {"name": "lookup", "description": "Find an order", "parameters": LOOKUP}}])
+    a = only_span(harness).attributes
+    assert "gen_ai.tool.definitions" not in a and "gen_ai.input.messages" not in a
 
 # -- verdicts as evaluation results ------------------------------------------------------------
 
