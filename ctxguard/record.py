@@ -112,8 +112,9 @@ class Recorder:
     def start(self, t: CallTelemetry, verdict: Verdict, over: Any, tools: list[dict[str, Any]] | None = None) -> None:
         """Count the before-send outcomes, log the violations and start the span into ``t`` (or
         adopt the span of ``over``, another library's wrapper of this call site, if it is this
-        call's). ``tools``: the request's tool definitions, when content is captured. ``t`` is the caller's: a failure part way leaves in it what was started (the span,
-        the context attached), so the call's end still ends and detaches them."""
+        call's). ``t`` is the caller's: a failure part way leaves in it what was started (the span,
+        the context attached), so the call's end still ends and detaches them. ``tools``: the
+        request's tool definitions, when content is captured."""
         m, payload, ctx, diff = self.metrics, verdict.payload, verdict.ctx, verdict.diff
         provider = payload.provider
         cells = [m.calls_at[(provider, payload.operation)]]

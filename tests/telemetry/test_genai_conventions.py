@@ -22,6 +22,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
 
 import ctxguard
 from ctxguard import Policy
+from ctxguard.providers.openai import OpenAIAdapter
 from ctxguard.telemetry import spans as attr
 from ctxguard.testing import FakeLLM, Reply
 
@@ -456,13 +457,43 @@ def test_tool_definitions_of_chat_completions_and_responses(harness: Any, llm: F
         "parameters"]}]
 
 
-def test_no_tool_definitions_unless_content_is_captured(harness: Any, llm: FakeLLM) -> None:
+def test_tool_definitions_of_bedrock_converse_and_gemini(harness: Any, llm: FakeLLM) -> None:
+    """Converse's ``toolConfig`` specs; Gemini's function declarations, their parameters where they
+    are JSON Schema (``parameters_json_schema``: Gemini's own ``parameters`` type is not), and no
+    built-in tool (it names no function)."""
+    boto3 = pytest.importorskip("boto3", reason="boto3 is not installed (extra 'bedrock')")
+    harness.start(mode="observe", policy=POLICY, capture_content=True)
+    bedrock = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=llm.bedrock_endpoint_url,
+                           aws_access_key_id="k", aws_secret_access_key="s")
+    bedrock.converse(modelId="anthropic.claude-3-5-sonnet-20240620-v1:0",
+                     messages=[{"role": "user", "content": [{"text": "Where is A-1?"}]}],
+                     toolConfig={"tools": [{"toolSpec": {"name": "lookup", "description": "Find an order",
+                                                         "inputSchema": {"json": LOOKUP}}}]})
+    client = genai.Client(api_key="t", http_options={"base_url": llm.gemini_base_url})
+    client.models.generate_content(model="gemini-2.5-flash", contents="Where is A-1?", config={"tools": [
+        {"function_declarations": [{"name": "lookup", "description": "Find an order", "parameters_json_schema": LOOKUP},
+                                   {"name": "ping", "parameters": {"type": "OBJECT", "properties": {}}}]},
+        {"google_search": {}}]})
+    converse, gemini = (valid_tool_definitions(s.attributes["gen_ai.tool.definitions"]) for s in harness.spans())
+    spec = llm.bodies()[0]["toolConfig"]["tools"][0]["toolSpec"]
+    assert converse == [{"type": "function", "name": spec["name"], "description": spec["description"],
+                         "parameters": spec["inputSchema"]["json"]}]
+    declared = next(t for t in llm.bodies()[1]["tools"] if "functionDeclarations" in t)["functionDeclarations"][0]
+    assert gemini == [{"type": "function", "name": "lookup", "description": declared["description"],
+                       "parameters": declared["parameters_json_schema"]}, {"type": "function", "name": "ping"}]
+
+def test_no_tool_definitions_unless_content_is_captured(harness: Any, llm: FakeLLM,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nor are they read: a call's default path does no work for content it does not capture."""
+    read: list[str] = []
+    monkeypatch.setattr(OpenAIAdapter, "tool_definitions", lambda self, api, kwargs: read.append(api) or [])
     harness.start(mode="observe", policy=POLICY)
     with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client:
         client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Where is A-1?"}], tools=[
             {"type": "function", "function": {"name": "lookup", "description": "Find an order", "parameters": LOOKUP}}])
     a = only_span(harness).attributes
     assert "gen_ai.tool.definitions" not in a and "gen_ai.input.messages" not in a
+    assert read == []
 
 # -- verdicts as evaluation results ------------------------------------------------------------
 
