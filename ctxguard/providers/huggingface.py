@@ -109,7 +109,7 @@ def _with_usage(output: Any) -> Any:
     return {**output, "usage": usage}
 
 
-class _Chunks:
+class _HubChunks:
     """Chat Completions' stream reader, given each chunk with its usage as sent (``_with_usage``)."""
 
     def __init__(self, chunks: StreamReader) -> None:
@@ -145,7 +145,7 @@ class HuggingFaceAdapter(Translation):
         return openai_provider.ADAPTER.read_response(_OPENAI_API, _with_usage(result))
 
     def stream_reader(self, api: str) -> StreamReader:
-        return _Chunks(openai_provider.ADAPTER.stream_reader(_OPENAI_API))
+        return _HubChunks(openai_provider.ADAPTER.stream_reader(_OPENAI_API))
 
     def identity(self, instance: Any) -> Identity | None:
         """The server a client bound to a URL (``base_url``, or a URL ``model``) reaches; a client
