@@ -177,8 +177,12 @@ class Guard:
             report_internal_error("checks", exc)
         recorder = self._recorder
         t = CallTelemetry(started)
+        tools = None
+        if recorder.config.capture_content:  # the tools read again, as definitions, for captured content only
+            with guarded("telemetry"):
+                tools = provider.adapter.tool_definitions(api, kwargs)
         try:
-            recorder.start(t, verdict, over)
+            recorder.start(t, verdict, over, tools)
         except Exception as exc:
             report_internal_error("telemetry", exc)
         if recorder.capture is not None:

@@ -109,11 +109,12 @@ class Recorder:
 
     # -- before sending -------------------------------------------------
 
-    def start(self, t: CallTelemetry, verdict: Verdict, over: Any) -> None:
+    def start(self, t: CallTelemetry, verdict: Verdict, over: Any, tools: list[dict[str, Any]] | None = None) -> None:
         """Count the before-send outcomes, log the violations and start the span into ``t`` (or
         adopt the span of ``over``, another library's wrapper of this call site, if it is this
         call's). ``t`` is the caller's: a failure part way leaves in it what was started (the span,
-        the context attached), so the call's end still ends and detaches them."""
+        the context attached), so the call's end still ends and detaches them. ``tools``: the
+        request's tool definitions, when content is captured."""
         m, payload, ctx, diff = self.metrics, verdict.payload, verdict.ctx, verdict.diff
         provider = payload.provider
         cells = [m.calls_at[(provider, payload.operation)]]
@@ -165,7 +166,7 @@ class Recorder:
             attr.set_attributes(span, self._attributes(verdict))
             self._events(span, verdict, exported)
             if self.config.capture_content:
-                attr.set_attributes(span, attr.input_content(payload.messages))
+                attr.set_attributes(span, attr.input_content(payload.messages, tools))
 
     def _events(self, span: trace.Span, verdict: Verdict, exported: list[Violation]) -> None:
         """The before-send verdict's span events: one per violation, and the evaluation results."""

@@ -379,3 +379,37 @@ def output_type(kind: Any) -> str | None:
     if kind in ("json_schema", "json_object", "json"):
         return "json"
     return "text" if kind == "text" else None
+
+
+def tool_definitions(tools: Any) -> list[dict[str, Any]]:
+    """A request's ``tools`` in the conventions' shape (``gen_ai.tool.definitions``, captured content
+    only): a function tool as ``{"type": "function", "name", "description", "parameters"}`` whether
+    the API nests it (Chat Completions' ``function``) or not (the Responses API's; Anthropic's, with
+    ``input_schema``); another kind (a provider's built-in tool) as its type and name. A tool with no
+    name (a built-in tool known by its type alone, a Python function the SDK converts) is left out:
+    the conventions require one. ``description`` and ``parameters`` only where the request has them
+    as a string and a JSON object."""
+    if not isinstance(tools, (list, tuple)):
+        return []
+    found = []
+    for tool in tools:
+        function = get(tool, "function")
+        spec = tool if function is None else function
+        name = as_str(get(spec, "name"))
+        if name is None:
+            continue
+        kind = as_str(get(tool, "type"))
+        if kind not in (None, "function", "custom"):
+            found.append({"type": kind, "name": name})
+            continue
+        definition: dict[str, Any] = {"type": "function", "name": name}
+        description = as_str(get(spec, "description"))
+        if description is not None:
+            definition["description"] = description
+        parameters = get(spec, "parameters")
+        if parameters is None:
+            parameters = get(spec, "input_schema")
+        if isinstance(parameters, dict):
+            definition["parameters"] = parameters
+        found.append(definition)
+    return found

@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 
 from ..memo import Memo
 from ..payload import Answer, RequestView
+from ._read import get, tool_definitions
 
 __all__ = [
     "Adapter",
@@ -73,6 +74,11 @@ class Adapter(Protocol):
         and port; None when the SDK's client does not say."""
         ...
 
+    def tool_definitions(self, api: str, kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The request's tools in the conventions' shape (``gen_ai.tool.definitions``), read only when
+        content is captured (opt-in)."""
+        ...
+
     def from_capture(self, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]] | None:
         """A captured request body (with the capture line's model) as its call site would have seen
         it, ``(api, kwargs)``; None: this SDK's captures are not read offline (``reads_captures``)."""
@@ -84,9 +90,12 @@ class Adapter(Protocol):
 
 class Translation:
     """What every adapter says unless its SDK says more: no identity read off its clients, its
-    captures not read offline."""
+    captures not read offline, its tools in the request's ``tools`` (``_read.tool_definitions``)."""
 
     reads_captures = False
+
+    def tool_definitions(self, api: str, kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return tool_definitions(get(kwargs, "tools"))
 
     def identity(self, instance: Any) -> Identity | None:
         return None

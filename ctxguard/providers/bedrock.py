@@ -45,7 +45,7 @@ from ..tokens import NON_TEXT_PART
 from ._image import size_of_base64, size_of_bytes
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, elements, items, settings
+from ._read import canonical, elements, items, settings, tool_definitions
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
@@ -460,6 +460,15 @@ def _invoke_answer(headers: Mapping[str, Any], document: Any) -> Answer:
 
 class BedrockAdapter(Translation):
     provider = LABEL
+
+    def tool_definitions(self, api: str, kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Converse's ``toolConfig.tools``: each ``toolSpec``, its parameters in ``inputSchema.json``
+        (an ``invoke_model`` body is the model's own format: not read for content)."""
+        tools = _get(_get(kwargs, "toolConfig"), "tools") if api.startswith("converse") else None
+        specs = [_get(tool, "toolSpec") for tool in tools] if isinstance(tools, (list, tuple)) else []
+        return tool_definitions([{"name": _get(spec, "name"), "description": _get(spec, "description"),
+                                  "parameters": _get(_get(spec, "inputSchema"), "json")}
+                                 for spec in specs if spec is not None])
 
     def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
         if api.startswith("converse"):

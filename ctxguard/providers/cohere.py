@@ -37,7 +37,7 @@ from typing import Any
 from ..memo import Memo
 from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
 from ._image import Size, size_of_url
-from ._read import Unread, canonical, elements, family, items, structured_parts, tool_texts
+from ._read import Unread, canonical, elements, family, items, output_type, settings, structured_parts, tool_texts
 from ._read import as_str as _str
 from ._read import get as _get
 from ._read import role as _role
@@ -672,14 +672,21 @@ def _count(value: Any) -> int | None:
     return int(value)
 
 
-def _usage(usage: Any) -> tuple[int | None, int | None]:
+def _usage(reply: Answer, usage: Any) -> None:
+    """The counts of a ``usage``: the tokens read and written (``_tokens``), and those of the prompt
+    that hit Cohere's cache (``cached_tokens``, a part of the tokens read)."""
+    if usage is None:
+        return
+    reply.input_tokens, reply.output_tokens = _tokens(usage)
+    reply.cache_read_tokens = _count(_get(usage, "cached_tokens"))
+
+
+def _tokens(usage: Any) -> tuple[int | None, int | None]:
     """(input, output) tokens. ``tokens`` is what the model read and wrote, Cohere's prompt template
     (its preamble, the rendered documents and tools) included, and its images apart, in
     ``image_tokens`` (an answer about a favicon: 502 input and 259 image tokens): both fill the window,
     so both are what the budget is calibrated against. ``billed_units`` leaves the template out (21
     billed for 186 read in a short exchange); read only when ``tokens`` is absent."""
-    if usage is None:
-        return None, None
     for field in ("tokens", "billed_units"):
         counts = _get(usage, field)
         if counts is not None:
@@ -705,6 +712,12 @@ def _reply_text(content: Any) -> str:
 _FAILED = frozenset({"ERROR", "TIMEOUT"})
 
 
+#: The v2 request's sampling parameters -> ``RequestView.settings``.
+_SETTINGS = {"temperature": "temperature", "p": "top_p", "k": "top_k", "seed": "seed",
+             "stop_sequences": "stop_sequences", "frequency_penalty": "frequency_penalty",
+             "presence_penalty": "presence_penalty"}
+
+
 class CohereAdapter(Translation):
     provider = "cohere"
 
@@ -727,7 +740,12 @@ class CohereAdapter(Translation):
                 view.tools = tool_texts(tools, template.tools)
             except Exception as exc:  # a tool schema that will not serialise is the app's business
                 view.unreadable = f"tools could not be read ({type(exc).__name__})"
-        _response_format(_get(kwargs, "response_format"), view)
+        settings(kwargs, _SETTINGS, view)
+        response_format = _get(kwargs, "response_format")
+        kind = output_type(_get(response_format, "type"))
+        if kind is not None:
+            view.settings["output.type"] = kind
+        _response_format(response_format, view)
         items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True,
               memo=memo)
         if view.unreadable is None:
@@ -741,15 +759,14 @@ class CohereAdapter(Translation):
         reason = _str(_get(result, "finish_reason"))
         if message is None and reason is None:
             return None
-        read, wrote = _usage(_get(result, "usage"))
-        return Answer(
+        reply = Answer(
             id=_str(_get(result, "id")),
             finish_reasons=[reason] if reason else [],
-            input_tokens=read,
-            output_tokens=wrote,
             text=_reply_text(_get(message, "content")) if message is not None else "",
             error=reason if reason in _FAILED else None,
         )
+        _usage(reply, _get(result, "usage"))
+        return reply
 
     def stream_reader(self, api: str) -> _CohereEvents:
         return _CohereEvents()
@@ -785,7 +802,7 @@ class _CohereEvents:
                 reply.finish_reasons = [reason]
                 if reason in _FAILED:
                     reply.error = reason
-            reply.input_tokens, reply.output_tokens = _usage(_get(delta, "usage"))
+            _usage(reply, _get(delta, "usage"))
 
     def reply(self) -> Answer:
         return self._text.fill(self._reply)

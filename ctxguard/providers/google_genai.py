@@ -27,7 +27,7 @@ from ..memo import Memo
 from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
 from ..tokens import NON_TEXT_PART
 from ._image import gemini_generation, gemini_tokens, size_of_base64, size_of_bytes
-from ._read import Unread, items, jsonable, settings, tool_texts, unread_if_one_shot
+from ._read import Unread, items, jsonable, settings, tool_definitions, tool_texts, unread_if_one_shot
 from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import get as _get
@@ -357,6 +357,22 @@ _OUTPUT_TYPES = {"application/json": "json", "text/plain": "text"}
 
 class GoogleGenAIAdapter(Translation):
     provider = "gcp.gen_ai"
+
+    def tool_definitions(self, api: str, kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """``config.tools``' function declarations, with ``parameters_json_schema`` as their parameters
+        (``parameters`` is Gemini's own schema type, not JSON Schema: left out); another tool (Google
+        Search, code execution) names no function: left out too."""
+        tools = _get(_get(kwargs, "config"), "tools")
+        declared = []
+        for tool in tools if isinstance(tools, (list, tuple)) else ():
+            data = tool if isinstance(tool, Mapping) else jsonable(tool)
+            declarations = _field(data, "function_declarations") if isinstance(data, Mapping) else None
+            for declaration in declarations if isinstance(declarations, (list, tuple)) else ():
+                found = declaration if isinstance(declaration, Mapping) else jsonable(declaration)
+                if isinstance(found, Mapping):
+                    declared.append({"name": _get(found, "name"), "description": _get(found, "description"),
+                                     "parameters": _field(found, "parameters_json_schema")})
+        return tool_definitions(declared)
 
     def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
         # Contents are rarely plain dicts here (parts lists, Content objects): read whole each call.

@@ -36,7 +36,7 @@ from ..memo import Memo
 from ..payload import Answer, RequestView
 from . import openai as openai_provider
 from ._read import as_str as _str
-from ._read import canonical, schemas
+from ._read import canonical, output_type, schemas
 from ._read import get as _get
 from .base import CallSite, Identity, Methods, Provider, StreamReader, Translation
 
@@ -71,13 +71,19 @@ def _format_schema(value: Any) -> Any:
 
 
 def _own_arguments(kwargs: Mapping[str, Any], view: RequestView) -> None:
-    """Tools as their JSON, then the prompt TGI puts before them, then the answer's format."""
+    """Tools as their JSON, then the prompt TGI puts before them, then the answer's format (and its
+    output type)."""
     schemas(_get(kwargs, "tools"), view)
     tool_prompt = _str(_get(kwargs, "tool_prompt"))
     if tool_prompt and view.tools:
         view.tools.append(tool_prompt)
     response_format = _get(kwargs, "response_format")
-    schema = _format_schema(response_format) if response_format is not None else None
+    if response_format is None:
+        return
+    kind = output_type(_get(response_format, "type"))  # TGI's "json" and OpenAI's; a regex says nothing
+    if kind is not None:
+        view.settings["output.type"] = kind
+    schema = _format_schema(response_format)
     if schema is not None:
         try:
             view.tools.append(schema if isinstance(schema, str) else canonical(schema))
@@ -90,6 +96,30 @@ def _model(kwargs: Mapping[str, Any]) -> str | None:
     placeholder in the body)."""
     model = _str(_get(kwargs, "model"))
     return None if model is None or model.startswith(("http://", "https://")) else model
+
+
+def _with_usage(output: Any) -> Any:
+    """``output`` with its ``usage`` as the server sent it. huggingface_hub's outputs are dataclasses
+    and dicts at once, and the dict holds only the fields the dataclass declares: the usage details
+    an OpenAI-compatible server adds (``prompt_tokens_details.cached_tokens``,
+    ``completion_tokens_details.reasoning_tokens``) are kept on the ``usage`` attribute alone."""
+    usage = getattr(output, "usage", None)
+    if usage is None or type(output) is dict or not isinstance(output, dict):
+        return output
+    return {**output, "usage": usage}
+
+
+class _HubChunks:
+    """Chat Completions' stream reader, given each chunk with its usage as sent (``_with_usage``)."""
+
+    def __init__(self, chunks: StreamReader) -> None:
+        self._chunks = chunks
+
+    def feed(self, chunk: Any) -> None:
+        self._chunks.feed(_with_usage(chunk))
+
+    def reply(self) -> Answer:
+        return self._chunks.reply()
 
 
 class HuggingFaceAdapter(Translation):
@@ -112,10 +142,10 @@ class HuggingFaceAdapter(Translation):
         return view
 
     def read_response(self, api: str, result: Any) -> Answer | None:
-        return openai_provider.ADAPTER.read_response(_OPENAI_API, result)
+        return openai_provider.ADAPTER.read_response(_OPENAI_API, _with_usage(result))
 
     def stream_reader(self, api: str) -> StreamReader:
-        return openai_provider.ADAPTER.stream_reader(_OPENAI_API)
+        return _HubChunks(openai_provider.ADAPTER.stream_reader(_OPENAI_API))
 
     def identity(self, instance: Any) -> Identity | None:
         """The server a client bound to a URL (``base_url``, or a URL ``model``) reaches; a client

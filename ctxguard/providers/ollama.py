@@ -35,7 +35,7 @@ from ..memo import Memo
 from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, elements, family, items, tool_texts
+from ._read import canonical, elements, family, items, settings, tool_texts
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
@@ -347,9 +347,15 @@ def _tools(tools: Any, view: RequestView, found: Template | None) -> None:
         view.prompt_overhead += found.tools_fixed
 
 
+#: The sampling parameters of a request's ``options`` -> ``RequestView.settings``.
+_SETTINGS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "seed": "seed", "stop": "stop_sequences",
+             "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty"}
+
+
 def _options(options: Any, view: RequestView) -> None:
     if options is None:
         return
+    settings(options, _SETTINGS, view)
     predict = _int(_get(options, "num_predict"))
     # -1: until the answer ends, -2: until the window is full; neither reserves a known amount.
     view.max_output_tokens = predict if predict is not None and predict >= 0 else None
@@ -369,6 +375,10 @@ class OllamaAdapter(Translation):
             stream=_get(kwargs, "stream") is True,
         )
         _options(_get(kwargs, "options"), view)
+        # ``format``: "json", or the JSON schema the answer follows.
+        output_format = _get(kwargs, "format")
+        if output_format == "json" or isinstance(output_format, Mapping):
+            view.settings["output.type"] = "json"
         # ``format`` (a JSON schema, or "json") constrains the sampling and is not in the prompt: it
         # costs no input tokens (docs/budget.md). ``think`` draws on ``num_predict``, like OpenAI's
         # reasoning on ``max_completion_tokens``: nothing more to reserve.

@@ -283,15 +283,18 @@ def content_json(value: list[dict[str, Any]]) -> str:
     return text if len(text) <= CONTENT_ATTR_CAP else text[:CONTENT_ATTR_CAP]
 
 
-def input_content(messages: list[Message]) -> dict[str, str]:
+def input_content(messages: list[Message], tools: list[dict[str, Any]] | None = None) -> dict[str, str]:
     """Captured content (opt-in), in the conventions' JSON shapes: a provider's system parameter as
-    ``gen_ai.system_instructions``, the messages as ``gen_ai.input.messages`` (text parts)."""
+    ``gen_ai.system_instructions``, the messages as ``gen_ai.input.messages`` (text parts), the
+    request's tools as ``gen_ai.tool.definitions``."""
     instructions = [{"type": "text", "content": m.text} for m in messages if m.source == "instructions"]
     sent = [{"role": m.role, "parts": [{"type": "text", "content": m.text}]}
             for m in messages if m.source != "instructions"]
     captured = {INPUT_MESSAGES: content_json(sent)}
     if instructions:
         captured[SYSTEM_INSTRUCTIONS] = content_json(instructions)
+    if tools:
+        captured[TOOL_DEFINITIONS] = content_json(tools)
     return captured
 
 

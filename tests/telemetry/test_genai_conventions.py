@@ -9,6 +9,7 @@ that lost turns."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
 
 import ctxguard
 from ctxguard import Policy
+from ctxguard.providers.openai import OpenAIAdapter
 from ctxguard.telemetry import spans as attr
 from ctxguard.testing import FakeLLM, Reply
 
@@ -220,9 +222,191 @@ def test_gemini(harness: Any, llm: FakeLLM) -> None:
     assert a["gen_ai.usage.output_tokens"] == usage.candidates_token_count + 25 == 60
 
 
+
+def test_mistral(harness: Any, llm: FakeLLM) -> None:
+    """Mistral reports the cached prompt tokens inside ``prompt_tokens`` (``prompt_tokens_details``),
+    and no reasoning count (a Magistral's thinking is in ``completion_tokens``)."""
+    pytest.importorskip("mistralai.client", reason="mistralai is not installed (extra 'mistral')")
+    from mistralai.client import Mistral
+
+    harness.start(mode="observe", policy=POLICY)
+    llm.script(Reply(text='{"city": "Pune"}', input_tokens=800, cached_tokens=640, output_tokens=30))
+    with Mistral(api_key="t", server_url=llm.mistral_base_url) as client:
+        result = client.chat.complete(
+            model="mistral-large-latest", messages=[{"role": "system", "content": "Be brief."},
+                                                    {"role": "user", "content": "Where?"}],
+            temperature=0.2, top_p=0.9, max_tokens=200, stop=["END"], random_seed=5, presence_penalty=0.3,
+            frequency_penalty=0.1, response_format={"type": "json_object"})
+    sent = llm.bodies("/chat/completions")[0]
+    a = conventions(only_span(harness))
+    # ctxguard does not read a Mistral client's endpoint (no server.address).
+    assert set(a) == CONVENTIONS - NEVER_HERE - {"server.address", "server.port",
+        "gen_ai.request.top_k", "gen_ai.usage.cache_creation.input_tokens", "gen_ai.usage.reasoning.output_tokens",
+        "gen_ai.conversation.id", "gen_ai.request.stream", "gen_ai.response.time_to_first_chunk"}
+    assert (a["gen_ai.operation.name"], a["gen_ai.provider.name"]) == ("chat", "mistral_ai")
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"]) == (sent["temperature"], sent["top_p"])
+    assert (a["gen_ai.request.max_tokens"], a["gen_ai.request.seed"]) == (sent["max_tokens"], sent["random_seed"])
+    assert list(a["gen_ai.request.stop_sequences"]) == sent["stop"]
+    assert (a["gen_ai.request.frequency_penalty"], a["gen_ai.request.presence_penalty"]) == (0.1, 0.3)
+    assert a["gen_ai.output.type"] == "json"
+    assert a["gen_ai.response.id"] == result.id and a["gen_ai.response.model"] == result.model
+    assert list(a["gen_ai.response.finish_reasons"]) == [result.choices[0].finish_reason]
+    assert a["gen_ai.usage.input_tokens"] == result.usage.prompt_tokens == 800  # the cached ones included
+    assert a["gen_ai.usage.cache_read.input_tokens"] == 640
+    assert llm.responses[0].usage["prompt_tokens_details"] == {"cached_tokens": 640}
+    assert a["gen_ai.usage.output_tokens"] == result.usage.completion_tokens == 30
+
+
+def test_cohere(harness: Any, llm: FakeLLM) -> None:
+    """Cohere v2 names its sampling parameters ``p`` and ``k``, and reports the prompt tokens that hit
+    its cache as ``usage.cached_tokens``, a part of ``tokens.input_tokens``; no reasoning count."""
+    cohere = pytest.importorskip("cohere", reason="cohere is not installed (extra 'cohere')")
+    harness.start(mode="observe", policy=POLICY)
+    llm.script(Reply(text='{"city": "Pune"}', input_tokens=900, cached_tokens=700, output_tokens=25))
+    client = cohere.ClientV2(api_key="t", base_url=llm.cohere_base_url)  # made after instrument(): guarded
+    with ctxguard.conversation("c-5"):
+        result = client.chat(
+            model="command-a-03-2025", messages=[{"role": "system", "content": "Be brief."},
+                                                 {"role": "user", "content": "Where?"}],
+            temperature=0.3, p=0.75, k=40, seed=11, stop_sequences=["END"], max_tokens=250, frequency_penalty=0.2,
+            presence_penalty=0.4, response_format={"type": "json_object"}, request_options={"max_retries": 0})
+    sent = llm.bodies("/chat")[0]
+    a = conventions(only_span(harness))
+    # Cohere's answer names no model; ctxguard does not read a Cohere client's endpoint.
+    assert set(a) == CONVENTIONS - NEVER_HERE - {"server.address", "server.port",
+        "gen_ai.usage.cache_creation.input_tokens", "gen_ai.usage.reasoning.output_tokens", "gen_ai.request.stream",
+        "gen_ai.response.time_to_first_chunk", "gen_ai.response.model"}
+    assert (a["gen_ai.operation.name"], a["gen_ai.provider.name"]) == ("chat", "cohere")
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"], a["gen_ai.request.top_k"]) == (
+        sent["temperature"], sent["p"], sent["k"])
+    assert (a["gen_ai.request.seed"], a["gen_ai.request.max_tokens"]) == (sent["seed"], sent["max_tokens"])
+    assert list(a["gen_ai.request.stop_sequences"]) == sent["stop_sequences"]
+    assert (a["gen_ai.request.frequency_penalty"], a["gen_ai.request.presence_penalty"]) == (
+        sent["frequency_penalty"], sent["presence_penalty"])
+    assert a["gen_ai.output.type"] == "json"
+    assert a["gen_ai.conversation.id"] == "c-5"
+    assert a["gen_ai.response.id"] == result.id
+    assert list(a["gen_ai.response.finish_reasons"]) == [result.finish_reason]
+    assert a["gen_ai.usage.input_tokens"] == result.usage.tokens.input_tokens == 900
+    assert a["gen_ai.usage.cache_read.input_tokens"] == result.usage.cached_tokens == 700
+    assert a["gen_ai.usage.output_tokens"] == result.usage.tokens.output_tokens == 25
+
+
+def test_ollama_stream(harness: Any, llm: FakeLLM) -> None:
+    """Ollama carries the sampling parameters in ``options`` and reports no cache or reasoning count
+    (``prompt_eval_count`` and ``eval_count`` only), nor an id."""
+    ollama = pytest.importorskip("ollama", reason="ollama is not installed (extra 'ollama')")
+    harness.start(mode="observe", policy=POLICY)
+    llm.script(Reply(text='{"city": "Pune"}', input_tokens=300, output_tokens=20))
+    options = {"temperature": 0.7, "top_p": 0.85, "top_k": 30, "seed": 42, "stop": ["END"], "num_predict": 128,
+               "frequency_penalty": 0.1, "presence_penalty": 0.2}
+    with ollama.Client(host=llm.ollama_host) as client:
+        chunks = list(client.chat(model="llama3.2", messages=[{"role": "system", "content": "Be brief."},
+                                                               {"role": "user", "content": "Where?"}],
+                                  options=options, format="json", stream=True))
+    sent = llm.bodies("/api/chat")[0]
+    a = conventions(only_span(harness))
+    # ctxguard does not read an Ollama client's host.
+    assert set(a) == CONVENTIONS - NEVER_HERE - {"server.address", "server.port",
+        "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_creation.input_tokens",
+        "gen_ai.usage.reasoning.output_tokens", "gen_ai.conversation.id", "gen_ai.response.id"}
+    assert (a["gen_ai.operation.name"], a["gen_ai.provider.name"]) == ("chat", "ollama")
+    sent_options = sent["options"]
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"], a["gen_ai.request.top_k"]) == (
+        sent_options["temperature"], sent_options["top_p"], sent_options["top_k"])
+    assert (a["gen_ai.request.seed"], a["gen_ai.request.max_tokens"]) == (sent_options["seed"],
+                                                                         sent_options["num_predict"])
+    assert list(a["gen_ai.request.stop_sequences"]) == sent_options["stop"]
+    assert (a["gen_ai.request.frequency_penalty"], a["gen_ai.request.presence_penalty"]) == (
+        sent_options["frequency_penalty"], sent_options["presence_penalty"])
+    assert a["gen_ai.output.type"] == "json" and sent["format"] == "json"
+    assert a["gen_ai.request.stream"] is True and a["gen_ai.response.time_to_first_chunk"] > 0
+    last = chunks[-1]
+    assert a["gen_ai.response.model"] == last.model
+    assert list(a["gen_ai.response.finish_reasons"]) == [last.done_reason]
+    assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (last.prompt_eval_count,
+                                                                                 last.eval_count) == (300, 20)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_huggingface(harness: Any, llm: FakeLLM, stream: bool) -> None:
+    """huggingface_hub's client speaks OpenAI's chat format to an endpoint (here, one that reports
+    OpenAI's usage details, which the client's output types do not declare)."""
+    hub = pytest.importorskip("huggingface_hub", reason="huggingface_hub is not installed (extra 'huggingface')")
+    harness.start(mode="observe", policy=POLICY)
+    llm.script(Reply(text="Pune.", input_tokens=600, cached_tokens=128, output_tokens=40, reasoning_tokens=10))
+    streaming = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+    with hub.InferenceClient(base_url=llm.base_url, api_key="t") as client:
+        result = client.chat_completion(
+            model="meta-llama/Llama-3.1-8B-Instruct", messages=[{"role": "system", "content": "Be brief."},
+                                                                {"role": "user", "content": "Where?"}],
+            temperature=0.5, top_p=0.8, seed=9, stop=["END"], max_tokens=150, frequency_penalty=0.1,
+            presence_penalty=0.2, response_format={"type": "json", "value": {"type": "object"}}, **streaming)
+        usage = list(result)[-1].usage if stream else result.usage
+    sent, served = llm.bodies("/chat/completions")[0], llm.responses[0]
+    a = conventions(only_span(harness))
+    assert set(a) == CONVENTIONS - NEVER_HERE - {
+        "gen_ai.request.top_k", "gen_ai.usage.cache_creation.input_tokens", "gen_ai.conversation.id",
+        *(() if stream else ("gen_ai.request.stream", "gen_ai.response.time_to_first_chunk"))}
+    assert (a["gen_ai.operation.name"], a["gen_ai.provider.name"]) == ("chat", "huggingface")
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"]) == (sent["temperature"], sent["top_p"])
+    assert (a["gen_ai.request.seed"], a["gen_ai.request.max_tokens"]) == (sent["seed"], sent["max_tokens"])
+    assert list(a["gen_ai.request.stop_sequences"]) == sent["stop"]
+    assert a["gen_ai.output.type"] == "json" and sent["response_format"]["type"] == "json"
+    assert a["gen_ai.response.id"] == served.id and a["gen_ai.response.model"] == served.model
+    assert a["gen_ai.usage.input_tokens"] == usage.prompt_tokens == 600
+    assert a["gen_ai.usage.cache_read.input_tokens"] == usage.prompt_tokens_details["cached_tokens"] == 128
+    assert a["gen_ai.usage.reasoning.output_tokens"] == usage.completion_tokens_details["reasoning_tokens"] == 10
+    assert a["gen_ai.usage.output_tokens"] == usage.completion_tokens == 40
+
+
+def test_litellm_anthropic_route(harness: Any, llm: FakeLLM) -> None:
+    """Through LiteLLM to Anthropic: the span names the routed provider and carries what Anthropic
+    answered on the wire (cache reads and writes apart from ``input_tokens``, summed on the span)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch at import
+    litellm = pytest.importorskip("litellm", reason="litellm is not installed (extra 'litellm')")
+    harness.start(mode="observe", policy=POLICY)
+    llm.script(Reply(text="Pune.", input_tokens=1400, cached_tokens=1000, cache_write_tokens=200, output_tokens=35))
+    litellm.completion(model="anthropic/claude-sonnet-4-5", messages=[{"role": "system", "content": "Be brief."},
+                                                                   {"role": "user", "content": "Where?"}],
+                       temperature=0.4, top_p=0.9, stop=["END"], max_tokens=300, api_base=llm.anthropic_base_url,
+                       api_key="t")
+    sent, served = llm.bodies("/messages")[0], llm.responses[0]
+    a = conventions(only_span(harness))
+    # ctxguard does not read the api_base LiteLLM was given.
+    assert set(a) == CONVENTIONS - NEVER_HERE - {"server.address", "server.port",
+        "gen_ai.request.top_k", "gen_ai.request.seed", "gen_ai.request.frequency_penalty",
+        "gen_ai.request.presence_penalty", "gen_ai.output.type", "gen_ai.conversation.id",
+        "gen_ai.usage.reasoning.output_tokens", "gen_ai.request.stream", "gen_ai.response.time_to_first_chunk"}
+    assert (a["gen_ai.operation.name"], a["gen_ai.provider.name"]) == ("chat", "anthropic")
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"]) == (sent["temperature"], sent["top_p"])
+    assert a["gen_ai.request.max_tokens"] == sent["max_tokens"]
+    assert list(a["gen_ai.request.stop_sequences"]) == sent["stop_sequences"]
+    assert a["gen_ai.response.id"] == served.id and a["gen_ai.response.model"] == served.model
+    usage = served.usage
+    assert usage["input_tokens"] == 1400 - 1000 - 200  # what the wire says: apart
+    assert a["gen_ai.usage.input_tokens"] == 1400
+    assert a["gen_ai.usage.cache_read.input_tokens"] == usage["cache_read_input_tokens"] == 1000
+    assert a["gen_ai.usage.cache_creation.input_tokens"] == usage["cache_creation_input_tokens"] == 200
+
 # -- content capture, in the conventions' JSON shapes -------------------------------------------
 
 SCHEMAS = json.loads((Path(__file__).parent.parent / "data" / "genai_content_schemas.json").read_text())
+
+
+LOOKUP = {"type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"]}
+
+
+def valid_tool_definitions(captured: str) -> list[dict[str, Any]]:
+    """``gen_ai.tool.definitions`` read back, valid against its schema, each function's parameters a
+    draft-07 JSON schema (as the conventions say they MUST be; the schema's GenericToolDefinition
+    would accept any)."""
+    definitions = json.loads(captured)
+    jsonschema.validate(definitions, SCHEMAS["gen_ai.tool.definitions"])
+    for definition in definitions:
+        if "parameters" in definition:
+            jsonschema.Draft7Validator.check_schema(definition["parameters"])
+    return definitions
 
 
 def test_captured_content_follows_the_schemas(harness: Any, llm: FakeLLM) -> None:
@@ -230,12 +414,19 @@ def test_captured_content_follows_the_schemas(harness: Any, llm: FakeLLM) -> Non
     with anthropic.Anthropic(base_url=llm.anthropic_base_url, api_key="t", max_retries=0) as claude:
         answer = claude.messages.create(model="claude-sonnet-4-5", system="Be brief.", max_tokens=100, messages=[
             {"role": "user", "content": "Where?"}, {"role": "assistant", "content": "Where what?"},
-            {"role": "user", "content": "The parcel."}])
+            {"role": "user", "content": "The parcel."}],
+            tools=[{"name": "lookup", "description": "Find an order", "input_schema": LOOKUP},
+                   {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}])
     a = only_span(harness).attributes
     captured = {key: json.loads(a[key]) for key in ("gen_ai.input.messages", "gen_ai.output.messages",
                                                     "gen_ai.system_instructions")}
     for key, value in captured.items():
         jsonschema.validate(value, SCHEMAS[key])
+    sent = llm.bodies("/messages")[0]["tools"]
+    assert valid_tool_definitions(a["gen_ai.tool.definitions"]) == [
+        {"type": "function", "name": sent[0]["name"], "description": sent[0]["description"],
+         "parameters": sent[0]["input_schema"]},
+        {"type": sent[1]["type"], "name": sent[1]["name"]}]
     assert captured["gen_ai.system_instructions"] == [{"type": "text", "content": "Be brief."}]
     assert [m["role"] for m in captured["gen_ai.input.messages"]] == ["user", "assistant", "user"]
     assert captured["gen_ai.input.messages"][2]["parts"] == [{"type": "text", "content": "The parcel."}]
@@ -245,6 +436,64 @@ def test_captured_content_follows_the_schemas(harness: Any, llm: FakeLLM) -> Non
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate([{"role": "user", "content": "Where?"}], SCHEMAS["gen_ai.input.messages"])
 
+
+
+def test_tool_definitions_of_chat_completions_and_responses(harness: Any, llm: FakeLLM) -> None:
+    """Chat Completions nests a function tool's definition in ``function``, the Responses API does
+    not; a built-in tool known by its type alone has no name the conventions could carry."""
+    harness.start(mode="observe", policy=POLICY, capture_content=True)
+    messages = [{"role": "user", "content": "Where is A-1?"}]
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client:
+        client.chat.completions.create(model="gpt-4o", messages=messages, tools=[
+            {"type": "function", "function": {"name": "lookup", "description": "Find an order", "parameters": LOOKUP}},
+            {"type": "function", "function": {"name": "ping"}}])
+        client.responses.create(model="gpt-5", input="Where is A-1?", tools=[
+            {"type": "function", "name": "lookup", "parameters": LOOKUP, "strict": True}, {"type": "web_search"}])
+    chat, responses = (valid_tool_definitions(s.attributes["gen_ai.tool.definitions"]) for s in harness.spans())
+    function = llm.bodies("/chat/completions")[0]["tools"][0]["function"]
+    assert chat == [{"type": "function", "name": "lookup", "description": function["description"],
+                     "parameters": function["parameters"]}, {"type": "function", "name": "ping"}]
+    assert responses == [{"type": "function", "name": "lookup", "parameters": llm.bodies("/responses")[0]["tools"][0][
+        "parameters"]}]
+
+
+def test_tool_definitions_of_bedrock_converse_and_gemini(harness: Any, llm: FakeLLM) -> None:
+    """Converse's ``toolConfig`` specs; Gemini's function declarations, their parameters where they
+    are JSON Schema (``parameters_json_schema``: Gemini's own ``parameters`` type is not), and no
+    built-in tool (it names no function)."""
+    boto3 = pytest.importorskip("boto3", reason="boto3 is not installed (extra 'bedrock')")
+    harness.start(mode="observe", policy=POLICY, capture_content=True)
+    bedrock = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=llm.bedrock_endpoint_url,
+                           aws_access_key_id="k", aws_secret_access_key="s")
+    bedrock.converse(modelId="anthropic.claude-3-5-sonnet-20240620-v1:0",
+                     messages=[{"role": "user", "content": [{"text": "Where is A-1?"}]}],
+                     toolConfig={"tools": [{"toolSpec": {"name": "lookup", "description": "Find an order",
+                                                         "inputSchema": {"json": LOOKUP}}}]})
+    client = genai.Client(api_key="t", http_options={"base_url": llm.gemini_base_url})
+    client.models.generate_content(model="gemini-2.5-flash", contents="Where is A-1?", config={"tools": [
+        {"function_declarations": [{"name": "lookup", "description": "Find an order", "parameters_json_schema": LOOKUP},
+                                   {"name": "ping", "parameters": {"type": "OBJECT", "properties": {}}}]},
+        {"google_search": {}}]})
+    converse, gemini = (valid_tool_definitions(s.attributes["gen_ai.tool.definitions"]) for s in harness.spans())
+    spec = llm.bodies()[0]["toolConfig"]["tools"][0]["toolSpec"]
+    assert converse == [{"type": "function", "name": spec["name"], "description": spec["description"],
+                         "parameters": spec["inputSchema"]["json"]}]
+    declared = next(t for t in llm.bodies()[1]["tools"] if "functionDeclarations" in t)["functionDeclarations"][0]
+    assert gemini == [{"type": "function", "name": "lookup", "description": declared["description"],
+                       "parameters": declared["parameters_json_schema"]}, {"type": "function", "name": "ping"}]
+
+def test_no_tool_definitions_unless_content_is_captured(harness: Any, llm: FakeLLM,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nor are they read: a call's default path does no work for content it does not capture."""
+    read: list[str] = []
+    monkeypatch.setattr(OpenAIAdapter, "tool_definitions", lambda self, api, kwargs: read.append(api) or [])
+    harness.start(mode="observe", policy=POLICY)
+    with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client:
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "Where is A-1?"}], tools=[
+            {"type": "function", "function": {"name": "lookup", "description": "Find an order", "parameters": LOOKUP}}])
+    a = only_span(harness).attributes
+    assert "gen_ai.tool.definitions" not in a and "gen_ai.input.messages" not in a
+    assert read == []
 
 # -- verdicts as evaluation results ------------------------------------------------------------
 
