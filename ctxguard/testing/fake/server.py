@@ -333,14 +333,7 @@ class FakeLLM:
         """Parsed JSON of recorded bodies; empty bodies (e.g. GETs) are skipped."""
         with self._lock:
             reqs = list(self.requests)
-        out: list[Any] = []
-        for r in reqs:
-            route = r.path.split("?", 1)[0]
-            if path_suffix is not None and not route.endswith(path_suffix):
-                continue
-            if r.body:
-                out.append(r.json)
-        return out
+        return [r.json for r in reqs if r.body and r.path.split("?", 1)[0].endswith(path_suffix or "")]
 
     def clear(self) -> None:
         """Forget recorded requests, answers and pending scripted replies between test phases."""
