@@ -320,8 +320,11 @@ class Inspector:
         whole")."""
         judged = self._answer_checks(verdict, reply, unanswered)
         payload = verdict.payload
-        if reply is not None and reply.input_tokens and payload.unreadable is None and not any(
-                o.check == "provider_kept_all" and o.outcome == "fail" for o in judged):
+        learns = reply is not None and reply.input_tokens and payload.unreadable is None
+        for judged_one in judged:  # a loop, not any() over a generator: 2,000 instructions a call less
+            if judged_one.check == "provider_kept_all" and judged_one.outcome == "fail":
+                learns = False
+        if learns:
             try:
                 self.measurer.observe(payload, reply.input_tokens)
             except Exception as exc:
