@@ -320,13 +320,13 @@ class Inspector:
         whole")."""
         judged = self._answer_checks(verdict, reply, unanswered)
         payload = verdict.payload
-        learns = reply is not None and reply.input_tokens and payload.unreadable is None
+        reported = reply.input_tokens if reply is not None and payload.unreadable is None else None
         for judged_one in judged:  # a loop, not any() over a generator: 2,000 instructions a call less
             if judged_one.check == "provider_kept_all" and judged_one.outcome == "fail":
-                learns = False
-        if learns:
+                reported = None
+        if reported:
             try:
-                self.measurer.observe(payload, reply.input_tokens)
+                self.measurer.observe(payload, reported)
             except Exception as exc:
                 report_internal_error("tokens", exc)
         return judged
