@@ -321,7 +321,9 @@ class Inspector:
         judged = self._answer_checks(verdict, reply, unanswered)
         payload = verdict.payload
         reported = reply.input_tokens if reply is not None and payload.unreadable is None else None
-        for judged_one in judged:  # a loop, not any() over a generator: 2,000 instructions a call less
+        # A loop, not any() over a generator: ~2,000 instructions a call less (one run a side, inside
+        # the ~3,500 that runs of the same code spread by).
+        for judged_one in judged:
             if judged_one.check == "provider_kept_all" and judged_one.outcome == "fail":
                 reported = None
         if reported:
