@@ -320,10 +320,15 @@ class Inspector:
         whole")."""
         judged = self._answer_checks(verdict, reply, unanswered)
         payload = verdict.payload
-        if reply is not None and reply.input_tokens and payload.unreadable is None and not any(
-                o.check == "provider_kept_all" and o.outcome == "fail" for o in judged):
+        reported = reply.input_tokens if reply is not None and payload.unreadable is None else None
+        # A loop, not any() over a generator: ~2,000 instructions a call less (one run a side, inside
+        # the ~3,500 that runs of the same code spread by).
+        for judged_one in judged:
+            if judged_one.check == "provider_kept_all" and judged_one.outcome == "fail":
+                reported = None
+        if reported:
             try:
-                self.measurer.observe(payload, reply.input_tokens)
+                self.measurer.observe(payload, reported)
             except Exception as exc:
                 report_internal_error("tokens", exc)
         return judged

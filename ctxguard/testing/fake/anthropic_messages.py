@@ -19,8 +19,14 @@ from typing import Any
 
 from . import media
 from .framing import SPACED, sse
-from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, schemas_tokens
+from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens
 from .wire import BASE62, Drop, Event, Events, Exchange, WireFormat, asks_to_stream, phrase, request_id_header, split
+
+#: What the model reads of a message (``tokens.Reading``): not its tool ids, cache hints, thinking
+#: signatures, citations, a source's media type; a ``tool_use`` input is read keys and all.
+READING = reading(unread="tool_use_id cache_control signature citations media_type", media="source image",
+                  structured="input")
+
 
 FAILURE_STATUS = 529
 ERRORS: dict[int, tuple[str, str]] = {
@@ -48,8 +54,8 @@ _STOP_REASONS: dict[str, str] = {
 def prompt_tokens(ex: Exchange) -> int:
     p = ex.payload
     system = p.get("system")
-    n = (FRAME_TOKENS + read_tokens(system) if system else 0) + messages_tokens(
-        p.get("messages"), partial(media.anthropic, ex.requested_model))
+    n = (FRAME_TOKENS + read_tokens(system, READING) if system else 0) + messages_tokens(
+        p.get("messages"), READING, partial(media.anthropic, ex.requested_model))
     config = p.get("output_config")
     n += schemas_tokens(p.get("tools"), p.get("output_format"),
                         config.get("format") if isinstance(config, dict) else None)

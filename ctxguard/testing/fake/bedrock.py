@@ -26,13 +26,20 @@ import base64
 import json
 import re
 import urllib.parse
+import zlib
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
 from . import anthropic_messages, media
-from .framing import COMPACT, Framing, eventstream_message
-from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, schemas_tokens, text_tokens
+from .framing import COMPACT, Framing
+from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens, text_tokens
 from .wire import ALNUM, BASE62, BASE64URL, DROP, HEX, Drop, Event, Events, Exchange, Headers, WireFormat, phrase, split
+
+#: What the model reads of a Converse message (``tokens.Reading``): not its tool ids, result statuses,
+#: reasoning signatures; a ``toolUse`` input is read keys and all.
+READING = reading(unread="toolUseId status signature", media="image", structured="input")
+
 
 FAILURE_STATUS = 500
 # status -> (error code, message).
@@ -94,6 +101,18 @@ def _exception(ex: Exchange) -> Event:
     return _EXCEPTION + code[0].lower() + code[1:], body
 
 
+def eventstream_message(headers: Mapping[str, str], payload: bytes) -> bytes:
+    """One ``application/vnd.amazon.eventstream`` message: its prelude (total and headers length)
+    and the prelude's CRC32, string headers, the payload, and the CRC32 of all of it."""
+    encoded = b"".join(
+        bytes((len(name),)) + name + b"\x07" + len(value).to_bytes(2, "big") + value
+        for name, value in ((k.encode(), v.encode()) for k, v in headers.items())
+    )
+    prelude = (16 + len(encoded) + len(payload)).to_bytes(4, "big") + len(encoded).to_bytes(4, "big")
+    message = prelude + zlib.crc32(prelude).to_bytes(4, "big") + encoded + payload
+    return message + zlib.crc32(message).to_bytes(4, "big")
+
+
 def _frame(event: str | None, data: Any) -> bytes:
     """An event (its payload padded with ``p``, as Bedrock evens out its sizes) or an exception."""
     name = event or "chunk"
@@ -117,8 +136,8 @@ def _converse_tokens(ex: Exchange) -> int:
     system = p.get("system")
     config = p.get("toolConfig")
     tools = config.get("tools") if isinstance(config, dict) else None
-    n = (FRAME_TOKENS + read_tokens(system) if system else 0) + messages_tokens(
-        p.get("messages"), partial(media.anthropic, ex.requested_model))
+    n = (FRAME_TOKENS + read_tokens(system, READING) if system else 0) + messages_tokens(
+        p.get("messages"), READING, partial(media.anthropic, ex.requested_model))
     return n + schemas_tokens([t for t in tools if "toolSpec" in t] if isinstance(tools, list) else None) \
         + FRAME_TOKENS
 
@@ -257,13 +276,14 @@ def _nova_tokens(ex: Exchange) -> int:
     p = ex.payload
     config = p.get("toolConfig")
     tools = config.get("tools") if isinstance(config, dict) else None
-    return read_tokens(p.get("system")) + messages_tokens(p.get("messages"), partial(media.anthropic, ex.model)) \
+    return read_tokens(p.get("system"), READING) + messages_tokens(
+        p.get("messages"), READING, partial(media.anthropic, ex.model)) \
         + schemas_tokens([t for t in tools if "toolSpec" in t] if isinstance(tools, list) else None)
 
 
 def _cohere_chat_tokens(ex: Exchange) -> int:
     p = ex.payload
-    return text_tokens(str(p.get("preamble") or "")) + read_tokens(p.get("chat_history")) + text_tokens(
+    return text_tokens(str(p.get("preamble") or "")) + read_tokens(p.get("chat_history"), READING) + text_tokens(
         str(p.get("message")))
 
 

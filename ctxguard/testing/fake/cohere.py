@@ -17,7 +17,7 @@ from typing import Any
 
 from . import media
 from .framing import COMPACT, sse
-from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, schemas_tokens
+from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens
 from .wire import HEX, Drop, Event, Events, Exchange, WireFormat, asks_to_stream, phrase, request_id_header, split
 
 ERRORS: dict[int, str] = {
@@ -35,6 +35,10 @@ _FINISH_REASONS: dict[str, str] = {
     "stop": "COMPLETE", "length": "MAX_TOKENS", "tool_calls": "TOOL_CALL", "function_call": "TOOL_CALL",
     "content_filter": "COMPLETE", "stop_sequence": "STOP_SEQUENCE", "error": "ERROR",
 }
+#: What the model reads of a message (``tokens.Reading``): not its tool call ids or citations.
+READING = reading(unread="tool_call_id citations index", media="image_url")
+
+
 BROKEN = "ERROR"
 # The tokens its prompt template adds to what the request carries (its preamble, turn tokens):
 # ``usage.tokens.input_tokens`` counts them, ``billed_units.input_tokens`` does not (a short
@@ -52,8 +56,8 @@ def prompt_tokens(ex: Exchange) -> int:
     # Documents are read key and value ("both the key name and the value will be passed to the model").
     p = ex.payload
     documents = p.get("documents")
-    n = messages_tokens(p.get("messages"), partial(media.cohere, ex.requested_model)) + sum(
-        FRAME_TOKENS + read_tokens(d, keys=True) for d in (documents if isinstance(documents, list) else []))
+    n = messages_tokens(p.get("messages"), READING, partial(media.cohere, ex.requested_model)) + sum(
+        FRAME_TOKENS + read_tokens(d, READING, keys=True) for d in (documents if isinstance(documents, list) else []))
     n += schemas_tokens(p.get("tools"), p.get("response_format")) + TEMPLATE
     return n + FRAME_TOKENS
 

@@ -1,15 +1,15 @@
 """How an answer is written: a JSON body as an API encodes it, and a stream's events as Server-Sent
-Events, NDJSON lines or AWS event-stream messages. A wire format picks one of each."""
+Events or NDJSON lines (or a format's own: Bedrock's AWS event-stream messages). A wire format picks
+one of each."""
 
 from __future__ import annotations
 
 import json
-import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["COMPACT", "INDENTED", "SPACED", "Framing", "Json", "eventstream_message", "ndjson", "sse"]
+__all__ = ["COMPACT", "INDENTED", "SPACED", "Framing", "Json", "ndjson", "sse"]
 
 
 @dataclass(frozen=True)
@@ -54,15 +54,3 @@ def sse(separators: tuple[str, str] = (",", ":")) -> Framing:
 def ndjson(dumps: Callable[[Any], bytes]) -> Framing:
     """One JSON object a line."""
     return Framing("application/x-ndjson", lambda event, data: dumps(data) + b"\n")
-
-
-def eventstream_message(headers: Mapping[str, str], payload: bytes) -> bytes:
-    """One ``application/vnd.amazon.eventstream`` message: its prelude (total and headers length)
-    and the prelude's CRC32, string headers, the payload, and the CRC32 of all of it."""
-    encoded = b"".join(
-        bytes((len(name),)) + name + b"\x07" + len(value).to_bytes(2, "big") + value
-        for name, value in ((k.encode(), v.encode()) for k, v in headers.items())
-    )
-    prelude = (16 + len(encoded) + len(payload)).to_bytes(4, "big") + len(encoded).to_bytes(4, "big")
-    message = prelude + zlib.crc32(prelude).to_bytes(4, "big") + encoded + payload
-    return message + zlib.crc32(message).to_bytes(4, "big")

@@ -15,8 +15,14 @@ from typing import Any
 
 from . import media
 from .framing import INDENTED, sse
-from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, schemas_tokens
+from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens
 from .wire import BASE64URL, HEX, Drop, Event, Events, Exchange, WireFormat, phrase, split
+
+#: What the model reads of a content (``tokens.Reading``): not its thought signatures or MIME types; a
+#: function call's ``args`` and a function response are read keys and all.
+READING = reading(unread="thoughtSignature thought_signature mimeType mime_type",
+                  media="inlineData inline_data fileData file_data", structured="args response")
+
 
 FAILURE_STATUS = 503
 ERRORS: dict[int, tuple[str, str]] = {
@@ -47,8 +53,8 @@ def model_in_path(route: str) -> str:
 def prompt_tokens(ex: Exchange) -> int:
     p = ex.payload
     instruction = p.get("systemInstruction")
-    n = (FRAME_TOKENS + read_tokens(instruction) if instruction else 0) + messages_tokens(
-        p.get("contents"), partial(media.gemini, ex.requested_model))
+    n = (FRAME_TOKENS + read_tokens(instruction, READING) if instruction else 0) + messages_tokens(
+        p.get("contents"), READING, partial(media.gemini, ex.requested_model))
     config = p.get("generationConfig")
     config = config if isinstance(config, dict) else {}
     n += schemas_tokens(p.get("tools"), config.get("responseSchema"), config.get("responseJsonSchema"))

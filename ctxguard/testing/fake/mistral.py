@@ -17,7 +17,7 @@ from typing import Any
 
 from . import media
 from .framing import COMPACT, sse
-from .tokens import FRAME_TOKENS, messages_tokens, schemas_tokens
+from .tokens import FRAME_TOKENS, messages_tokens, reading, schemas_tokens
 from .wire import (
     ALNUM,
     HEX,
@@ -46,12 +46,18 @@ ERRORS: dict[int, tuple[str, str | None, str]] = {
 # Its finish reasons are OpenAI's but for functions (``tool_calls``) and refusals, which it does not
 # have: ``stop``, ``length``, ``model_length``, ``error``, ``tool_calls``.
 _FINISH_REASONS: dict[str, str] = {"function_call": "tool_calls"}
+#: What the model reads of a message (``tokens.Reading``): not its tool call ids, ``prefix`` flag or a
+#: streamed call's ``index``; a call's ``arguments``, which may be an object, are read keys and all.
+READING = reading(unread="tool_call_id prefix index", media="image_url document_url input_audio file",
+                  structured="arguments")
+
+
 BROKEN = "error"
 
 
 def prompt_tokens(ex: Exchange) -> int:
     p = ex.payload
-    n = messages_tokens(p.get("messages"), partial(media.mistral, ex.requested_model))
+    n = messages_tokens(p.get("messages"), READING, partial(media.mistral, ex.requested_model))
     n += schemas_tokens(p.get("tools"), p.get("functions"), p.get("response_format"))
     return n + FRAME_TOKENS
 

@@ -18,8 +18,13 @@ from typing import Any
 
 from . import media
 from .framing import Json, ndjson
-from .tokens import FRAME_TOKENS, read_tokens, schemas_tokens
+from .tokens import FRAME_TOKENS, read_tokens, reading, schemas_tokens
 from .wire import HEX, Drop, Event, Events, Exchange, WireFormat, phrase, split
+
+#: What the model reads of a message (``tokens.Reading``; its ``images`` are priced apart): a tool
+#: call's ``arguments``, an object, are read keys and all.
+READING = reading(unread="index", structured="arguments")
+
 
 FAILURE_STATUS = 500
 #: The context window an Ollama server gives a request without ``options.num_ctx``: its default below
@@ -51,11 +56,11 @@ def _message_tokens(message: Any, model: str) -> int:
     """A message as the chat template renders it: its text (thinking and tool calls too); each image
     what the model's vision encoder makes of one, never its base64."""
     if not isinstance(message, dict):
-        return FRAME_TOKENS + read_tokens(message)
+        return FRAME_TOKENS + read_tokens(message, READING)
     images = message.get("images")
     rest = {k: v for k, v in message.items() if k != "images"}
-    return FRAME_TOKENS + read_tokens(rest) + sum(media.ollama(model, image) for image in images) \
-        if isinstance(images, list) else FRAME_TOKENS + read_tokens(rest)
+    return FRAME_TOKENS + read_tokens(rest, READING) + sum(media.ollama(model, image) for image in images) \
+        if isinstance(images, list) else FRAME_TOKENS + read_tokens(rest, READING)
 
 
 def _held(payload: Mapping[str, Any], window: int | None) -> tuple[int, int]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from . import media
 from .framing import INDENTED, sse
-from .tokens import FRAME_TOKENS, messages_tokens, schemas_tokens
+from .tokens import FRAME_TOKENS, messages_tokens, reading, schemas_tokens
 from .wire import (
     ALNUM,
     HEX,
@@ -35,6 +35,12 @@ from .wire import (
     request_id_header,
     split,
 )
+
+#: What the model reads of a message (``tokens.Reading``): not its tool call ids, an image's ``detail``,
+#: a returned message's annotations and log probabilities, a streamed call's ``index``, a cache hint.
+READING = reading(unread="tool_call_id detail annotations logprobs index cache_control",
+                  media="image_url input_audio file")
+
 
 FAILURE_STATUS = 500
 
@@ -84,7 +90,7 @@ def padding(ex: Exchange, i: int, size: int) -> str:
 
 def _full(ex: Exchange) -> int:
     p = ex.payload
-    n = messages_tokens(p.get("messages"), partial(media.openai, ex.requested_model))
+    n = messages_tokens(p.get("messages"), READING, partial(media.openai, ex.requested_model))
     n += schemas_tokens(p.get("tools"), p.get("functions"), p.get("response_format"))
     return n + FRAME_TOKENS
 

@@ -19,10 +19,16 @@ from typing import Any
 from . import media
 from .framing import INDENTED, sse
 from .openai_chat import FAILURE_STATUS, call_id, error, padding, request_id
-from .tokens import FRAME_TOKENS, messages_tokens, schemas_tokens
+from .tokens import FRAME_TOKENS, messages_tokens, reading, schemas_tokens
 from .wire import HEX, Drop, Event, Events, Exchange, ScriptedCall, WireFormat, asks_to_stream, request_id_header, split
 
 _INCOMPLETE_REASONS: dict[str, str] = {"length": "max_output_tokens", "content_filter": "content_filter"}
+#: What the model reads of an input item (``tokens.Reading``): not its call ids, statuses, an image's
+#: ``detail``, annotations, log probabilities, encrypted reasoning.
+READING = reading(unread="call_id status detail annotations logprobs encrypted_content",
+                  media="image_url input_image input_audio file file_data")
+
+
 _FAILURE = ("An error occurred while processing your request. You can retry your request, or contact "
             "us through our help center at help.openai.com if the error persists.")
 
@@ -38,13 +44,13 @@ def _held(ex: Exchange) -> tuple[int, int]:
     reference says); it drops nothing otherwise."""
     p = ex.payload
     instructions = p.get("instructions")
-    fixed = messages_tokens([instructions] if isinstance(instructions, str) else []) + FRAME_TOKENS
+    fixed = messages_tokens([instructions] if isinstance(instructions, str) else [], READING) + FRAME_TOKENS
     text = p.get("text")
     fixed += schemas_tokens(p.get("tools"), text.get("format") if isinstance(text, dict) else None)
     raw = p.get("input")
     inputs = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else []
     price = partial(media.openai, ex.requested_model)
-    costs = [messages_tokens([item], price) for item in inputs]
+    costs = [messages_tokens([item], READING, price) for item in inputs]
     full = fixed + sum(costs)
     if ex.window is None or full <= ex.window or p.get("truncation") != "auto":
         return full, 0

@@ -97,39 +97,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- request side -----------------------------------------------------
 
-    def _read_body(self) -> bytes:
-        """Read exactly the announced body; short reads happen on big payloads."""
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            return self._read_chunked()
-        remaining = int(self.headers.get("Content-Length") or 0)
-        chunks: list[bytes] = []
-        while remaining > 0:
-            chunk = self.rfile.read(remaining)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
-
     def _read_chunked(self) -> bytes:
         chunks: list[bytes] = []
-        while True:
-            size_line = self.rfile.readline()
-            size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
-            if size == 0:
-                # Drain optional trailers up to the terminating blank line.
-                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                    pass
-                return b"".join(chunks)
+        while size := int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16):
             chunks.append(self.rfile.read(size))
             self.rfile.readline()
+        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+            pass  # the trailers, up to the terminating blank line
+        return b"".join(chunks)
 
     def _handle(self) -> None:
-        body = self._read_body()
-        headers: dict[str, str] = {}
-        for key, value in self.headers.items():
-            k = key.lower()
-            headers[k] = f"{headers[k]}, {value}" if k in headers else value
+        # rfile is buffered: read(n) returns n bytes, or fewer only when the client hangs up.
+        chunked = "chunked" in self.headers.get("Transfer-Encoding", "").lower()
+        body = self._read_chunked() if chunked else self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        headers = {k.lower(): ", ".join(self.headers.get_all(k, ())) for k in self.headers}
         req = RecordedRequest(method=self.command, path=self.path, headers=headers, body=body)
         fake = self.server.fake
         n, serial = fake._record(req)
@@ -352,14 +333,7 @@ class FakeLLM:
         """Parsed JSON of recorded bodies; empty bodies (e.g. GETs) are skipped."""
         with self._lock:
             reqs = list(self.requests)
-        out: list[Any] = []
-        for r in reqs:
-            route = r.path.split("?", 1)[0]
-            if path_suffix is not None and not route.endswith(path_suffix):
-                continue
-            if r.body:
-                out.append(r.json)
-        return out
+        return [r.json for r in reqs if r.body and r.path.split("?", 1)[0].endswith(path_suffix or "")]
 
     def clear(self) -> None:
         """Forget recorded requests, answers and pending scripted replies between test phases."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from .media import FLAT
 
@@ -22,22 +22,28 @@ FRAME_TOKENS = 3
 #: What a media part costs: a picture by its size as its provider prices it (``media``), audio, a
 #: file or a picture it cannot read a flat ``media.FLAT``.
 Price = Callable[[Any], int]
-# Keys whose values the model never reads as text: ids, roles, block types, cache
-# hints, signatures, Mistral's ``prefix`` flag.
-_UNREAD_KEYS = frozenset({
-    "type", "role", "id", "tool_call_id", "call_id", "tool_use_id", "cache_control", "signature", "status",
-    "index", "mime_type", "media_type", "mimeType", "thought_signature", "thoughtSignature", "encrypted_content",
-    "detail", "annotations", "logprobs", "citations", "prefix", "toolUseId",
-})
-_MEDIA_KEYS = frozenset({
-    "image_url", "input_image", "image", "input_audio", "file", "source", "inlineData", "inline_data", "fileData",
-    "file_data", "document_url",
-})
-# JSON objects the model reads keys and all: tool arguments and results, schemas (Mistral's
-# tool-call ``arguments`` may be an object; elsewhere they are a JSON string, read the same).
-_STRUCTURED_KEYS = frozenset({
-    "input", "args", "response", "parameters", "input_schema", "schema", "properties", "arguments",
-})
+
+
+class Reading(NamedTuple):
+    """What a wire format's model reads of a message, by key (``reading``): keys whose values it
+    never reads as text (ids, roles, block types, cache hints, signatures), keys holding a picture,
+    audio or a file (``Price``d once a part), and keys whose JSON it reads keys and all (tool
+    arguments and results given as objects; as a JSON string they read the same)."""
+
+    unread: frozenset[str]
+    media: frozenset[str]
+    structured: frozenset[str]
+
+
+def reading(unread: str = "", media: str = "", structured: str = "") -> Reading:
+    """A ``Reading`` from space-separated keys; no API reads a block's ``type``, ``role`` or ``id``."""
+    return Reading(frozenset({"type", "role", "id", *unread.split()}), frozenset(media.split()),
+                   frozenset(structured.split()))
+
+
+#: Tool definitions and output formats are read names and all: no key is unread or a picture.
+SCHEMA = reading()
+
 _PIECES = re.compile(r"[^\W\d_]+|\d{1,3}|[^\s]")
 
 
@@ -58,9 +64,10 @@ def flat(part: Any) -> int:
     return FLAT
 
 
-def read_tokens(value: Any, *, keys: bool = False, price: Price = flat) -> int:
-    """Tokens of what the model reads in a message, part or schema (``keys``: names count too;
-    ``price``: what a part holding a picture, audio or a file costs, once per part)."""
+def read_tokens(value: Any, reads: Reading, *, keys: bool = False, price: Price = flat) -> int:
+    """Tokens of what the model reads in a message, part or schema (``reads``: its API's keys;
+    ``keys``: names count too; ``price``: what a part holding a picture, audio or a file costs, once
+    per part)."""
     if isinstance(value, str):
         return text_tokens(value)
     if isinstance(value, (bool, int, float)):
@@ -70,19 +77,19 @@ def read_tokens(value: Any, *, keys: bool = False, price: Price = flat) -> int:
         # server accepts is read (server.py).
         n = 0
         for v in value:
-            n += read_tokens(v, keys=keys, price=price)
+            n += read_tokens(v, reads, keys=keys, price=price)
         return n
     if not isinstance(value, dict):
         return 0
     n, priced = 0, False
     for key, v in value.items():
-        if key in _MEDIA_KEYS and not keys:
+        if key in reads.media and not keys:
             if not priced:
                 n += price(value)
                 priced = True
-        elif keys or key not in _UNREAD_KEYS:
+        elif keys or key not in reads.unread:
             n += (text_tokens(str(key)) if keys else 0) + read_tokens(
-                v, keys=keys or key in _STRUCTURED_KEYS, price=price)
+                v, reads, keys=keys or key in reads.structured, price=price)
     return n
 
 
@@ -92,13 +99,13 @@ def schemas_tokens(*schemas: Any) -> int:
     for schema in schemas:
         for item in schema if isinstance(schema, list) else [schema]:
             if isinstance(item, dict) and item.get("type") != "text":
-                n += read_tokens(item, keys=True)
+                n += read_tokens(item, SCHEMA, keys=True)
     return n
 
 
-def messages_tokens(messages: Any, price: Price = flat) -> int:
+def messages_tokens(messages: Any, reads: Reading, price: Price = flat) -> int:
     if isinstance(messages, str):
         messages = [messages]
     if not isinstance(messages, list):
         return 0
-    return sum(FRAME_TOKENS + read_tokens(m, price=price) for m in messages)
+    return sum(FRAME_TOKENS + read_tokens(m, reads, price=price) for m in messages)

@@ -10,7 +10,8 @@ import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from http import HTTPStatus
+from http.client import responses
+from itertools import pairwise
 from typing import Any
 
 from .framing import Framing, Json
@@ -97,10 +98,7 @@ def request_id_header(name: str) -> Callable[[Exchange, int, str | None], Header
 
 def phrase(status: int) -> str:
     """The status's reason phrase (``Too Many Requests``), or ``Error 418`` for one it lacks."""
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return f"Error {status}"
+    return responses.get(status, f"Error {status}")
 
 
 def ident(seed: str, alphabet: str, length: int) -> str:
@@ -118,17 +116,10 @@ def ident(seed: str, alphabet: str, length: int) -> str:
 
 def split(text: str, parts: int = 3) -> list[str]:
     """Cut text into a few pieces so clients must really concatenate deltas."""
-    if not text:
-        return []
     n = min(parts, len(text))
-    size, extra = divmod(len(text), n)
-    out: list[str] = []
-    start = 0
-    for i in range(n):
-        end = start + size + (1 if i < extra else 0)
-        out.append(text[start:end])
-        start = end
-    return out
+    size, extra = divmod(len(text), n) if n else (0, 0)
+    cuts = [i * size + min(i, extra) for i in range(n + 1)]  # the first ``extra`` pieces one longer
+    return [text[a:b] for a, b in pairwise(cuts)]
 
 
 @dataclass(frozen=True)
