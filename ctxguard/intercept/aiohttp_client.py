@@ -30,8 +30,7 @@ from .answers import wire_reader
 from .bodies import NOTHING
 from .frames import transparent
 from .observation import Observation
-from .routes import model_path
-from .wire import Ours, Unguarded, entered, leaving, left
+from .wire import Ours, Sending, Unguarded, leaving
 
 __all__ = ["send", "start"]
 
@@ -52,17 +51,11 @@ def send(unguarded: Unguarded) -> Any:
     async def wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         if instance.method != "POST":
             return await wrapped(*args, **kwargs)
-        path = model_path("POST", instance.url.path)
-        ours = None if path is None else leaving(unguarded, path, lambda: _sent(instance))
+        ours = leaving(unguarded, "POST", instance.url.path, lambda: _sent(instance))
         if ours is None:
             return await wrapped(*args, **kwargs)
-        token = entered(ours)
-        try:
+        with Sending(ours):
             response = await wrapped(*args, **kwargs)
-        except BaseException as exc:
-            left(token, ours, exc)
-            raise
-        left(token, ours)
         response.__dict__[_PENDING] = ours
         return response
 

@@ -38,8 +38,7 @@ from .answers import wire_reader
 from .bodies import NOTHING, decoded
 from .frames import transparent
 from .observation import Observation
-from .routes import model_path
-from .wire import Ours, Unguarded, entered, leaving, left
+from .wire import Ours, Sending, Unguarded, leaving
 
 __all__ = ["getresponse", "request"]
 
@@ -65,20 +64,13 @@ def request(unguarded: Unguarded, encoding: str) -> Any:
         method = args[0] if args else kwargs.get("method")
         if method != "POST":
             return wrapped(*args, **kwargs)
-        path = model_path(method, args[1] if len(args) > 1 else kwargs.get("url", ""))
-        if path is None:
-            return wrapped(*args, **kwargs)
+        target = args[1] if len(args) > 1 else kwargs.get("url", "")
         body = args[2] if len(args) > 2 else kwargs.get("body")
-        ours = leaving(unguarded, path, lambda: _sent(body, encoding))
+        ours = leaving(unguarded, method, target, lambda: _sent(body, encoding))
         if ours is None:
             return wrapped(*args, **kwargs)
-        token = entered(ours)
-        try:
+        with Sending(ours):
             result = wrapped(*args, **kwargs)
-        except BaseException as exc:
-            left(token, ours, exc)
-            raise
-        left(token, ours)
         instance.__dict__[_PENDING] = ours
         return result
 

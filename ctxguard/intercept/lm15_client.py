@@ -23,8 +23,7 @@ from .answers import wire_reader
 from .bodies import NOTHING, decoded
 from .frames import transparent
 from .observation import Observation
-from .routes import model_path
-from .wire import Ours, Unguarded, entered, leaving, left
+from .wire import Ours, Sending, Unguarded, leaving
 
 __all__ = ["async_stream", "stream"]
 
@@ -33,8 +32,7 @@ def _leaving(unguarded: Unguarded, args: Any, kwargs: Any) -> Ours | None:
     request = args[0] if args else kwargs.get("request")
     if request.method != "POST":
         return None
-    path = model_path("POST", urlsplit(request.url).path)
-    return None if path is None else leaving(unguarded, path, lambda: request.body)
+    return leaving(unguarded, "POST", urlsplit(request.url).path, lambda: request.body)
 
 
 @transparent
@@ -45,13 +43,8 @@ def stream(unguarded: Unguarded) -> Any:
         ours = _leaving(unguarded, args, kwargs)
         if ours is None:
             return wrapped(*args, **kwargs)
-        token = entered(ours)
-        try:
+        with Sending(ours):
             response = wrapped(*args, **kwargs)
-        except BaseException as exc:
-            left(token, ours, exc)
-            raise
-        left(token, ours)
         _tap(response, ours, _Chunks)
         return response
 
@@ -66,13 +59,8 @@ def async_stream(unguarded: Unguarded) -> Any:
         ours = _leaving(unguarded, args, kwargs)
         if ours is None:
             return await wrapped(*args, **kwargs)
-        token = entered(ours)
-        try:
+        with Sending(ours):
             response = await wrapped(*args, **kwargs)
-        except BaseException as exc:
-            left(token, ours, exc)
-            raise
-        left(token, ours)
         _tap(response, ours, _AsyncChunks)
         return response
 
@@ -92,14 +80,30 @@ def _tap(response: Any, ours: Ours, chunks: type[_Chunks] | type[_AsyncChunks]) 
         Observation(call, NOTHING).end("complete")
 
 
-class _Chunks:
-    """Stands in for a response's chunk iterator: each chunk fed as it passes."""
+class _ChunkTap:
+    """What the two stand-ins for a response's chunk iterator share: each chunk fed as it passes,
+    the observation ended when the iterator stops, raises, or is closed or collected before that."""
 
     __slots__ = ("_inner", "_seen")
 
     def __init__(self, inner: Any, seen: Observation) -> None:
         self._inner = inner
         self._seen = seen
+
+    def _stopped(self, exc: BaseException) -> None:
+        if isinstance(exc, (StopIteration, StopAsyncIteration)):
+            self._seen.end("complete")
+        else:
+            self._seen.end("failed", error=exc)
+
+    def __del__(self) -> None:
+        self._seen.end("abandoned")
+
+
+class _Chunks(_ChunkTap):
+    """Stands in for a response's chunk iterator."""
+
+    __slots__ = ()
 
     def __iter__(self) -> _Chunks:
         return self
@@ -108,11 +112,8 @@ class _Chunks:
     def __next__(self) -> Any:
         try:
             chunk = next(self._inner)
-        except StopIteration:
-            self._seen.end("complete")
-            raise
         except BaseException as exc:
-            self._seen.end("failed", error=exc)
+            self._stopped(exc)
             raise
         self._seen.feed(chunk)
         return chunk
@@ -125,18 +126,11 @@ class _Chunks:
         finally:
             self._seen.end("abandoned")
 
-    def __del__(self) -> None:
-        self._seen.end("abandoned")
 
-
-class _AsyncChunks:
+class _AsyncChunks(_ChunkTap):
     """Stands in for an async response's chunk iterator."""
 
-    __slots__ = ("_inner", "_seen")
-
-    def __init__(self, inner: Any, seen: Observation) -> None:
-        self._inner = inner
-        self._seen = seen
+    __slots__ = ()
 
     def __aiter__(self) -> _AsyncChunks:
         return self
@@ -145,11 +139,8 @@ class _AsyncChunks:
     async def __anext__(self) -> Any:
         try:
             chunk = await self._inner.__anext__()
-        except StopAsyncIteration:
-            self._seen.end("complete")
-            raise
         except BaseException as exc:
-            self._seen.end("failed", error=exc)
+            self._stopped(exc)
             raise
         self._seen.feed(chunk)
         return chunk
@@ -161,6 +152,3 @@ class _AsyncChunks:
                 await aclose()
         finally:
             self._seen.end("abandoned")
-
-    def __del__(self) -> None:
-        self._seen.end("abandoned")

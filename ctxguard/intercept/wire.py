@@ -32,7 +32,7 @@ from .routes import model_path
 if TYPE_CHECKING:
     from ..providers.base import Provider
 
-__all__ = ["Ours", "Unguarded", "async_send", "body_send", "entered", "leaving", "left", "sent_body", "sync_send"]
+__all__ = ["Ours", "Sending", "Unguarded", "async_send", "body_send", "leaving", "sent_body", "sync_send"]
 
 #: A request guarded from the wire: its call, and the api its adapter reads.
 Ours = tuple[Observed, str]
@@ -42,12 +42,15 @@ Ours = tuple[Observed, str]
 Unguarded = Callable[[str, bytes], "Ours | None"]
 
 
-def leaving(unguarded: Unguarded, path: str, body: Callable[[], Any]) -> Ours | None:
-    """A request to a model endpoint's ``path`` (``routes.model_path``: the caller asked first, so
-    that any other request costs nothing more) is leaving through an observed HTTP client. Its
-    body (``body()``: bytes, or None when the client does not hold it in memory) goes to the call
-    in flight; with none in flight, a model request is guarded from the wire and its call
-    returned. Never raises."""
+def leaving(unguarded: Unguarded, method: str, target: str, body: Callable[[], Any]) -> Ours | None:
+    """A request (``method``, and ``target`` as the client holds it) is leaving through an observed
+    HTTP client. Any other than a model request (``routes.model_path``) passes at the cost of that
+    test. A model request's body (``body()``: bytes, or None when the client does not hold it in
+    memory) goes to the call in flight; with none in flight, the request is guarded from the wire
+    and its call returned. Never raises."""
+    path = model_path(method, target)
+    if path is None:
+        return None
     try:
         call = IN_FLIGHT.get()
         if call is not None:
@@ -63,17 +66,29 @@ def leaving(unguarded: Unguarded, path: str, body: Callable[[], Any]) -> Ours | 
         return None
 
 
-def entered(ours: Ours | None) -> Token[Observed | None] | None:
-    """While a request guarded from the wire is being sent, its call is in flight (``leaving``)."""
-    return IN_FLIGHT.set(ours[0]) if ours is not None else None
+class Sending:
+    """``with Sending(ours):`` around the step that sends a request ``leaving`` returned ``ours``
+    for (None: no call guarded from the wire, nothing to do). While it is sent its call is in
+    flight, so an HTTP client beneath starts no second one; once it is, its span stops being
+    current (the app's code runs until it reads the response), or, if sending raised, its call
+    ends failed and the error goes on unchanged."""
 
+    __slots__ = ("_ours", "_token")
 
-def left(token: Token[Observed | None] | None, ours: Ours | None, error: BaseException | None = None) -> None:
-    """The request guarded from the wire was sent: its span stops being current (the app's code
-    runs until it reads the response); or it failed to be (``error``): its call ends failed."""
-    if token is not None:
-        IN_FLIGHT.reset(token)
-    if ours is not None:
+    def __init__(self, ours: Ours | None) -> None:
+        self._ours = ours
+        self._token: Token[Observed | None] | None = None
+
+    def __enter__(self) -> None:
+        if self._ours is not None:
+            self._token = IN_FLIGHT.set(self._ours[0])
+
+    def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
+        ours = self._ours
+        if ours is None:
+            return
+        if self._token is not None:
+            IN_FLIGHT.reset(self._token)
         if error is not None:
             ours[0].end("failed", error=error)
         else:
@@ -104,8 +119,7 @@ def _observe(unguarded: Unguarded, args: Any, kwargs: Any) -> Ours | None:
         except Exception as exc:
             report_internal_error("response", exc)
         return None
-    path = model_path(request.method, request.url.path)
-    return None if path is None else leaving(unguarded, path, lambda: sent_body(request))
+    return leaving(unguarded, request.method, request.url.path, lambda: sent_body(request))
 
 
 def _answered(response: Any, ours: Ours | None) -> None:
@@ -126,13 +140,8 @@ def _answered(response: Any, ours: Ours | None) -> None:
 def sync_send(unguarded: Unguarded, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """The wrapper of httpx's ``_send_single_request`` (``functools.partial`` binds ``unguarded``)."""
     ours = _observe(unguarded, args, kwargs)
-    token = entered(ours)
-    try:
+    with Sending(ours):
         response = wrapped(*args, **kwargs)
-    except BaseException as exc:
-        left(token, ours, exc)
-        raise
-    left(token, ours)
     _answered(response, ours)
     return response
 
@@ -140,13 +149,8 @@ def sync_send(unguarded: Unguarded, wrapped: Any, instance: Any, args: Any, kwar
 @transparent
 async def async_send(unguarded: Unguarded, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     ours = _observe(unguarded, args, kwargs)
-    token = entered(ours)
-    try:
+    with Sending(ours):
         response = await wrapped(*args, **kwargs)
-    except BaseException as exc:
-        left(token, ours, exc)
-        raise
-    left(token, ours)
     _answered(response, ours)
     return response
 
