@@ -22,20 +22,19 @@ from .observation import Reader
 __all__ = ["NOTHING", "DocumentBody", "EventBody", "Inflated", "LinesBody", "body_reader", "decoded"]
 
 
-class EventBody:
-    """A server-sent event body, each event's JSON ``data`` fed to a provider's stream reader.
-    ``complete`` once OpenAI's ``[DONE]``, an error event or the last event the reader knows of
-    arrives (the end of the body also completes it). However long the body, what is held is the
-    event arriving and what the reader keeps (``AnswerText``); an event longer than ``ANSWER_LIMIT``
-    ends the reading, the answer so far ``unread``."""
+class _LineBody:
+    """A body read a line at a time as its bytes arrive, each complete line handed to ``_line`` (a
+    subclass's), which may keep some (``_held``: the bytes it keeps). What is held, that and the line
+    arriving, never passes ``ANSWER_LIMIT``: past it the reading ends, the answer so far ``unread``
+    (checked as each line arrives, not when the chunk is done: a transport may hand over far more
+    than the limit at once)."""
 
-    __slots__ = ("_buffer", "_data", "_held", "_reader", "complete", "unread")
+    __slots__ = ("_buffer", "_held", "_reader", "complete", "unread")
 
     def __init__(self, reader: StreamReader) -> None:
         self._reader = reader
         self._buffer = bytearray()
-        self._data: list[bytes] = []
-        self._held = 0  # bytes of ``_data``'s objects and slots
+        self._held = 0
         self.complete = False
         self.unread = False
 
@@ -49,25 +48,57 @@ class EventBody:
             end = buffer.find(b"\n", start)
             if end < 0:
                 break
-            line = bytes(buffer[start:end]).rstrip(b"\r")
+            if self._held + end - start > ANSWER_LIMIT:
+                self._stop()
+                return
+            self._line(bytes(buffer[start:end]))
             start = end + 1
-            if not line:
-                self._dispatch()
-            elif line.startswith(b"data:"):
-                data = line[6:] if line[5:6] == b" " else line[5:]
-                self._data.append(data)
-                self._held += sys.getsizeof(data) + 8
-                if self._held > ANSWER_LIMIT:  # before its blank line can dispatch it, in this chunk
-                    self._stop()
-                    return
+            if self._held > ANSWER_LIMIT:
+                self._stop()
+                return
         del buffer[:start]
         if self._held + len(buffer) > ANSWER_LIMIT:
             self._stop()
 
+    def _line(self, line: bytes) -> None:
+        raise NotImplementedError
+
     def _stop(self) -> None:
-        """An event past ``ANSWER_LIMIT``: the reading ends, the answer so far ``unread``."""
+        """Past ``ANSWER_LIMIT``: the reading ends, the answer so far ``unread``."""
         self.unread = True
-        self._buffer, self._data, self._held = bytearray(), [], 0
+        self._buffer, self._held = bytearray(), 0
+
+    def _unread_reply(self) -> Answer | None:
+        reply = self._reader.reply()
+        reply.text, reply.unread = "", UNREAD
+        return reply
+
+
+class EventBody(_LineBody):
+    """A server-sent event body, each event's JSON ``data`` fed to a provider's stream reader.
+    ``complete`` once OpenAI's ``[DONE]``, an error event or the last event the reader knows of
+    arrives (the end of the body also completes it). However long the body, what is held is the
+    event arriving and what the reader keeps (``AnswerText``); an event longer than ``ANSWER_LIMIT``
+    ends the reading, the answer so far ``unread``."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, reader: StreamReader) -> None:
+        super().__init__(reader)
+        self._data: list[bytes] = []
+
+    def _line(self, line: bytes) -> None:
+        line = line.rstrip(b"\r")
+        if not line:
+            self._dispatch()
+        elif line.startswith(b"data:"):
+            data = line[6:] if line[5:6] == b" " else line[5:]
+            self._data.append(data)
+            self._held += sys.getsizeof(data) + 8  # the object and its slot in ``_data``
+
+    def _stop(self) -> None:
+        super()._stop()
+        self._data = []
 
     def _dispatch(self) -> None:
         data, self._data, self._held = b"\n".join(self._data), [], 0
@@ -88,42 +119,17 @@ class EventBody:
 
     def reply(self) -> Answer | None:
         if self.unread:
-            reply = self._reader.reply()
-            reply.text, reply.unread = "", UNREAD
-            return reply
+            return self._unread_reply()
         self._dispatch()  # a last event without its blank line
         return self._reader.reply()
 
 
-class LinesBody:
+class LinesBody(_LineBody):
     """A body of JSON lines (``application/x-ndjson``: Ollama's streams), each line's object fed to a
     provider's stream reader as it arrives. A line longer than ``ANSWER_LIMIT`` ends the reading,
     the answer so far ``unread``."""
 
-    __slots__ = ("_buffer", "_reader", "complete", "unread")
-
-    def __init__(self, reader: StreamReader) -> None:
-        self._reader = reader
-        self._buffer = bytearray()
-        self.complete = False
-        self.unread = False
-
-    def feed(self, chunk: bytes) -> None:
-        if self.unread:
-            return
-        buffer = self._buffer
-        buffer += chunk
-        start = 0
-        while True:
-            end = buffer.find(b"\n", start)
-            if end < 0:
-                break
-            self._line(bytes(buffer[start:end]))
-            start = end + 1
-        del buffer[:start]
-        if len(buffer) > ANSWER_LIMIT:
-            self.unread = True
-            self._buffer = bytearray()
+    __slots__ = ()
 
     def _line(self, line: bytes) -> None:
         if not line.strip():
@@ -136,9 +142,7 @@ class LinesBody:
 
     def reply(self) -> Answer | None:
         if self.unread:
-            reply = self._reader.reply()
-            reply.text, reply.unread = "", UNREAD
-            return reply
+            return self._unread_reply()
         self._line(bytes(self._buffer))  # a last line without its newline
         self._buffer = bytearray()
         return self._reader.reply()

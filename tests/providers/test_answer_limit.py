@@ -380,3 +380,24 @@ def test_an_event_past_the_limit_is_not_read_even_when_it_arrives_whole_in_one_c
     body.feed(small + whole + small)
     assert body.unread and len(fed) == 1
     assert fed[0] == {"type": "response.output_text.delta", "delta": "x"}
+
+
+def test_a_json_line_past_the_limit_is_not_read_even_when_it_arrives_whole_in_one_chunk(small_limit):
+    """JSON lines (Ollama's streams) are held to ``ANSWER_LIMIT`` as server-sent events are: a line
+    past it is refused as it arrives, whether it arrives whole in one chunk or across many. Before,
+    only the part of a line left waiting for its newline was measured: a long line handed over
+    whole with its newline was parsed and fed to the reader."""
+    fed = []
+
+    class Reader:
+        complete = False
+
+        def feed(self, event: object) -> None:
+            fed.append(event)
+
+    body = bodies.LinesBody(Reader())  # type: ignore[arg-type]
+    small = b'{"message": {"content": "x"}, "done": false}\n'
+    whole = b'{"message": {"content": "' + b"x" * (2 * small_limit) + b'"}, "done": true}\n'
+    body.feed(small + whole + small)
+    assert body.unread and len(fed) == 1
+    assert fed[0] == {"message": {"content": "x"}, "done": False}
