@@ -227,6 +227,26 @@ def test_sdk_errors_pass_through_unchanged(harness, llm, client):
     assert span.status.status_code == StatusCode.ERROR
 
 
+def test_a_tool_result_the_service_refuses_passes_its_error_through_and_fails_the_call(harness, llm, client):
+    """A history trimmed through a tool exchange, sent anyway (observe): OpenAI refuses the orphan
+    tool result (400). The SDK's ``BadRequestError`` reaches the app as the SDK raised it, and the
+    call is recorded failed, the orphan named by ``tool_pairs_intact``."""
+    harness.start(mode="observe")
+    messages = [SYSTEM, {"role": "user", "content": "where is order A-1041?"},
+                {"role": "tool", "tool_call_id": "call_trimmed", "content": "shipped"},
+                {"role": "user", "content": "and when will it arrive?"}]
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="gpt-4o", messages=messages)
+    served = llm.responses[0]
+    assert (info.value.status_code, served.status) == (400, 400)
+    assert info.value.request_id == served.request_id
+    assert isinstance(info.value.body, dict) and info.value.body["param"] == "messages.[2].role"
+    span = only_span(harness)
+    assert span.attributes["error.type"] == "BadRequestError"
+    assert span.status.status_code == StatusCode.ERROR
+    assert "tool_pairs_intact" in span.attributes["ctxguard.violations"]
+
+
 def test_raw_response_wrapper_still_works(harness, llm, client):
     harness.start(mode="observe")
     raw = client.chat.completions.with_raw_response.create(model="gpt-4o", messages=HISTORY)

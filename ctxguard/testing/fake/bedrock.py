@@ -455,5 +455,5 @@ INVOKE = WireFormat(
     framing=_EVENTSTREAM,
     headers=_invoke_headers,
     model_in_path=_model_in_path,
-    refuse=lambda ex: None if _shape(ex) is not None else _MALFORMED,
+    refuse=lambda ex: None if _shape(ex) is not None else error(ex, 400, _MALFORMED),
 )

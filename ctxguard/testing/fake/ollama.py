@@ -187,7 +187,7 @@ FORMAT = WireFormat(
     json=Json("application/json; charset=utf-8", go_json),
     framing=ndjson(go_json),
     # Checked before any model is looked for.
-    refuse=lambda ex: None if ex.payload.get("model") else "model is required",
+    refuse=lambda ex: None if ex.payload.get("model") else error(ex, 400, "model is required"),
     truncated_tokens=lambda ex: _prompt(ex)[1],
     address=("ollama_host", ""),
     server_window=("ollama_num_ctx", OLLAMA_NUM_CTX),

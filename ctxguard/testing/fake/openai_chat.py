@@ -3,7 +3,8 @@
 Ids ``chatcmpl-…``, ``call_…`` and ``req_…`` (``x-request-id``); indented JSON; SSE chunks each with
 ``obfuscation`` padding (unless ``stream_options.include_obfuscation`` is false), ``usage: null`` on
 every chunk and a usage-only last one when ``stream_options.include_usage`` asks, then ``[DONE]``.
-A stream failing midway sends an error object and no ``[DONE]``. Errors are ``{"error": {...}}``.
+A stream failing midway sends an error object and no ``[DONE]``. Errors are ``{"error": {...}}``; a tool
+result that answers no tool call made before it is refused (400) in OpenAI's words.
 With ``FakeLLM.windows["openai.chat"]`` set it plays an OpenAI-compatible server at its maximum length,
 where OpenAI itself refuses: a longer prompt keeps its last tokens, and ``usage.prompt_tokens`` says how
 many (vLLM's ``truncate_prompt_tokens`` "will use only the last k tokens from the prompt", TGI's
@@ -67,6 +68,32 @@ def error(ex: Exchange, status: int, message: str | None) -> tuple[dict[str, Any
     body = {"error": {"message": message or default.format(model=ex.model), "type": err_type, "param": None,
                       "code": code}}
     return body, err_type
+
+
+#: OpenAI's words (and spelling) for a tool result that answers no tool call made before it.
+UNASKED_TOOL_RESULT = ("Invalid parameter: messages with role 'tool' must be a response to a preceeding message "
+                       "with 'tool_calls'.")
+
+
+def refuse(ex: Exchange) -> tuple[dict[str, Any], str] | None:
+    """A tool result (``role: "tool"``) whose ``tool_call_id`` no earlier assistant message's
+    ``tool_calls`` named is refused, as OpenAI refuses it: 400, the message's index in ``param``."""
+    messages = ex.payload.get("messages")
+    if not isinstance(messages, list):
+        return None
+    called: set[str] = set()
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        calls = message.get("tool_calls")
+        if message.get("role") == "assistant" and isinstance(calls, list):
+            called.update(call["id"] for call in calls if isinstance(call, dict) and isinstance(call.get("id"), str))
+        elif message.get("role") == "tool":
+            answered = message.get("tool_call_id")
+            if not isinstance(answered, str) or answered not in called:
+                return {"error": {"message": UNASKED_TOOL_RESULT, "type": "invalid_request_error",
+                                  "param": f"messages.[{i}].role", "code": None}}, "invalid_request_error"
+    return None
 
 
 def invalid_url(method: str, path: str) -> tuple[dict[str, Any], str]:
@@ -238,6 +265,7 @@ FORMAT = WireFormat(
     json=INDENTED,
     framing=sse(),
     headers=request_id_header("x-request-id"),
+    refuse=refuse,
     truncated_tokens=truncated_tokens,
     address=("base_url", "/v1"),
 )

@@ -65,9 +65,9 @@ def prompt_tokens(ex: Exchange) -> int:
     return _held(ex)[0]
 
 
-def refuse(ex: Exchange) -> str | None:
+def refuse(ex: Exchange) -> tuple[dict[str, Any], str] | None:
     """Over the model's window, a request is refused unless ``truncation: "auto"`` made it fit."""
-    return OVER_WINDOW if ex.window is not None and _held(ex)[0] > ex.window else None
+    return error(ex, 400, OVER_WINDOW) if ex.window is not None and _held(ex)[0] > ex.window else None
 
 
 def status(ex: Exchange) -> str:

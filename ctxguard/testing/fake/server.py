@@ -136,7 +136,7 @@ class _Handler(BaseHTTPRequestHandler):
         ex = replace(ex, payload=payload)
         refusal = fmt.refuse(ex)
         if refusal is not None:
-            self._send_error(ex, req, 400, fmt.error(ex, 400, refusal))
+            self._send_error(ex, req, 400, refusal)
             return
         try:
             reply = fake._next_reply(req, n)

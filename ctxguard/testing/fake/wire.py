@@ -73,8 +73,9 @@ class WireFormat:
     headers: Callable[[Exchange, int, str | None], Headers] = lambda exchange, status, error_type: []
     #: The model a route names, for an API whose body does not.
     model_in_path: Callable[[str], str] = lambda route: ""
-    #: Why the request is refused (400) before any reply is taken; None: it is not.
-    refuse: Callable[[Exchange], str | None] = lambda exchange: None
+    #: The error (as ``error`` makes it) the request is refused with (400) before any reply is taken;
+    #: None: it is not.
+    refuse: Callable[[Exchange], tuple[dict[str, Any], str] | None] = lambda exchange: None
     #: The finish reason a stream the service breaks off ends with, when it sends no error body.
     broken: str | None = None
     #: Prompt tokens the server drops to fit its context window; it reports what it kept, never more.

@@ -322,6 +322,28 @@ def test_error_status_raises_sdk_error(
     assert isinstance(info.value.body, dict) and info.value.body["message"]  # the service's own wording
 
 
+def test_a_tool_result_answering_no_earlier_tool_call_is_refused_as_openai_refuses_it(
+    llm: FakeLLM, client: openai.OpenAI
+) -> None:
+    """OpenAI answers 400 to a ``role: "tool"`` message whose ``tool_call_id`` no earlier assistant
+    message called (a history trimmed through a tool exchange), naming the message; one that
+    answers a call made before it is answered."""
+    asked = {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}
+    orphan = {"role": "tool", "tool_call_id": "call_gone", "content": "sunny"}
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="gpt-4o", messages=[*MESSAGES, asked, orphan])
+    assert info.value.status_code == 400
+    assert info.value.body == {
+        "message": "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with "
+                   "'tool_calls'.",
+        "type": "invalid_request_error", "param": "messages.[2].role", "code": None}
+    assert (llm.responses[0].status, llm.responses[0].error_type) == (400, "invalid_request_error")
+
+    answered = {"role": "tool", "tool_call_id": TOOL_CALL["id"], "content": "sunny"}
+    r = client.chat.completions.create(model="gpt-4o", messages=[*MESSAGES, asked, answered])
+    assert r.choices[0].message.content and llm.responses[1].status == 200
+
+
 def test_chat_stream_failure_is_an_error_object_and_no_done(llm: FakeLLM, client: openai.OpenAI) -> None:
     llm.script(Reply(text="It left the warehouse", stream_failure="error"))
     seen = ""
