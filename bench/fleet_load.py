@@ -63,6 +63,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.append(str(ROOT))  # after PYTHONPATH: a checkout given there is the one measured
 
 import redis  # noqa: E402
+from workload import QUESTIONS, earlier_messages, next_question, user_message  # noqa: E402  # bench/workload.py
 
 import ctxguard  # noqa: E402
 from tests.servers import free_port, redis_server, stop, wait_for  # noqa: E402
@@ -152,15 +153,6 @@ VARIANTS: dict[str, dict[str, str]] = {
     # ctxguard with its in-process ledger (the app records the same facts): no Redis on the call path.
     "memory-ledger": {"FLEET_BENCH_LEDGER": "memory"},
 }
-
-USER = "about order {order}: {question} (turn {turn} of conversation {conversation})"
-QUESTIONS = [
-    "where is my parcel right now, and when will it arrive?",
-    "can you change the delivery address to my office in Baner?",
-    "the courier said it was delivered but I have nothing, what now?",
-    "please send me the invoice again, the first one had a typo in the name",
-    "is it possible to split the shipment so the books come first?",
-]
 
 
 def rss(pid: int) -> int:
@@ -272,15 +264,8 @@ def conversations(tag: str, count: int, turns: int, history: tuple[int, int], rn
         for n in range(count):
             keep = rng.randint(*history)
             conversation = Conversation(f"{tag}-{n}~h{keep}", f"A-{rng.randrange(10**5):05d}", turns)
-            key = f"fleet:history:{conversation.id}"
-            for i in range(keep):
-                if i % 2 == 0:
-                    text = USER.format(order=conversation.order, question=rng.choice(QUESTIONS), turn=i - keep,
-                                       conversation=conversation.id)
-                    pipe.rpush(key, json.dumps({"role": "user", "content": text}))
-                else:
-                    pipe.rpush(key, json.dumps({"role": "assistant", "content": f"Earlier answer {i} on "
-                                                f"{conversation.order}: it left the warehouse."}))
+            for message in earlier_messages(rng, conversation.id, conversation.order, keep):
+                pipe.rpush(f"fleet:history:{conversation.id}", json.dumps(message))
             made.append(conversation)
         pipe.execute()
     return made
@@ -305,9 +290,8 @@ def drive(fleet: Fleet, plan: list[Conversation], concurrency: int, rng: random.
             except Empty:
                 return
             for turn in range(conversation.turns):
-                message = USER.format(order=conversation.order, question=questions[(turn * 7 + len(conversation.id))
-                                                                                   % len(questions)],
-                                      turn=turn, conversation=conversation.id)
+                message = user_message(conversation.id, conversation.order,
+                                       next_question(questions, conversation.id, turn), turn)
                 facts = {"order_id": conversation.order} if turn == 0 else {}
                 try:
                     pid = chat(fleet.port, conversation.id, message, facts)

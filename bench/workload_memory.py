@@ -46,6 +46,7 @@ sys.path.append(str(ROOT))  # after PYTHONPATH: a checkout given there is the on
 
 from opentelemetry.trace import NoOpTracerProvider  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
+from workload import QUESTIONS, earlier_messages, next_question, user_message  # noqa: E402  # bench/workload.py
 
 import ctxguard  # noqa: E402
 from ctxguard import cache as cache_mod  # noqa: E402
@@ -58,14 +59,6 @@ from ctxguard.providers.openai import PROVIDER  # noqa: E402
 MODEL = "gpt-4o-mini"
 MiB = 1024 * 1024
 SYSTEM = {"role": "system", "content": "You are the support assistant of Acme Shop. Be brief and exact."}
-USER = "about order {order}: {question} (turn {turn} of conversation {conversation})"
-QUESTIONS = [
-    "where is my parcel right now, and when will it arrive?",
-    "can you change the delivery address to my office in Baner?",
-    "the courier said it was delivered but I have nothing, what now?",
-    "please send me the invoice again, the first one had a typo in the name",
-    "is it possible to split the shipment so the books come first?",
-]
 
 
 class Conversation:
@@ -74,16 +67,7 @@ class Conversation:
         self.order = f"A-{rng.randrange(10**5):05d}"
         self.keep = rng.randint(*history)
         self.turn, self.turns = 0, turns
-        self.messages: list[dict[str, str]] = []
-        for i in range(self.keep):  # a conversation that has been going on
-            if i % 2 == 0:
-                self.messages.append({"role": "user", "content": self.user(rng.choice(QUESTIONS), i - self.keep)})
-            else:
-                self.messages.append({"role": "assistant",
-                                      "content": f"Earlier answer {i} on {self.order}: it left the warehouse."})
-
-    def user(self, question: str, turn: int) -> str:
-        return USER.format(order=self.order, question=question, turn=turn, conversation=self.id)
+        self.messages = earlier_messages(rng, self.id, self.order, self.keep)  # a conversation that has been going on
 
 
 def workload(seed: int, turns: int, history: tuple[int, int], active: int) -> Iterator[tuple[Conversation, str]]:
@@ -96,7 +80,7 @@ def workload(seed: int, turns: int, history: tuple[int, int], active: int) -> It
             live.append(Conversation(made, rng, history, turns))
             made += 1
         c = live[rng.randrange(len(live))]
-        yield c, c.user(QUESTIONS[(c.turn * 7 + len(c.id)) % len(QUESTIONS)], c.turn)
+        yield c, user_message(c.id, c.order, next_question(QUESTIONS, c.id, c.turn), c.turn)
         c.turn += 1
         if c.turn == c.turns:
             live.remove(c)
