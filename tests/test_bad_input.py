@@ -252,8 +252,11 @@ def test_tool_calls_and_results_are_told_apart_by_every_field(harness, llm, clie
     tool name or result is another message; the same message is the same digest."""
     harness.start(mode="observe")
     user = {"role": "user", "content": "where is A-1041?"}
+    # A tool result answers a call made before it, or OpenAI refuses the request (400).
+    calls = {"role": "assistant", "content": None, "tool_calls": [_call(), _call(call_id="call_2")]}
     for variant in [*CHAT_VARIANTS, CHAT_VARIANTS[0]]:
-        client.chat.completions.create(model="gpt-4o", messages=[user, variant])
+        asked = [calls] if variant["role"] == "tool" else []
+        client.chat.completions.create(model="gpt-4o", messages=[user, *asked, variant])
     for variant in [*RESPONSES_VARIANTS, RESPONSES_VARIANTS[0]]:
         client.responses.create(model="gpt-4o", input=[user, variant])
     digests = [s.attributes["ctxguard.message.hashes"][-1] for s in harness.spans()]
