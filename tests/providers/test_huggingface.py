@@ -344,7 +344,9 @@ def test_a_tool_exchange_intact_passes_and_one_cut_fails(harness, llm):
     exchange = _tool_exchange()
     with make(llm) as client:
         client.chat_completion(exchange, model=MODEL, tools=[TOOL])
-        client.chat_completion([*exchange[:2], exchange[3]], model=MODEL, tools=[TOOL])  # a trimmer cut the call
+        with pytest.raises(HfHubHTTPError) as info:  # a trimmer cut the call: the server refuses its result
+            client.chat_completion([*exchange[:2], exchange[3]], model=MODEL, tools=[TOOL])
+        assert info.value.response.status_code == 400
         client.chat_completion(exchange[:3], model=MODEL, tools=[TOOL])  # ... or the result
     assert [list(s.attributes["ctxguard.violations"]) for s in guard_spans(harness)] == [
         [], ["tool_pairs_intact"], ["tool_pairs_intact"]]
