@@ -235,6 +235,7 @@ def instrument(
         if config.model_windows is not None:
             _add_model_windows_file(config.model_windows)
         tracing = _start_tracing(otlp_endpoint) if tracer_provider is None else None
+        _otlp.warn_if_sdk_disabled(tracer_provider, otlp_endpoint)
         server = None
         try:
             guard = Guard(

@@ -48,6 +48,7 @@ __all__ = [
     "app_has_tracer_provider",
     "resolve_endpoint",
     "start",
+    "warn_if_sdk_disabled",
 ]
 
 logger = logging.getLogger("ctxguard")
@@ -228,3 +229,25 @@ def start(otlp_endpoint: str | None) -> OtlpTracing | None:
     tracing = OtlpTracing(endpoint)
     logger.info("ctxguard: exporting spans over OTLP/HTTP to %s", endpoint)
     return tracing
+
+
+def warn_if_sdk_disabled(tracer_provider: trace.TracerProvider | None, otlp_endpoint: str | None) -> None:
+    """One warning when ctxguard is told where to put its spans (an SDK tracer provider, given or
+    global, or an OTLP endpoint of its own) but ``OTEL_SDK_DISABLED=true`` makes the SDK hand out
+    no-op tracers: the spans would vanish without a word while checks and metrics run. It is CrewAI's
+    telemetry opt-out, set by users of CrewAI (docs/operations.md, "Troubleshooting"). Never raises."""
+    if os.environ.get(_ENV_SDK_DISABLED, "").strip().lower() != "true":
+        return
+    try:
+        provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+        no_op_sdk = isinstance(provider, TracerProvider) and isinstance(provider.get_tracer("ctxguard"),
+                                                                        trace.NoOpTracer)
+        own_export = tracer_provider is None and not app_has_tracer_provider() and resolve_endpoint(otlp_endpoint)
+    except Exception as exc:
+        from .._isolation import report_internal_error
+
+        report_internal_error("telemetry", exc)
+        return
+    if no_op_sdk or own_export:
+        logger.warning("ctxguard: %s=true: OpenTelemetry's SDK makes no-op tracers, so ctxguard records no spans; "
+                       "its checks, metrics and logs still run", _ENV_SDK_DISABLED)

@@ -363,3 +363,61 @@ def test_app_global_provider_is_used_and_no_own_exporter(fake_llm: FakeLLM, coll
     assert result.stdout.strip().endswith("OK")
     time.sleep(0.2)
     assert collector.posts == []
+
+
+SDK_DISABLED = "OTEL_SDK_DISABLED=true: OpenTelemetry's SDK makes no-op tracers"
+
+
+def test_a_disabled_sdk_is_one_warning_at_instrument_and_checks_still_run(
+    fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``OTEL_SDK_DISABLED=true`` (CrewAI sets it when its own telemetry is off): the app's SDK
+    provider hands ctxguard a no-op tracer, so its spans vanish. ``instrument()`` says so once; the
+    calls are still counted."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    registry = CollectorRegistry()
+    with caplog.at_level("WARNING", logger="ctxguard"):
+        ctxguard.instrument(tracer_provider=provider, registry=registry, digest_key="k")
+    with openai.OpenAI(base_url=fake_llm.base_url, api_key="x", max_retries=0) as client:
+        _chat(client, 2)
+    ctxguard.uninstrument()
+    assert len([r for r in caplog.records if SDK_DISABLED in r.getMessage()]) == 1
+    assert exporter.get_finished_spans() == ()
+    assert registry.get_sample_value("ctxguard_calls_total", {"provider": "openai", "operation": "chat"}) == 2
+
+
+def test_a_disabled_sdk_under_an_otlp_endpoint_is_one_warning_and_nothing_exported(
+    fake_llm: FakeLLM, collector: Collector, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    with caplog.at_level("WARNING", logger="ctxguard"):
+        ctxguard.instrument(otlp_endpoint=collector.base_url, registry=CollectorRegistry(), digest_key="k")
+    with openai.OpenAI(base_url=fake_llm.base_url, api_key="x", max_retries=0) as client:
+        _chat(client)
+    ctxguard.uninstrument()
+    assert len([r for r in caplog.records if SDK_DISABLED in r.getMessage()]) == 1
+    assert collector.posts == []
+
+
+@pytest.mark.parametrize("disabled", ["", "false"])
+def test_an_enabled_sdk_or_nowhere_to_trace_is_no_warning(
+    disabled: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No warning while the SDK is on, nor with it off when ctxguard was given nowhere to put spans."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    monkeypatch.setenv("OTEL_SDK_DISABLED", disabled)
+    with caplog.at_level("WARNING", logger="ctxguard"):
+        ctxguard.instrument(tracer_provider=TracerProvider(), registry=CollectorRegistry(), digest_key="k")
+        ctxguard.uninstrument()
+        monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+        ctxguard.instrument(registry=CollectorRegistry(), digest_key="k")  # the API's proxy, no endpoint
+        ctxguard.uninstrument()
+    assert not [r for r in caplog.records if SDK_DISABLED in r.getMessage()]
