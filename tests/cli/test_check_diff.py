@@ -25,7 +25,7 @@ import ctxguard
 from ctxguard.capture import read_capture
 from ctxguard.cli import main
 from ctxguard.offline import CAPTURED_PROVIDERS, Checker
-from ctxguard.testing import FakeLLM, Reply, record
+from ctxguard.testing import FakeLLM, RecordedRequest, Reply, record
 from ctxguard.testing.plugin import GuardHarness
 from tests.docblocks import block
 
@@ -186,30 +186,40 @@ def test_check_finds_the_same_flip_point_as_the_live_guard(
     assert live_flip == 4  # deque(maxlen=6): the system prompt falls out before the fourth call
 
 
-def agent_turns(client: openai.OpenAI, llm: FakeLLM, turns: int, keep: int) -> None:
-    """An agent loop whose trimmer keeps the last ``keep`` messages, blind to tool exchanges."""
-    lookup = Reply(tool_calls=[{"function": {"name": "lookup", "arguments": {"order": "A-1041"}}}])
-    llm.script(*[lookup, "It shipped."] * turns)
+def agent_model(request: RecordedRequest) -> Reply | str:
+    """The model of ``agent_turns``: it looks the order up when the user asks, answers once it has."""
+    if request.json["messages"][-1]["role"] == "user":
+        return Reply(tool_calls=[{"function": {"name": "lookup", "arguments": {"order": "A-1041"}}}])
+    return "It shipped."
+
+
+def agent_turns(client: openai.OpenAI, turns: int, keep: int) -> None:
+    """An agent loop whose trimmer keeps the last ``keep`` messages, blind to tool exchanges: the
+    service refuses a tool result whose call was cut (400), and the agent says so and goes on."""
     history: list[dict] = []
     for n in range(1, turns + 1):
         history.append({"role": "user", "content": f"where is order A-104{n}?"})
         message = client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, *history[-keep:]]).choices[0].message
         history.append(message.model_dump(exclude_none=True))
         history.extend({"role": "tool", "tool_call_id": call.id, "content": "shipped"} for call in message.tool_calls)
-        reply = client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, *history[-keep:]])
-        history.append({"role": "assistant", "content": reply.choices[0].message.content})
+        try:
+            answer = client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, *history[-keep:]])
+        except openai.BadRequestError:
+            history.append({"role": "assistant", "content": "Sorry, I could not look that up."})
+        else:
+            history.append({"role": "assistant", "content": answer.choices[0].message.content})
 
 
-def test_check_finds_a_trimmed_tool_exchange_where_the_live_guard_did(
-    tmp_path: Path, llm: FakeLLM, client: openai.OpenAI, harness: GuardHarness
-):
+def test_check_finds_a_trimmed_tool_exchange_where_the_live_guard_did(tmp_path: Path, harness: GuardHarness):
     harness.start(mode="observe")
     path = tmp_path / "cap.jsonl"
-    with record(str(path)), ctxguard.conversation("agent"):
-        agent_turns(client, llm, 3, keep=5)
+    with (FakeLLM(reply=agent_model) as llm, openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client,
+          record(str(path)), ctxguard.conversation("agent")):
+        agent_turns(client, 3, keep=5)
     live = [tuple(s.attributes.get("ctxguard.violations", ())) for s in harness.spans()]
     # Turn 4 sends [system, tool result, answer, user, call, result]: the first result's call was cut.
     assert live == [(), (), (), ("tool_pairs_intact",), (), ("tool_pairs_intact",)]
+    assert [r.status for r in llm.responses] == [200, 200, 200, 400, 200, 400]  # refused, as OpenAI does
     out = run_cli("check", str(path))
     assert out.returncode == 1, out.stderr
     assert out.stdout.splitlines()[0] == "agent: first violation at turn 4: tool_pairs_intact"
