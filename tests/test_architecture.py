@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -137,19 +138,45 @@ def _contents(container: object) -> object:
     return sorted(id(x) for x in list(container))  # type: ignore[call-overload]
 
 
-def test_module_level_state_mutated_at_run_time_is_only_the_processes(harness, llm, client, tmp_path):
-    """Instrument, make calls (plain, streamed, with tools and facts, through the builder), capture,
-    uninstrument and instrument again: the module-level containers whose contents changed are the
-    process's own few and the memos of pure functions, each listed here with its reason; no
-    installation keeps state in a module (before: 20 such containers; 17 listed before issue 38's last step)."""
+def test_module_level_state_mutated_at_run_time_is_only_the_processes(harness, llm, client, tmp_path, monkeypatch):
+    """Instrument, make calls (OpenAI plain, streamed, with tools and facts, through the builder;
+    Anthropic plain and streamed; model requests no SDK sent, guarded from the wire through httpx
+    and http.client), capture, uninstrument and instrument again: the module-level containers whose
+    contents changed are the process's own few and the memos of pure functions, each listed here
+    with its reason; no installation keeps state in a module (before: 20 such containers; 17 listed
+    before issue 38's last step). What an installation keeps elsewhere dies with it: the first
+    guard is collected, and so are the exported-id digests it cached (``telemetry.ids.ExportedIds``'
+    cache, ``hash_ids``): the guard's own, no module's."""
+    import gc
+    import urllib.request
+    import weakref
+
+    import anthropic
+    import httpx
+
+    from ctxguard import guard as guard_module
     from ctxguard.budget import add_model_windows
+    from ctxguard.telemetry.ids import ExportedIds
+
+    ids_made = []
+
+    class Ids(ExportedIds):
+        __slots__ = ("__weakref__",)
+
+        def __init__(self, digester: object) -> None:
+            super().__init__(digester)  # type: ignore[arg-type]
+            ids_made.append(weakref.ref(self))
+
+    monkeypatch.setattr(guard_module, "ExportedIds", Ids)
 
     containers = _containers()
     before = {name: _contents(c) for name, c in containers.items()}
     add_model_windows({"acme-arch-test": 8_192})
+    guards = []
+    body = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "Ship to Lyon"}]}).encode()
     for _ in range(2):
-        harness.start(mode="observe", capture_path=str(tmp_path / "capture-{pid}.jsonl"),
-                      policy=ctxguard.Policy(pinned=ctxguard.Pinned()))
+        guards.append(weakref.ref(harness.start(mode="observe", capture_path=str(tmp_path / "capture-{pid}.jsonl"),
+                                                policy=ctxguard.Policy(pinned=ctxguard.Pinned()), hash_ids=True)))
         tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
         with ctxguard.conversation("arch"):
             ctxguard.record_fact("city", "Lyon")
@@ -159,10 +186,27 @@ def test_module_level_state_mutated_at_run_time_is_only_the_processes(harness, l
             for _ in client.chat.completions.create(model="gpt-4o", messages=history, stream=True):
                 pass
             client.chat.completions.with_raw_response.create(model="gpt-4o", messages=history).parse()
-        harness.stop()
+            with anthropic.Anthropic(base_url=llm.anthropic_base_url, api_key="t", max_retries=0) as claude:
+                asked = [{"role": "user", "content": "Ship to Lyon"}]
+                claude.messages.create(model="claude-sonnet-4-5", max_tokens=100, system="Be brief.", messages=asked)
+                for _ in claude.messages.create(model="claude-sonnet-4-5", max_tokens=100, system="Be brief.",
+                                                messages=asked, stream=True):
+                    pass
+            headers = {"Content-Type": "application/json", "Authorization": "Bearer t"}
+            assert httpx.post(f"{llm.base_url}/chat/completions", content=body, headers=headers).json()["choices"]
+            request = urllib.request.Request(f"{llm.base_url}/chat/completions", data=body, headers=headers)
+            with urllib.request.urlopen(request) as answer:
+                assert json.loads(answer.read())["choices"]
+        ctxguard.uninstrument()  # the harness's providers stay up: the second round's spans are read too
+    served = [r.request.path.rsplit("/", 1)[-1] for r in llm.responses]
+    assert served.count("messages") == 4 and served.count("completions") == 10
+    assert len([s for s in harness.spans() if s.name.startswith("chat ")]) == 14  # every call guarded
     changed = {name for name, c in containers.items() if _contents(c) != before[name]}
     unexplained = changed - set(PROCESS_STATE) - set(MEMOS)
     assert not unexplained, f"module-level state an installation left behind: {sorted(unexplained)}"
+    gc.collect()
+    assert guards[0]() is None, "the first installation's guard outlived uninstrument()"
+    assert len(ids_made) == 2 and ids_made[0]() is None, "the first installation's id digests outlived it"
     assert len(PROCESS_STATE) + len(MEMOS) <= MAX_MODULE_STATE
     assert set(PROCESS_STATE) | set(MEMOS) <= set(containers)  # no stale name: each one is there
 
