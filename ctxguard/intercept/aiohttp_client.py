@@ -25,9 +25,7 @@ from typing import Any
 
 import wrapt
 
-from .._isolation import report_internal_error
-from .answers import wire_reader
-from .bodies import NOTHING
+from .answers import tap_wire_answer
 from .frames import transparent
 from .observation import Observation
 from .wire import Ours, Sending, Unguarded, leaving
@@ -78,15 +76,10 @@ async def start(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
 
 
 def _tap(response: Any, ours: Ours) -> None:
-    call, api = ours
-    try:
-        body = wire_reader(call, api, response.status, response.headers.get("Content-Type", ""))
-        if body is None:
-            return  # refused: the call has ended
-        response.content = _Content(response.content, Observation(call, body))
-    except Exception as exc:
-        report_internal_error("response", exc)
-        Observation(call, NOTHING).end("complete")
+    def place(seen: Observation) -> None:
+        response.content = _Content(response.content, seen)
+
+    tap_wire_answer(*ours, response.status, response.headers.get("Content-Type", ""), None, place)
 
 
 class _Content(wrapt.ObjectProxy):  # type: ignore[misc,type-arg]

@@ -4,17 +4,19 @@ without changing what the app gets: the carrier that fits what was returned is c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
 from .._isolation import guarded, report_internal_error
 from ..payload import Answer
 from ..providers.base import CallSite, Delegating, SharedDispatch
-from .bodies import Body, body_reader
+from .bodies import NOTHING, body_reader, decoded
 from .carriers import manager_proxy, observe_pending, stream_proxy, tap_response
+from .observation import Observation
 from .protocol import Observed
 
-__all__ = ["HttpResults", "observe_answer", "observe_provider_answer", "observe_wire_answer", "wire_reader"]
+__all__ = ["HttpResults", "observe_answer", "observe_provider_answer", "observe_wire_answer", "tap_wire_answer"]
 
 class HttpResults:
     """The SDK result types that hold their HTTP response instead of a parsed answer (streams, raw
@@ -133,16 +135,25 @@ def observe_wire_answer(call: Observed, api: str, response: Any) -> None:
     tap_response(response, call, adapter.stream_reader(api), lambda document: adapter.read_response(api, document))
 
 
-def wire_reader(call: Observed, api: str, status: int, content_type: str) -> Body | None:
-    """A call guarded from the wire got its response's head (``status``, ``content_type``): the
-    reader its body is to be fed to as the app reads it; None when the server refused the request
-    (an HTTP error status: the call has ended)."""
-    call.sent()
-    if not 200 <= status < 300:
-        call.end("refused", status=status)
-        return None
-    adapter = call.provider.adapter
-    return body_reader(content_type, adapter.stream_reader(api), lambda document: adapter.read_response(api, document))
+def tap_wire_answer(call: Observed, api: str, status: int, content_type: str, encoding: str | None,
+                    place: Callable[[Observation], None]) -> None:
+    """A call guarded from the wire got its response's head (``status``, ``content_type``, and the
+    ``Content-Encoding`` its body still has: None once the client decoded it): ``place`` puts the
+    observation of its body where the app's reads pass, so the answer is read as the app reads it.
+    An HTTP error status is the server refusing the request: the call ends. Never raises: if reading
+    cannot be set up, the call ends with no answer."""
+    try:
+        call.sent()
+        if not 200 <= status < 300:
+            call.end("refused", status=status)
+            return
+        adapter = call.provider.adapter
+        body = body_reader(content_type, adapter.stream_reader(api),
+                           lambda document: adapter.read_response(api, document))
+        place(Observation(call, decoded(body, encoding)))
+    except Exception as exc:
+        report_internal_error("response", exc)
+        Observation(call, NOTHING).end("complete")
 
 
 class _Heard:

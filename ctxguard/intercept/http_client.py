@@ -34,8 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._isolation import report_internal_error
-from .answers import wire_reader
-from .bodies import NOTHING, decoded
+from .answers import tap_wire_answer
 from .frames import transparent
 from .observation import Observation
 from .wire import Ours, Sending, Unguarded, leaving
@@ -94,20 +93,15 @@ def getresponse(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
 
 
 def _tap(response: Any, ours: Ours) -> None:
-    call, api = ours
-    try:
-        body = wire_reader(call, api, response.status, response.getheader("content-type") or "")
-        if body is None:
-            return  # refused: the call has ended
-        seen = Observation(call, decoded(body, response.getheader("content-encoding")))
+    def place(seen: Observation) -> None:
         if response.fp is None or response.length == 0:
             seen.end("complete")
             return
         framing = _Chunked() if response.chunked else _Length(response.length)
         response.fp = _FileTap(response.fp, seen, framing)
-    except Exception as exc:
-        report_internal_error("response", exc)
-        Observation(call, NOTHING).end("complete")
+
+    tap_wire_answer(*ours, response.status, response.getheader("content-type") or "",
+                    response.getheader("content-encoding"), place)
 
 
 class _Length:

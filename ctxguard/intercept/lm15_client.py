@@ -18,9 +18,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from .._isolation import report_internal_error
-from .answers import wire_reader
-from .bodies import NOTHING, decoded
+from .answers import tap_wire_answer
 from .frames import transparent
 from .observation import Observation
 from .wire import Ours, Sending, Unguarded, leaving
@@ -68,16 +66,11 @@ def async_stream(unguarded: Unguarded) -> Any:
 
 
 def _tap(response: Any, ours: Ours, chunks: type[_Chunks] | type[_AsyncChunks]) -> None:
-    call, api = ours
-    try:
-        body = wire_reader(call, api, response.status, response.header("content-type") or "")
-        if body is None:
-            return  # refused: the call has ended
-        seen = Observation(call, decoded(body, response.header("content-encoding")))
+    def place(seen: Observation) -> None:
         response._chunks = chunks(response._chunks, seen)
-    except Exception as exc:
-        report_internal_error("response", exc)
-        Observation(call, NOTHING).end("complete")
+
+    tap_wire_answer(*ours, response.status, response.header("content-type") or "", response.header("content-encoding"),
+                    place)
 
 
 class _ChunkTap:

@@ -7,7 +7,7 @@ Two jobs, for every HTTP client observed (``intercept.transports`` lists them: h
   context variable); the client's last step before the transport hands that call the body.
 - **A model request with no call in flight** is guarded from the wire (``leaving``): recognised
   by what it is (``intercept.routes``), its body judged as the call, its response read as its
-  answer as the app reads it (``answers.wire_reader``), observed only. While it is being sent the
+  answer as the app reads it (``answers.tap_wire_answer``), observed only. While it is being sent the
   call is in flight, so an HTTP client beneath another (httpx over aiohttp, a subclass calling
   ``http.client``'s ``request``) sees a call in flight and starts no second one.
 
