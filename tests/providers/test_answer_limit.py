@@ -360,26 +360,30 @@ def test_a_stream_that_keeps_reporting_its_end_keeps_few_finish_reasons(provider
     assert 1 <= len(reader.reply().finish_reasons) <= payload.CHOICES_KEPT
 
 
+class Fed:
+    """A stream reader that keeps the events it is fed."""
+
+    complete = False
+
+    def __init__(self) -> None:
+        self.events: list[object] = []
+
+    def feed(self, event: object) -> None:
+        self.events.append(event)
+
+
 def test_an_event_past_the_limit_is_not_read_even_when_it_arrives_whole_in_one_chunk(small_limit):
     """The event past ``ANSWER_LIMIT`` is refused as its data line arrives, not when the chunk is
     done: a transport handing over the whole event and its blank line at once (httpx reads what the
     socket holds, 64 KiB on a busy machine) would have had it parsed and fed to the reader. Before,
     ``test_a_stream_far_past_the_limit_is_read_through_holding_no_more[openai responses]`` saw
     67,123 bytes held now and then: Responses' last event, the whole answer, read."""
-    fed = []
-
-    class Reader:
-        complete = False
-
-        def feed(self, event: object) -> None:
-            fed.append(event)
-
-    body = bodies.EventBody(Reader())  # type: ignore[arg-type]
+    reader = Fed()
+    body = bodies.EventBody(reader)  # type: ignore[arg-type]
     small = b'data: {"type":"response.output_text.delta","delta":"x"}\n\n'
     whole = b'data: {"type":"response.completed","text":"' + b"x" * (2 * small_limit) + b'"}\n\n'
     body.feed(small + whole + small)
-    assert body.unread and len(fed) == 1
-    assert fed[0] == {"type": "response.output_text.delta", "delta": "x"}
+    assert body.unread and reader.events == [{"type": "response.output_text.delta", "delta": "x"}]
 
 
 def test_a_json_line_past_the_limit_is_not_read_even_when_it_arrives_whole_in_one_chunk(small_limit):
@@ -387,17 +391,9 @@ def test_a_json_line_past_the_limit_is_not_read_even_when_it_arrives_whole_in_on
     past it is refused as it arrives, whether it arrives whole in one chunk or across many. Before,
     only the part of a line left waiting for its newline was measured: a long line handed over
     whole with its newline was parsed and fed to the reader."""
-    fed = []
-
-    class Reader:
-        complete = False
-
-        def feed(self, event: object) -> None:
-            fed.append(event)
-
-    body = bodies.LinesBody(Reader())  # type: ignore[arg-type]
+    reader = Fed()
+    body = bodies.LinesBody(reader)  # type: ignore[arg-type]
     small = b'{"message": {"content": "x"}, "done": false}\n'
     whole = b'{"message": {"content": "' + b"x" * (2 * small_limit) + b'"}, "done": true}\n'
     body.feed(small + whole + small)
-    assert body.unread and len(fed) == 1
-    assert fed[0] == {"message": {"content": "x"}, "done": False}
+    assert body.unread and reader.events == [{"message": {"content": "x"}, "done": False}]
