@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._isolation import report_internal_error
 from .answers import tap_wire_answer
 from .frames import transparent
 from .observation import Observation
@@ -28,9 +29,14 @@ __all__ = ["async_stream", "stream"]
 
 def _leaving(unguarded: Unguarded, args: Any, kwargs: Any) -> Ours | None:
     request = args[0] if args else kwargs.get("request")
-    if request.method != "POST":
+    if getattr(request, "method", None) != "POST":
+        return None  # not a request lm15 sends: the transport answers for it
+    try:
+        target = urlsplit(request.url).path
+    except Exception as exc:
+        report_internal_error("response", exc)
         return None
-    return leaving(unguarded, "POST", urlsplit(request.url).path, lambda: request.body)
+    return leaving(unguarded, "POST", target, lambda: request.body)
 
 
 @transparent

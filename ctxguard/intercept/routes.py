@@ -48,7 +48,7 @@ def model_path(method: str, target: str) -> str | None:
     """The path of a request that may be a model call (a ``POST`` whose path ends as a model
     endpoint's), else None. ``target``: the request target as the client holds it (a path with
     its query string, or an absolute URL through a proxy)."""
-    if method != "POST":
+    if method != "POST" or type(target) is not str:  # bytes, say: the client's to refuse or send
         return None
     query = target.find("?")
     path = target if query < 0 else target[:query]

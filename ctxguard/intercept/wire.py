@@ -48,10 +48,10 @@ def leaving(unguarded: Unguarded, method: str, target: str, body: Callable[[], A
     test. A model request's body (``body()``: bytes, or None when the client does not hold it in
     memory) goes to the call in flight; with none in flight, the request is guarded from the wire
     and its call returned. Never raises."""
-    path = model_path(method, target)
-    if path is None:
-        return None
     try:
+        path = model_path(method, target)  # a target of another type than str: not ours to judge
+        if path is None:
+            return None
         call = IN_FLIGHT.get()
         if call is not None:
             if call.wire_hash is None:

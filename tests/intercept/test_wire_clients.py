@@ -162,6 +162,27 @@ def test_requests_that_are_no_model_call_pass_untouched_by_every_client(harness,
     assert harness.metric("ctxguard_calls_total", provider="openai", operation="chat") == 0
 
 
+def _bytes_target_post(plain: str) -> tuple[str, Any]:
+    """What ``http.client`` makes of a POST whose target is bytes: its answer, or its error."""
+    connection = http.client.HTTPConnection(plain.removeprefix("http://"))
+    try:
+        connection.request("POST", b"/v1/chat/completions", body=json.dumps({"model": "gpt-4o", "messages": MESSAGES}))
+        return "answered", connection.getresponse().status
+    except Exception as exc:
+        return "raised", (type(exc), str(exc))
+    finally:
+        connection.close()
+
+
+def test_a_request_target_of_another_type_is_the_client_s_to_judge(harness, plain):
+    """A target that is not a string (bytes, which ``http.client`` takes or refuses as it does
+    without ctxguard) is no model request ctxguard can read: no error of ctxguard's, no span."""
+    without = _bytes_target_post(plain)
+    harness.start(mode="observe")
+    assert _bytes_target_post(plain) == without
+    assert guard_spans(harness) == []
+
+
 def test_a_model_request_that_fails_to_connect_ends_its_span_failed(harness):
     from tests.servers import free_port
 
