@@ -156,7 +156,8 @@ class RedisLedger:
     settings and ``read_timeout``); ``close()`` then leaves it open.
 
     ``max_shared``: the shared values stream holds about this many entries, and each
-    process's index of the other processes' values at most this many values.
+    process's index of the other processes' values at most this many values, and never more
+    than ``index.INDEX_BYTES`` (4 MiB), whatever the count.
     """
 
     def __init__(
