@@ -39,7 +39,7 @@ WORD = re.compile(r"\w{3,}")
 MAX_OWNERS = 4
 #: The bytes an index of recorded values keeps at most (this process's ``ValueIndex``, and with a
 #: shared ``RedisLedger`` the fleet's ``DigestIndex``, each), beside ``CTXGUARD_CACHE_BYTES``:
-#: about 4,000 short values; fewer long ones (docs/facts.md, "How much is remembered").
+#: about 2,000 short values, some 230 of 120 words (docs/facts.md, "How much is remembered").
 INDEX_BYTES = 4 * 1024 * 1024
 #: What an indexed value costs beside its texts: its entry, its slot under its word (and that
 #: word's set, when it is the first there), its owners' ordered dict.
