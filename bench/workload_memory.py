@@ -149,12 +149,8 @@ class Hits:
 
 def caches(g: Guard) -> dict[str, Any]:
     """Every bounded store a worker keeps, by name (what docs/operations.md, "Memory", lists)."""
-    from ctxguard.checks import tools as tools_mod
-    from ctxguard.checks import wire as wire_mod
     from ctxguard.facts import SINKS
-    from ctxguard.pinned import _PARSED
     from ctxguard.providers import _read
-    from ctxguard.providers import openai as openai_mod
 
     inspector, basis = g._inspector, g.measurer._basis
     found: dict[str, Any] = {
@@ -165,12 +161,11 @@ def caches(g: Guard) -> dict[str, Any]:
         "wire digests": g._stages.wire_digests._kept,
         "normalised texts": inspector._norms,
         "word sets": inspector._words,
-        "pinned blocks": _PARSED,
-        "wire needles": wire_mod._needle_cache,
-        "wire wholes": wire_mod._wholes,
-        "tool runs": tools_mod._runs,
-        "openai tool renderings": openai_mod._RENDERED,
-        "tool readings": _read._TOOL_TEXTS,
+        "pinned blocks": inspector._blocks,
+        "wire needles": inspector.check_caches.needles,
+        "wire wholes": inspector.check_caches.wholes,
+        "tool runs": inspector.check_caches.runs,
+        "tool readings and renderings": _read._RENDERINGS,
         "exported ids": g.ids._cache,
         "value index (own facts)": SINKS.index._values,
         "stage checkpoints": SINKS.stages._pending,

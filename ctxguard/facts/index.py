@@ -7,8 +7,9 @@ words of a payload's messages (cached per message) select the few candidate
 values that could be in it; each is then searched only in the messages that
 hold all its words. A value is one entry however many conversations recorded it
 (the last few are remembered, to name one), so a value shared by a hundred
-thousand conversations costs a call what a value of one does. The index is
-bounded (oldest values dropped first) and lives in this process. A value hidden inside a longer word ("ACC-77310" around
+thousand conversations costs a call what a value of one does. The index lives in this process
+and is bounded in values and in bytes (``INDEX_BYTES``): the least recently recorded value goes
+first, and a leak of a value dropped is not seen. A value hidden inside a longer word ("ACC-77310" around
 "ACC-7731") is not found by this route: a leak has to appear as itself. A grouped number
 ("+33 6 12 34 56 78") is indexed as its number ("33612345678"), which a message's terms hold
 whatever grouping it is written in (``matching.numbers``).
@@ -17,15 +18,18 @@ whatever grouping it is written in (``matching.numbers``).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from operator import attrgetter
+from sys import getsizeof
 from typing import NamedTuple
 
 from .. import forksafe
-from ..cache import BoundedLRU
+from ..cache import ENTRY_BYTES, BoundedLRU, str_bytes
 from ..conversation import Scope
 from .ledger import Version
 from .matching import numbers
 
-__all__ = ["MAX_OWNERS", "WORD", "Candidate", "ValueIndex", "terms", "words"]
+__all__ = ["INDEX_BYTES", "MAX_OWNERS", "WORD", "Candidate", "ValueIndex", "terms", "words"]
 
 #: What counts as a word of a value or a message: three or more word characters.
 WORD = re.compile(r"\w{3,}")
@@ -33,6 +37,16 @@ WORD = re.compile(r"\w{3,}")
 #: Conversations remembered per value: enough to name one that is not the caller, whatever
 #: the number sharing it (a value shared by 100,000 conversations is one entry, not 100,000).
 MAX_OWNERS = 4
+#: The bytes an index of recorded values keeps at most (this process's ``ValueIndex``, and with a
+#: shared ``RedisLedger`` the fleet's ``DigestIndex``, each), beside ``CTXGUARD_CACHE_BYTES``:
+#: about 2,000 short values, some 230 of 120 words (docs/facts.md, "How much is remembered").
+INDEX_BYTES = 4 * 1024 * 1024
+#: What an indexed value costs beside its texts: its entry, its slot under its word (and that
+#: word's set, when it is the first there), its owners' ordered dict.
+VALUE_BYTES = ENTRY_BYTES + 1_000
+#: What a conversation among a value's owners costs beside its texts: its slot, its scope and
+#: its ``Version`` (a dataclass with a ``__dict__``, and ``number`` cached in it).
+OWNER_BYTES = 400
 
 
 class Candidate(NamedTuple):
@@ -54,22 +68,31 @@ def terms(norm_text: str, text: str) -> frozenset[str]:
     return words(norm_text) | numbers(text)
 
 
-class _Value:
-    __slots__ = ("owners", "word", "words")
+def _owner_bytes(scope: Scope, version: Version) -> int:
+    conversation, tenant = scope
+    return (OWNER_BYTES + str_bytes(conversation) + (0 if tenant is None else str_bytes(tenant))
+            + str_bytes(version.fact_id) + str_bytes(version.value) + str_bytes(version.norm))
 
-    def __init__(self, word: str, value_words: frozenset[str]) -> None:
+
+class _Value:
+    __slots__ = ("bytes", "owners", "word", "words")
+
+    def __init__(self, key: str, word: str, value_words: frozenset[str]) -> None:
         self.word = word
         self.words = value_words
         self.owners: BoundedLRU[Scope, Version] = BoundedLRU(MAX_OWNERS)  # most recent last
+        #: What it keeps, with its owners (``_owner_bytes``) as they come and go.
+        self.bytes = VALUE_BYTES + str_bytes(key) + getsizeof(value_words) + sum(map(str_bytes, value_words))
 
 
 class ValueIndex:
     """Recorded values (normalised), each under its rarest word, with the last few conversations
-    that recorded it. Bounded: ``max_entries`` values, ``MAX_OWNERS`` conversations each."""
+    that recorded it. Bounded: ``max_entries`` values, ``MAX_OWNERS`` conversations each, and
+    ``max_bytes`` in all; the least recently recorded value goes first."""
 
-    def __init__(self, max_entries: int = 100_000) -> None:
-        # normalised value (a grouped number: its number) -> entry, oldest first
-        self._values: BoundedLRU[str, _Value] = BoundedLRU(max_entries)
+    def __init__(self, max_entries: int = 100_000, max_bytes: int = INDEX_BYTES) -> None:
+        # normalised value (a grouped number: its number) -> entry, least recently recorded first
+        self._values: BoundedLRU[str, _Value] = BoundedLRU(max_entries, max_bytes, attrgetter("bytes"))
         self._by_word: dict[str, set[str]] = {}
         self._words: set[str] = set()  # the keys of _by_word, as a set for fast intersections
         self._lock = forksafe.lock()
@@ -96,16 +119,23 @@ class ValueIndex:
             entry = self._values.get(key)
             if entry is None:
                 word = min(candidates, key=lambda w: (len(self._by_word.get(w, ())), -len(w)))
-                entry = _Value(word, frozenset(candidates))
+                entry = _Value(key, word, frozenset(candidates))
                 self._by_word.setdefault(word, set()).add(key)
                 self._words.add(word)
-                for old, gone in self._values.put(key, entry):
-                    bucket = self._by_word[gone.word]
-                    bucket.discard(old)
-                    if not bucket:
-                        del self._by_word[gone.word]
-                        self._words.discard(gone.word)
-            entry.owners.put(scope, version)
+                self._drop(self._values.put(key, entry))
+            old = entry.owners.peek(scope)
+            grown = _owner_bytes(scope, version) - (0 if old is None else _owner_bytes(scope, old))
+            grown -= sum(_owner_bytes(*owner) for owner in entry.owners.put(scope, version))
+            entry.bytes += grown
+            self._drop(self._values.resized(key, grown))
+
+    def _drop(self, dropped: Sequence[tuple[str, _Value]]) -> None:
+        for key, gone in dropped:
+            bucket = self._by_word[gone.word]
+            bucket.discard(key)
+            if not bucket:
+                del self._by_word[gone.word]
+                self._words.discard(gone.word)
 
     def foreign(self, scope: Scope, message_words: list[frozenset[str]]) -> list[Candidate]:
         """Values recorded in another conversation whose index word is in one of the messages:

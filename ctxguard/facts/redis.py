@@ -156,7 +156,8 @@ class RedisLedger:
     settings and ``read_timeout``); ``close()`` then leaves it open.
 
     ``max_shared``: the shared values stream holds about this many entries, and each
-    process's index of the other processes' values at most this many values.
+    process's index of the other processes' values at most this many values, and never more
+    than ``index.INDEX_BYTES`` (4 MiB), whatever the count.
     """
 
     def __init__(
@@ -268,11 +269,20 @@ class RedisLedger:
     def _client_timing_out_at(self, seconds: float, *, connect: float | None = -1.0) -> Any:
         """A client on connections of its own to the same server, with the ledger client's settings
         but these timeouts (``connect`` -1: the same as the read's; None: the client's own). A read
-        that waits ``seconds`` for a silent server ends the command, whatever it was."""
+        that waits ``seconds`` for a silent server ends the command, whatever it was, and drops its
+        connection (a late reply may still come on it): the next call connects again. So these
+        connections say nothing on connect that they need not: RESP2 (no ``HELLO``; the replies
+        read here are lists either way) and no ``CLIENT SETINFO``. A connection then costs a
+        worker 47 µs of CPU instead of 189 (redis-py 8.2, loopback), and on a loaded machine a
+        quarter of the ledger reads may time out (docs/performance.md, "The fleet example under
+        load")."""
         import redis
 
         pool = self._client.connection_pool
-        kwargs = {**pool.connection_kwargs, "socket_timeout": seconds}
+        # What needs RESP3 is left out: client-side caching, and redis-py 8's maintenance
+        # notifications (on by default where the server speaks RESP3), neither of use to a read here.
+        kwargs = {key: value for key, value in pool.connection_kwargs.items() if key not in _RESP3_ONLY}
+        kwargs.update(socket_timeout=seconds, protocol=2, **_no_setinfo())
         if connect is not None:
             kwargs["socket_connect_timeout"] = seconds if connect < 0 else connect
         # The ledger client's own class (an app's subclass, say, that counts or traces commands).
@@ -285,6 +295,20 @@ class RedisLedger:
         self._reads.close()
         if self._owns_client:
             self._client.close()
+
+
+#: Connection settings that need RESP3 (redis-py >= 5; the last two >= 8).
+_RESP3_ONLY = frozenset({"cache", "cache_config", "maint_notifications_config", "maint_notifications_pool_handler"})
+
+
+def _no_setinfo() -> dict[str, Any]:
+    """The connection settings that send no ``CLIENT SETINFO``: ``driver_info=None`` where redis-py
+    has it (it deprecates ``lib_name`` and ``lib_version`` there), else those two None."""
+    try:
+        import redis.driver_info  # noqa: F401
+    except ImportError:
+        return {"lib_name": None, "lib_version": None}
+    return {"driver_info": None}
 
 
 def _unlocked_at_fork(client: Any) -> Any:

@@ -6,7 +6,8 @@ a Redis round trip on the LLM call. What crosses is a ``SharedValue``: keyed dig
 key derived from the digest key, ``CTXGUARD_DIGEST_KEY``) of the conversation, of the
 normalised value (a grouped number: its number, in any grouping) and of each of its
 words, plus the fact id, the value's length and where its anchor word (its longest) starts
-in it. The other processes keep them in a ``DigestIndex``, bounded like ``ValueIndex``: a
+in it. The other processes keep them in a ``DigestIndex``, bounded like ``ValueIndex`` (in values,
+and in bytes: ``index.INDEX_BYTES``, the least recently recorded dropped first): a
 payload's word digests select the few candidate values, and a candidate is confirmed by
 digesting, at each place its anchor word occurs in a message, the slice of the message
 where the value would be and comparing it with the value's digest. A confirmed match is
@@ -19,14 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from sys import getsizeof
 from typing import Any
 
 from .. import forksafe
-from ..cache import ENTRY_BYTES, BoundedLRU, TwoGenerationCache
+from ..cache import ENTRY_BYTES, BoundedLRU, TwoGenerationCache, str_bytes
 from ..conversation import Scope
 from ..digest import Digester
-from .index import MAX_OWNERS, WORD
+from .index import INDEX_BYTES, MAX_OWNERS, VALUE_BYTES, WORD
 from .ledger import Version
 from .matching import MIN_MATCH_CHARS, Chunked, distinctive, written
 
@@ -128,8 +130,16 @@ class ValueDigests:
                            anchor.start(), len(norm))
 
 
+#: What a conversation among a value's owners costs beside its fact id: its slot and its scope digest.
+OWNER_BYTES = 200
+
+
+def _owner_bytes(fact_id: str) -> int:
+    return OWNER_BYTES + str_bytes(fact_id)
+
+
 class _Shared:
-    __slots__ = ("anchor", "length", "offset", "owners", "word", "words")
+    __slots__ = ("anchor", "bytes", "length", "offset", "owners", "word", "words")
 
     def __init__(self, shared: SharedValue, word: str) -> None:
         self.word = word  # the index word: the rarest in the index when the value arrived
@@ -138,6 +148,9 @@ class _Shared:
         self.offset = shared.offset
         self.length = shared.length
         self.owners: BoundedLRU[str, str] = BoundedLRU(MAX_OWNERS)  # scope digest -> fact id, most recent last
+        #: What it keeps, with its owners (``_owner_bytes``) as they come and go.
+        self.bytes = (VALUE_BYTES + str_bytes(shared.value) + str_bytes(shared.anchor) + getsizeof(shared.words)
+                      + sum(map(str_bytes, shared.words)))
 
 
 _NO_WORDS: dict[str, str] = {}
@@ -150,12 +163,14 @@ def _words_map_bytes(key: object, words: dict[str, str]) -> int:
 class DigestIndex:
     """The values other processes recorded, as digests, each under its rarest word digest, with the
     last few conversations (digests) that recorded it. Bounded: ``max_entries`` values,
-    ``MAX_OWNERS`` conversations each, and the per-message word digests in a byte-bounded cache.
+    ``MAX_OWNERS`` conversations each, ``max_bytes`` in all (the least recently recorded value
+    goes first), and the per-message word digests in a byte-bounded cache.
     No I/O: the reader thread adds, the call path asks, under one short lock."""
 
-    def __init__(self, digests: ValueDigests, max_entries: int = 100_000) -> None:
+    def __init__(self, digests: ValueDigests, max_entries: int = 100_000, max_bytes: int = INDEX_BYTES) -> None:
         self.digests = digests
-        self._values: BoundedLRU[str, _Shared] = BoundedLRU(max_entries)  # value digest -> entry, oldest first
+        # value digest -> entry, least recently recorded first
+        self._values: BoundedLRU[str, _Shared] = BoundedLRU(max_entries, max_bytes, attrgetter("bytes"))
         self._by_word: dict[str, set[str]] = {}
         self._words: set[str] = set()
         self._lock = forksafe.lock()
@@ -169,19 +184,27 @@ class DigestIndex:
 
     def add(self, shared: SharedValue) -> None:
         with self._lock:
-            entry = self._values.get(shared.value)
+            key = shared.value
+            entry = self._values.get(key)
             if entry is None:
                 word = min(shared.words, key=lambda w: (len(self._by_word.get(w, ())), w))
                 entry = _Shared(shared, word)
-                self._by_word.setdefault(word, set()).add(shared.value)
+                self._by_word.setdefault(word, set()).add(key)
                 self._words.add(word)
-                for old, gone in self._values.put(shared.value, entry):
-                    bucket = self._by_word[gone.word]
-                    bucket.discard(old)
-                    if not bucket:
-                        del self._by_word[gone.word]
-                        self._words.discard(gone.word)
-            entry.owners.put(shared.scope, shared.fact_id)
+                self._drop(self._values.put(key, entry))
+            old = entry.owners.peek(shared.scope)
+            grown = _owner_bytes(shared.fact_id) - (0 if old is None else _owner_bytes(old))
+            grown -= sum(_owner_bytes(fact_id) for _, fact_id in entry.owners.put(shared.scope, shared.fact_id))
+            entry.bytes += grown
+            self._drop(self._values.resized(key, grown))
+
+    def _drop(self, dropped: Sequence[tuple[str, _Shared]]) -> None:
+        for key, gone in dropped:
+            bucket = self._by_word[gone.word]
+            bucket.discard(key)
+            if not bucket:
+                del self._by_word[gone.word]
+                self._words.discard(gone.word)
 
     def message_words(self, digest: str, words: frozenset[str]) -> dict[str, str]:
         """A message's word digests (-> the word), cached by the message's digest."""
