@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from typing import Any
 
@@ -58,13 +59,16 @@ def _timed_add(self: shared.DigestIndex, value: shared.SharedValue) -> None:
 
 shared.DigestIndex.add = _timed_add  # type: ignore[method-assign]
 
-# Every command ctxguard's ledger client sends (its reader has a client of its own).
+# Every command ctxguard's ledger client sends from the thread that calls the model. The shared
+# values reader's client is of this class too (the ledger makes its clients of the app's class),
+# and its XREAD, on its own thread, may wake during a call: not the call's.
 commands: list[str] = []
 
 
 class CountingRedis(redis.Redis):
     def execute_command(self, *args: Any, **options: Any) -> Any:
-        commands.append(str(args[0]).split()[0].upper())
+        if threading.current_thread() is threading.main_thread():
+            commands.append(str(args[0]).split()[0].upper())
         return super().execute_command(*args, **options)
 
 
