@@ -96,12 +96,13 @@ def usage_of(ex: Exchange, output_tokens: int, *, delta: bool = False) -> dict[s
     """``input_tokens`` excludes the cache reads and writes, as the real API counts them.  A
     ``message_delta`` repeats the cumulative counts without the breakdowns."""
     usage: dict[str, Any] = {
-        "input_tokens": ex.input_tokens - ex.cached_tokens - ex.cache_write_tokens,
-        "cache_creation_input_tokens": ex.cache_write_tokens,
-        "cache_read_input_tokens": ex.cached_tokens,
+        "input_tokens": ex.input_tokens - ex.reply.cached_tokens - ex.reply.cache_write_tokens,
+        "cache_creation_input_tokens": ex.reply.cache_write_tokens,
+        "cache_read_input_tokens": ex.reply.cached_tokens,
     }
     if not delta:
-        usage["cache_creation"] = {"ephemeral_5m_input_tokens": ex.cache_write_tokens, "ephemeral_1h_input_tokens": 0}
+        usage["cache_creation"] = {"ephemeral_5m_input_tokens": ex.reply.cache_write_tokens,
+                                   "ephemeral_1h_input_tokens": 0}
     usage["output_tokens"] = output_tokens
     if not delta:
         usage["service_tier"] = "standard"

@@ -24,8 +24,6 @@ from .wire import Drop, Event, Exchange
 
 __all__ = ["FakeLLM"]
 
-ReplyFn = Callable[[RecordedRequest], "Reply | str"]
-
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -140,12 +138,10 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.stream_failure == "error" and not ex.stream:
             # Failing before the first byte, a stream's failure is an HTTP error.
             return self._fail(ex, req, fmt.failure_status, failure="error")
-        if ex.stream:
-            events = fmt.stream(ex)
-            fake._served(ex.served(req))
-            return self._send_stream(ex, events)
-        answer = fmt.body(ex)
+        answer = fmt.stream(ex) if ex.stream else fmt.body(ex)
         fake._served(ex.served(req))
+        if isinstance(answer, list):
+            return self._send_stream(ex, answer)
         self._send_json(ex, 200, answer, drop=reply.stream_failure == "drop")
 
     def _fail(self, ex: Exchange, req: RecordedRequest, status: int, message: str | None = None, *,
@@ -194,18 +190,17 @@ class _Handler(BaseHTTPRequestHandler):
 class FakeLLM:
     """Loopback server standing in for every provider the registry lists (``registry.FORMATS``).
 
-    Reply precedence is: scripted replies (FIFO), then the ``reply`` callable,
-    then a default ``"ok N"`` that makes request ordering visible in asserts.
-    ``requests`` records every request as it arrived, ``responses`` what was
-    answered (``ServedResponse``: ids, finish reasons, usage as reported).
-    ``seed`` makes the ids reproducible: two servers with the same seed answer the
-    same requests with the same ids (to compare a run with ctxguard and one without).
+    Reply precedence is: scripted replies (FIFO), then the ``reply`` callable, then a default
+    ``"ok N"`` that makes request ordering visible in asserts. ``requests`` records every request as
+    it arrived, ``responses`` what was answered (``ServedResponse``: ids, finish reasons, usage).
+    ``seed`` makes the ids reproducible: two servers with the same seed answer the same requests
+    with the same ids (to compare a run with ctxguard and one without).
 
     usage: with FakeLLM() as llm: client = openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0)
     """
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, reply: ReplyFn | None = None,
-                 seed: str | None = None) -> None:
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
+                 reply: Callable[[RecordedRequest], Reply | str] | None = None, seed: str | None = None) -> None:
         if host not in ("127.0.0.1", "::1", "localhost"):
             # A fake that answers anyone on the network is a liability.
             raise ValueError(f"FakeLLM binds to loopback only, not {host!r}")
@@ -215,7 +210,6 @@ class FakeLLM:
         self._lock = threading.Lock()
         self._script: deque[Reply] = deque()
         self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
         # Seeds this server's ids: two servers never hand out the same one, unless seeded alike.
         self._nonce = seed if seed is not None else secrets.token_hex(8)
         self._serial = 0
@@ -246,24 +240,19 @@ class FakeLLM:
         """Bind and serve in a background thread; returns self for chaining."""
         if self._server is not None:
             return self
-        server = _Server((self._host, self._port), self)
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"FakeLLM:{server.server_address[1]}", daemon=True)
-        self._thread.start()
+        self._server = _Server((self._host, self._port), self)
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                         name=f"FakeLLM:{self.port}", daemon=True).start()
         return self
 
     def stop(self) -> None:
-        """Shut down, drop live connections and join; safe to call repeatedly."""
-        server, thread = self._server, self._thread
-        self._server, self._thread = None, None
-        if server is None:
-            return
-        server.shutdown()
-        server.sever_connections()
-        server.server_close()
-        if thread is not None:
-            thread.join()
+        """Shut down (returning once the serving thread has stopped), sever live connections; safe
+        to call repeatedly."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.sever_connections()
+            server.server_close()
 
     def __enter__(self) -> FakeLLM:
         return self.start()
