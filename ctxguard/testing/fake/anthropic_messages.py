@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .framing import SPACED, sse
+from .framing import Json, sse
 from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens
 from .wire import BASE62, Drop, Event, Events, Exchange, WireFormat, asks_to_stream, phrase, request_id_header, split
 
@@ -183,7 +183,8 @@ FORMAT = WireFormat(
     stream=stream,
     error=error,
     failure_status=FAILURE_STATUS,
-    json=SPACED,
+    # Compact, but with spaces after the separators.
+    json=Json("application/json", lambda obj: json.dumps(obj, ensure_ascii=False).encode()),
     framing=sse(),
     headers=request_id_header("request-id"),
     address=("anthropic_base_url", ""),

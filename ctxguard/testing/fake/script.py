@@ -59,15 +59,10 @@ class ServedResponse:
 
 @dataclass(frozen=True)
 class Reply:
-    """What the fake model "says"; one description rendered in each wire format.
-
-    ``Reply(text="Pune")``; ``Reply(parsed={"city": "Pune"})`` for structured output
-    (the text is that value's JSON); ``Reply(refusal="I can't help with that.")``;
-    ``Reply(tool_calls=[{"function": {"name": "lookup", "arguments": {"q": "x"}}}])``;
-    ``Reply(status=429)`` for an HTTP error, ``Reply(text="…", stream_failure="error")``
-    for a stream that fails after its first delta (``"drop"``: the connection is cut).
-    ``deltas`` is how many pieces a streamed answer's text comes in: 3 by default, so clients
-    must really join them; a model streams about a token a piece (``deltas=len(text) // 4``).
+    """What the fake model "says"; one description rendered in each wire format (docs/testing.md
+    shows each field): ``Reply(text="Pune")``, ``Reply(status=429)``, ``Reply(text="…",
+    stream_failure="error")`` for a stream that fails after its first delta (``"drop"``: cut).
+    ``deltas``: 3 by default, so clients must really join them; a model streams about a token a piece.
 
     Token counts default to an estimate of what was sent and what is said (``tokens``); explicit
     ``input_tokens`` / ``output_tokens`` win. They are totals, as OpenAI reports them: ``input_tokens``
