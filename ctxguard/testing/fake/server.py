@@ -182,9 +182,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
 
     def _drop(self) -> None:
-        """Cut the connection mid-body, as a crashed upstream or a broken proxy does."""
+        """Cut the connection mid-body, as a crashed upstream or a broken proxy does: the server
+        closes it once this answer returns."""
         self.close_connection = True
-        self.connection.shutdown(socket.SHUT_RDWR)
 
 
 class FakeLLM:
