@@ -1,7 +1,5 @@
 """A loopback fake LLM server that speaks each provider's wire format, behind the real SDKs: over
-real HTTP, deterministic, offline, the way the providers answer (docs/testing.md). One module per
-wire format, each declaring a ``wire.WireFormat`` listed in ``registry.FORMATS``; the server, the
-records and the writers are shared and name no API. Standard library only.
+real HTTP, deterministic, offline, the way the providers answer (docs/testing.md). Standard library only.
 
 Usage::
 

@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .framing import SPACED, sse
+from .framing import Json, sse
 from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens
 from .wire import BASE62, Drop, Event, Events, Exchange, WireFormat, asks_to_stream, phrase, request_id_header, split
 
@@ -96,12 +96,13 @@ def usage_of(ex: Exchange, output_tokens: int, *, delta: bool = False) -> dict[s
     """``input_tokens`` excludes the cache reads and writes, as the real API counts them.  A
     ``message_delta`` repeats the cumulative counts without the breakdowns."""
     usage: dict[str, Any] = {
-        "input_tokens": ex.input_tokens - ex.cached_tokens - ex.cache_write_tokens,
-        "cache_creation_input_tokens": ex.cache_write_tokens,
-        "cache_read_input_tokens": ex.cached_tokens,
+        "input_tokens": ex.input_tokens - ex.reply.cached_tokens - ex.reply.cache_write_tokens,
+        "cache_creation_input_tokens": ex.reply.cache_write_tokens,
+        "cache_read_input_tokens": ex.reply.cached_tokens,
     }
     if not delta:
-        usage["cache_creation"] = {"ephemeral_5m_input_tokens": ex.cache_write_tokens, "ephemeral_1h_input_tokens": 0}
+        usage["cache_creation"] = {"ephemeral_5m_input_tokens": ex.reply.cache_write_tokens,
+                                   "ephemeral_1h_input_tokens": 0}
     usage["output_tokens"] = output_tokens
     if not delta:
         usage["service_tier"] = "standard"
@@ -182,7 +183,8 @@ FORMAT = WireFormat(
     stream=stream,
     error=error,
     failure_status=FAILURE_STATUS,
-    json=SPACED,
+    # Compact, but with spaces after the separators.
+    json=Json("application/json", lambda obj: json.dumps(obj, ensure_ascii=False).encode()),
     framing=sse(),
     headers=request_id_header("request-id"),
     address=("anthropic_base_url", ""),

@@ -152,13 +152,13 @@ def _converse_usage(ex: Exchange) -> dict[str, Any]:
     """``inputTokens`` excludes what was read from the cache and written to it; ``totalTokens``
     counts everything."""
     usage: dict[str, Any] = {
-        "inputTokens": ex.input_tokens - ex.cached_tokens - ex.cache_write_tokens,
+        "inputTokens": ex.input_tokens - ex.reply.cached_tokens - ex.reply.cache_write_tokens,
         "outputTokens": ex.output_tokens,
         "totalTokens": ex.input_tokens + ex.output_tokens,
     }
-    if ex.cached_tokens or ex.cache_write_tokens:
-        usage["cacheReadInputTokens"] = ex.cached_tokens
-        usage["cacheWriteInputTokens"] = ex.cache_write_tokens
+    if ex.reply.cached_tokens or ex.reply.cache_write_tokens:
+        usage["cacheReadInputTokens"] = ex.reply.cached_tokens
+        usage["cacheWriteInputTokens"] = ex.reply.cache_write_tokens
     return usage
 
 

@@ -78,8 +78,8 @@ def usage(ex: Exchange) -> dict[str, Any]:
         "billed_units": {"input_tokens": max(0, ex.input_tokens - TEMPLATE), "output_tokens": ex.output_tokens},
         "tokens": {"input_tokens": ex.input_tokens, "output_tokens": ex.output_tokens},
     }
-    if ex.cached_tokens:
-        usage["cached_tokens"] = ex.cached_tokens
+    if ex.reply.cached_tokens:
+        usage["cached_tokens"] = ex.reply.cached_tokens
     return usage
 
 

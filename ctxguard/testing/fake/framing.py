@@ -1,6 +1,6 @@
 """How an answer is written: a JSON body as an API encodes it, and a stream's events as Server-Sent
-Events or NDJSON lines (or a format's own: Bedrock's AWS event-stream messages). A wire format picks
-one of each."""
+Events (or as a format's own: Ollama's NDJSON lines, Bedrock's AWS event-stream messages). A wire
+format picks one of each."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["COMPACT", "INDENTED", "SPACED", "Framing", "Json", "ndjson", "sse"]
+__all__ = ["COMPACT", "INDENTED", "Framing", "Json", "sse"]
 
 
 @dataclass(frozen=True)
@@ -34,10 +34,8 @@ def _json(**options: Any) -> Json:
     return Json("application/json", lambda obj: json.dumps(obj, ensure_ascii=False, **options).encode())
 
 
-#: OpenAI and Gemini indent their JSON bodies; Anthropic sends them compact, with spaces after the
-#: separators; Mistral, Cohere and Bedrock without spaces.
+#: OpenAI and Gemini indent their JSON bodies; Mistral, Cohere and Bedrock write them compact.
 INDENTED = _json(indent=2)
-SPACED = _json()
 COMPACT = _json(separators=(",", ":"))
 
 
@@ -49,8 +47,3 @@ def sse(separators: tuple[str, str] = (",", ":")) -> Framing:
         return (f"event: {event}\ndata: {text}\n\n" if event else f"data: {text}\n\n").encode()
 
     return Framing("text/event-stream; charset=utf-8", frame, (("Cache-Control", "no-cache"),))
-
-
-def ndjson(dumps: Callable[[Any], bytes]) -> Framing:
-    """One JSON object a line."""
-    return Framing("application/x-ndjson", lambda event, data: dumps(data) + b"\n")

@@ -81,8 +81,8 @@ def usage(ex: Exchange, *, final: bool = True) -> dict[str, Any]:
     if final:
         usage["candidatesTokenCount"] = ex.output_tokens - ex.reasoning_tokens
     usage["totalTokenCount"] = prompt + (ex.output_tokens if final else 0)
-    if ex.cached_tokens:
-        usage["cachedContentTokenCount"] = ex.cached_tokens
+    if ex.reply.cached_tokens:
+        usage["cachedContentTokenCount"] = ex.reply.cached_tokens
     usage["promptTokensDetails"] = [{"modality": "TEXT", "tokenCount": prompt}]
     if final and ex.reasoning_tokens:
         usage["thoughtsTokenCount"] = ex.reasoning_tokens

@@ -87,8 +87,8 @@ def usage(ex: Exchange) -> dict[str, Any]:
         "total_tokens": ex.input_tokens + ex.output_tokens,
         "completion_tokens": ex.output_tokens,
     }
-    if ex.cached_tokens:
-        usage["prompt_tokens_details"] = {"cached_tokens": ex.cached_tokens}
+    if ex.reply.cached_tokens:
+        usage["prompt_tokens_details"] = {"cached_tokens": ex.reply.cached_tokens}
     return usage
 
 

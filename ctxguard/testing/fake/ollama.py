@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import media
-from .framing import Json, ndjson
+from .framing import Framing, Json
 from .tokens import FRAME_TOKENS, read_tokens, reading, schemas_tokens
 from .wire import HEX, Drop, Event, Events, Exchange, WireFormat, phrase, split
 
@@ -185,7 +185,7 @@ FORMAT = WireFormat(
     error=error,
     failure_status=FAILURE_STATUS,
     json=Json("application/json; charset=utf-8", go_json),
-    framing=ndjson(go_json),
+    framing=Framing("application/x-ndjson", lambda event, data: go_json(data) + b"\n"),  # one object a line
     # Checked before any model is looked for.
     refuse=lambda ex: None if ex.payload.get("model") else error(ex, 400, "model is required"),
     truncated_tokens=lambda ex: _prompt(ex)[1],

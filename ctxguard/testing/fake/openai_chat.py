@@ -142,7 +142,7 @@ def _usage(ex: Exchange) -> dict[str, Any]:
         "prompt_tokens": ex.input_tokens,
         "completion_tokens": ex.output_tokens,
         "total_tokens": ex.input_tokens + ex.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": ex.cached_tokens, "audio_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": ex.reply.cached_tokens, "audio_tokens": 0},
         "completion_tokens_details": {
             "reasoning_tokens": ex.reasoning_tokens,
             "audio_tokens": 0,

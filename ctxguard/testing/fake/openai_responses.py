@@ -121,7 +121,7 @@ def _output_items(ex: Exchange) -> list[dict[str, Any]]:
 def usage(ex: Exchange) -> dict[str, Any]:
     return {
         "input_tokens": ex.input_tokens,
-        "input_tokens_details": {"cached_tokens": ex.cached_tokens, "cache_write_tokens": 0},
+        "input_tokens_details": {"cached_tokens": ex.reply.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": ex.output_tokens,
         "output_tokens_details": {"reasoning_tokens": ex.reasoning_tokens},
         "total_tokens": ex.input_tokens + ex.output_tokens,

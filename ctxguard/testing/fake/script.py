@@ -13,11 +13,8 @@ __all__ = ["RecordedRequest", "Reply", "ServedResponse"]
 
 @dataclass(frozen=True)
 class RecordedRequest:
-    """One request exactly as it arrived, so tests can assert on wire bytes.
-
-    ``path`` is the raw request target, query string included, because the
-    point of recording is to see what the client really sent.
-    """
+    """One request exactly as it arrived, so tests can assert on wire bytes: ``path`` is the raw
+    request target, query string included."""
 
     method: str
     path: str
@@ -32,17 +29,13 @@ class RecordedRequest:
 
 @dataclass(frozen=True)
 class ServedResponse:
-    """What the fake answered to one request, recorded before the first byte left.
-
-    Tests compare the SDK's parsed result and ctxguard's span with these rather
-    than with constants: ``llm.responses[0].id == span.attributes["gen_ai.response.id"]``.
+    """What the fake answered to one request, recorded before the first byte left, for tests to
+    compare the SDK's result and ctxguard's span with: ``llm.responses[0].id == span.attributes[...]``.
 
     ``finish_reasons`` are in the API's own words; ``usage`` is the final usage object exactly as
-    sent (None: the answer carried none); ``input_tokens`` and ``output_tokens`` are the totals,
-    cached prompt tokens and reasoning included, whatever the API's breakdown (its module's
-    ``usage`` says how it splits them). A stream cut by a scripted ``stream_failure`` never
-    reported its final usage: those are None. ``truncated_tokens``: prompt tokens the server
-    dropped to fit its context window (``FakeLLM.windows``).
+    sent (None: none); the token counts are totals as ``Reply`` counts them, whatever the API's
+    breakdown; a stream cut by a scripted ``stream_failure`` never reports its final ones (None).
+    ``truncated_tokens``: prompt tokens the server dropped to fit its context window (``FakeLLM.windows``).
     """
 
     request: RecordedRequest
@@ -66,24 +59,17 @@ class ServedResponse:
 
 @dataclass(frozen=True)
 class Reply:
-    """What the fake model "says"; one description rendered in each wire format.
-
-    ``Reply(text="Pune")``; ``Reply(parsed={"city": "Pune"})`` for structured output
-    (the text is that value's JSON); ``Reply(refusal="I can't help with that.")``;
-    ``Reply(tool_calls=[{"function": {"name": "lookup", "arguments": {"q": "x"}}}])``;
-    ``Reply(status=429)`` for an HTTP error, ``Reply(text="…", stream_failure="error")``
-    for a stream that fails after its first delta (``"drop"``: the connection is cut).
-    ``deltas`` is how many pieces a streamed answer's text comes in: 3 by default, so clients
-    must really join them; a model streams about a token a piece (``deltas=len(text) // 4``).
+    """What the fake model "says"; one description rendered in each wire format (docs/testing.md
+    shows each field): ``Reply(text="Pune")``, ``Reply(status=429)``, ``Reply(text="…",
+    stream_failure="error")`` for a stream that fails after its first delta (``"drop"``: cut).
+    ``deltas``: 3 by default, so clients must really join them; a model streams about a token a piece.
 
     Token counts default to an estimate of what was sent and what is said (``tokens``); explicit
-    ``input_tokens`` / ``output_tokens`` win, totals the way OpenAI reports them: ``input_tokens``
-    includes ``cached_tokens`` (read from the provider's prompt cache) and ``cache_write_tokens``
-    (written to it: Anthropic's ``cache_creation_input_tokens``, Bedrock's
-    ``cacheWriteInputTokens``; the others report none), ``output_tokens`` includes
-    ``reasoning_tokens``. ``reasoning`` is the thinking text, as each API carries it.
-    ``finish_reason`` uses OpenAI's vocabulary, which each API translates (``tool_calls`` when
-    there are tool calls, else ``stop``); unknown values pass through verbatim.
+    ``input_tokens`` / ``output_tokens`` win. They are totals, as OpenAI reports them: ``input_tokens``
+    includes ``cached_tokens`` (read from the prompt cache) and ``cache_write_tokens`` (written to it;
+    only Anthropic and Bedrock report those), ``output_tokens`` includes ``reasoning_tokens``
+    (``reasoning`` is the thinking text). ``finish_reason`` is in OpenAI's words, which each API
+    translates (by default ``tool_calls`` when there are tool calls, else ``stop``; unknown ones pass).
     """
 
     text: str = ""

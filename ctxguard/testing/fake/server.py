@@ -24,16 +24,8 @@ from .wire import Drop, Event, Exchange
 
 __all__ = ["FakeLLM"]
 
-ReplyFn = Callable[[RecordedRequest], "Reply | str"]
-
 
 class _Server(ThreadingHTTPServer):
-    """HTTP server that remembers live connections so stop() can sever them.
-
-    Keep-alive connections pooled by SDK clients would otherwise leave handler
-    threads parked in ``readline`` after shutdown.
-    """
-
     daemon_threads = True
     allow_reuse_address = True
     # The default backlog of 5 drops the SYNs of a burst of connections: those clients
@@ -42,11 +34,23 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], fake: FakeLLM) -> None:
         self.fake = fake
+        # The live connections, which stop() severs: keep-alive connections pooled by SDK clients
+        # would otherwise leave handler threads parked in ``readline`` after shutdown.
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.connections_lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Clients hanging up mid-stream and stop() severing sockets are
@@ -65,7 +69,8 @@ class _Server(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
-    """Translate one HTTP exchange into a RecordedRequest and a rendered Reply."""
+    """Translate one HTTP exchange into a RecordedRequest and a rendered Reply. A client that hangs
+    up raises OSError out of a write, which ends the connection (``_Server.handle_error``)."""
 
     # HTTP/1.1 lets SDK connection pools reuse sockets like they do in production.
     protocol_version = "HTTP/1.1"
@@ -74,19 +79,6 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: _Server
 
-    def setup(self) -> None:
-        super().setup()
-        with self.server.connections_lock:
-            self.server.connections.add(self.connection)
-
-    def finish(self) -> None:
-        try:
-            with contextlib.suppress(OSError):  # a dropped connection has nothing left to flush
-                super().finish()
-        finally:
-            with self.server.connections_lock:
-                self.server.connections.discard(self.connection)
-
     def log_message(self, format: str, *args: Any) -> None:
         """Access logs on stderr would drown pytest output."""
 
@@ -94,8 +86,6 @@ class _Handler(BaseHTTPRequestHandler):
         self._handle()
 
     do_GET = do_PUT = do_PATCH = do_DELETE = do_POST
-
-    # -- request side -----------------------------------------------------
 
     def _read_chunked(self) -> bytes:
         chunks: list[bytes] = []
@@ -115,12 +105,12 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.server.fake
         n, serial = fake._record(req)
 
-        route = self.path.split("?", 1)[0].rstrip("/")
-        fmt = answering(route)
-        ex = Exchange(fmt or UNKNOWN_ROUTE, fake._nonce, serial, route, fake.windows.get(fmt.name) if fmt else None)
+        path = self.path.split("?", 1)[0]
+        fmt = answering(path.rstrip("/"))
+        ex = Exchange(fmt or UNKNOWN_ROUTE, fake._nonce, serial, path.rstrip("/"),
+                      fake.windows.get(fmt.name) if fmt else None)
         if fmt is None or self.command != "POST":
-            self._send_error(ex, req, 404, unknown_route(self.command, self.path.split("?", 1)[0]))
-            return
+            return self._fail(ex, req, 404, error=unknown_route(self.command, path))
         try:
             # Refused at a depth of its own, as a provider's parser does: Python's reader goes
             # deeper on 3.13 than on 3.11, and the fake's walkers would fail past it (a dropped
@@ -131,115 +121,86 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(payload, dict):
                 raise ValueError("request body must be a JSON object")
         except ValueError as exc:
-            self._send_error(ex, req, 400, fmt.error(ex, 400, f"Invalid JSON body: {exc}"))
-            return
+            return self._fail(ex, req, 400, f"Invalid JSON body: {exc}")
         ex = replace(ex, payload=payload)
         refusal = fmt.refuse(ex)
         if refusal is not None:
-            self._send_error(ex, req, 400, refusal)
-            return
+            return self._fail(ex, req, 400, error=refusal)
         try:
             reply = fake._next_reply(req, n)
         except Exception as exc:
             # Surface bugs in the reply callable to the client instead of hanging it.
-            self._send_error(ex, req, 500, fmt.error(ex, 500, f"FakeLLM reply callable failed: {exc!r}"))
-            return
+            return self._fail(ex, req, 500, f"FakeLLM reply callable failed: {exc!r}")
 
         ex = replace(ex, reply=reply, stream=fmt.streamed(ex))
         if reply.status != 200:
-            self._send_error(ex, req, reply.status, fmt.error(ex, reply.status, reply.text or None))
-        elif reply.stream_failure == "error" and not ex.stream:
+            return self._fail(ex, req, reply.status, reply.text or None)
+        if reply.stream_failure == "error" and not ex.stream:
             # Failing before the first byte, a stream's failure is an HTTP error.
-            self._send_error(ex, req, fmt.failure_status, fmt.error(ex, fmt.failure_status, None), failure="error")
-        elif ex.stream:
-            events = fmt.stream(ex)
-            fake._served(ex.served(req))
-            self._send_stream(ex, events)
-        else:
-            answer = fmt.body(ex)
-            fake._served(ex.served(req))
-            self._send_json(ex, 200, answer, drop=reply.stream_failure == "drop")
+            return self._fail(ex, req, fmt.failure_status, failure="error")
+        answer = fmt.stream(ex) if ex.stream else fmt.body(ex)
+        fake._served(ex.served(req))
+        if isinstance(answer, list):
+            return self._send_stream(ex, answer)
+        self._send_json(ex, 200, answer, drop=reply.stream_failure == "drop")
 
-    # -- response side ----------------------------------------------------
-
-    def _send_error(
-        self, ex: Exchange, req: RecordedRequest, status: int, error: tuple[dict[str, Any], str], *,
-        failure: str | None = None,
-    ) -> None:
-        body, error_type = error
+    def _fail(self, ex: Exchange, req: RecordedRequest, status: int, message: str | None = None, *,
+              error: tuple[dict[str, Any], str] | None = None, failure: str | None = None) -> None:
+        """Answer ``status`` with ``error`` (body, type), by default the format's for ``message``."""
+        body, error_type = error or ex.format.error(ex, status, message)
         self.server.fake._served(ServedResponse(request=req, status=status, request_id=ex.request_id, model=ex.model,
                                                 error_type=error_type, failure=failure))
         self._send_json(ex, status, body, error_type=error_type)
 
-    def _start(self, ex: Exchange, status: int, content_type: str, error_type: str | None = None) -> None:
+    def _start(self, ex: Exchange, status: int, content_type: str, error_type: str | None,
+               more: list[tuple[str, str]]) -> None:
+        """The status line and the headers: Content-Type, the format's own, then ``more``."""
         self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        for name, value in ex.format.headers(ex, status, error_type):
+        for name, value in [("Content-Type", content_type), *ex.format.headers(ex, status, error_type), *more]:
             self.send_header(name, value)
+        self.end_headers()
 
     def _send_json(
         self, ex: Exchange, status: int, obj: Any, *, drop: bool = False, error_type: str | None = None
     ) -> None:
         data = ex.format.json.dumps(obj)
-        try:
-            self._start(ex, status, ex.format.json.content_type, error_type)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if drop:
-                self.wfile.write(data[: len(data) // 2])
-                self._drop()
-                return
-            self.wfile.write(data)
-            self.wfile.flush()
-        except OSError:
-            self.close_connection = True
+        self._start(ex, status, ex.format.json.content_type, error_type, [("Content-Length", str(len(data)))])
+        self.wfile.write(data[: len(data) // 2] if drop else data)
+        if drop:
+            self._drop()
 
     def _send_stream(self, ex: Exchange, events: list[Event | Drop]) -> None:
         """Write events one by one, one HTTP chunk each, so clients see a genuinely
         incremental stream (and can tell a cut connection from the end of the body)."""
         framing = ex.format.framing
-        try:
-            self._start(ex, 200, framing.content_type)
-            for name, value in framing.headers:
-                self.send_header(name, value)
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            self.wfile.flush()
-            for item in events:
-                if isinstance(item, Drop):
-                    self._drop()
-                    return
-                frame = framing.frame(*item)
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
-                self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        except OSError:
-            self.close_connection = True
+        self._start(ex, 200, framing.content_type, None, [*framing.headers, ("Transfer-Encoding", "chunked")])
+        for item in events:
+            if isinstance(item, Drop):
+                return self._drop()
+            frame = framing.frame(*item)
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+        self.wfile.write(b"0\r\n\r\n")
 
     def _drop(self) -> None:
-        """Cut the connection mid-body, as a crashed upstream or a broken proxy does."""
+        """Cut the connection mid-body, as a crashed upstream or a broken proxy does: the server
+        closes it once this answer returns."""
         self.close_connection = True
-        with contextlib.suppress(OSError):
-            self.wfile.flush()
-            self.connection.shutdown(socket.SHUT_RDWR)
 
 
 class FakeLLM:
     """Loopback server standing in for every provider the registry lists (``registry.FORMATS``).
 
-    Reply precedence is: scripted replies (FIFO), then the ``reply`` callable,
-    then a default ``"ok N"`` that makes request ordering visible in asserts.
-    ``requests`` records every request as it arrived, ``responses`` what was
-    answered (``ServedResponse``: ids, finish reasons, usage as reported).
-    ``seed`` makes the ids reproducible: two servers with the same seed answer the
-    same requests with the same ids (to compare a run with ctxguard and one without).
+    Reply precedence is: scripted replies (FIFO), then the ``reply`` callable, then a default
+    ``"ok N"`` that makes request ordering visible in asserts. ``requests`` records every request as
+    it arrived, ``responses`` what was answered (``ServedResponse``: ids, finish reasons, usage).
+    ``seed`` makes the ids reproducible: two servers with the same seed answer the same requests
+    with the same ids (to compare a run with ctxguard and one without).
 
     usage: with FakeLLM() as llm: client = openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0)
     """
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, reply: ReplyFn | None = None,
-                 seed: str | None = None) -> None:
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
+                 reply: Callable[[RecordedRequest], Reply | str] | None = None, seed: str | None = None) -> None:
         if host not in ("127.0.0.1", "::1", "localhost"):
             # A fake that answers anyone on the network is a liability.
             raise ValueError(f"FakeLLM binds to loopback only, not {host!r}")
@@ -249,7 +210,6 @@ class FakeLLM:
         self._lock = threading.Lock()
         self._script: deque[Reply] = deque()
         self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
         # Seeds this server's ids: two servers never hand out the same one, unless seeded alike.
         self._nonce = seed if seed is not None else secrets.token_hex(8)
         self._serial = 0
@@ -276,30 +236,23 @@ class FakeLLM:
         else:
             super().__setattr__(name, value)
 
-    # -- lifecycle ----------------------------------------------------------
-
     def start(self) -> FakeLLM:
         """Bind and serve in a background thread; returns self for chaining."""
         if self._server is not None:
             return self
-        server = _Server((self._host, self._port), self)
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"FakeLLM:{server.server_address[1]}", daemon=True)
-        self._thread.start()
+        self._server = _Server((self._host, self._port), self)
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                         name=f"FakeLLM:{self.port}", daemon=True).start()
         return self
 
     def stop(self) -> None:
-        """Shut down, drop live connections and join; safe to call repeatedly."""
-        server, thread = self._server, self._thread
-        self._server, self._thread = None, None
-        if server is None:
-            return
-        server.shutdown()
-        server.sever_connections()
-        server.server_close()
-        if thread is not None:
-            thread.join()
+        """Shut down (returning once the serving thread has stopped), sever live connections; safe
+        to call repeatedly."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.sever_connections()
+            server.server_close()
 
     def __enter__(self) -> FakeLLM:
         return self.start()
@@ -307,8 +260,6 @@ class FakeLLM:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
-
-    # -- addresses ----------------------------------------------------------
 
     @property
     def port(self) -> int:
@@ -321,8 +272,6 @@ class FakeLLM:
     def origin(self) -> str:
         host = f"[{self._host}]" if ":" in self._host else self._host
         return f"http://{host}:{self.port}"
-
-    # -- scripting & inspection ----------------------------------------------
 
     def script(self, *replies: Reply | str) -> None:
         """Queue replies consumed one per endpoint request, in order."""
@@ -341,8 +290,6 @@ class FakeLLM:
             self.requests.clear()
             self.responses.clear()
             self._script.clear()
-
-    # -- used by the handler --------------------------------------------------
 
     def _record(self, req: RecordedRequest) -> tuple[int, int]:
         """Number the request: its place in ``requests`` and its serial for this server's life."""

@@ -48,9 +48,7 @@ _PIECES = re.compile(r"[^\W\d_]+|\d{1,3}|[^\s]")
 
 
 def text_tokens(text: str) -> int:
-    """Roughly what a BPE tokenizer makes of ``text``: a word is a token per ~5 letters,
-    digits go in threes, every other visible character is its own token; non-ASCII
-    words cost a token per ~3 UTF-8 bytes.  An approximation, not a tokenizer."""
+    """Digits go in threes, a non-ASCII word costs a token per ~3 UTF-8 bytes."""
     n = 0
     for piece in _PIECES.findall(text):
         if piece.isascii():
@@ -104,8 +102,6 @@ def schemas_tokens(*schemas: Any) -> int:
 
 
 def messages_tokens(messages: Any, reads: Reading, price: Price = flat) -> int:
-    if isinstance(messages, str):
-        messages = [messages]
     if not isinstance(messages, list):
         return 0
     return sum(FRAME_TOKENS + read_tokens(m, reads, price=price) for m in messages)

@@ -36,8 +36,8 @@ Headers = list[tuple[str, str]]
 
 @dataclass(frozen=True)
 class WireFormat:
-    """One API as the fake speaks it: its module's ``FORMAT``, listed in ``registry.FORMATS``.
-    Everything that differs between APIs is one of these hooks; the server calls them all the same.
+    """One API as the fake speaks it: everything that differs between APIs is one of these hooks,
+    which the server calls the same whatever the API.
 
     usage: FORMAT = WireFormat(name="cohere.chat", path=re.compile(r".*/v2/chat"), streamed=asks_to_stream, ...)
     """
@@ -50,14 +50,13 @@ class WireFormat:
     streamed: Callable[[Exchange], bool]
     #: What the model reads of the request, in the estimate's unit (``tokens``).
     prompt_tokens: Callable[[Exchange], int]
-    #: The answer's id (None: the API gives none), the request's, a tool call's
-    #: (``call_id(exchange, index, function name)``; None: the API's calls carry no id).
+    #: The answer's id (None: the API gives none), the request's, a tool call's (None: none).
     response_id: Callable[[Exchange], str | None]
     request_id: Callable[[Exchange], str]
     call_id: Callable[[Exchange, int, str], str] | None
     #: Why the answer ended, in the API's words (``Exchange.finish`` is OpenAI's).
     finish: Callable[[Exchange], str]
-    #: The last usage object a complete answer puts on the wire (None: it puts none).
+    #: The last usage object a complete answer puts on the wire (None: none).
     usage: Callable[[Exchange], Mapping[str, Any] | None]
     #: The JSON answer; a streamed one's events (``Events.cut`` ends them as a scripted failure does).
     body: Callable[[Exchange], dict[str, Any]]
@@ -69,17 +68,16 @@ class WireFormat:
     #: How its bodies and streams are written.
     json: Json
     framing: Framing
-    #: Headers after Content-Type: ``headers(exchange, status, error type or None)``.
+    #: Headers after Content-Type, given the status and the error type (None: no error).
     headers: Callable[[Exchange, int, str | None], Headers] = lambda exchange, status, error_type: []
     #: The model a route names, for an API whose body does not.
     model_in_path: Callable[[str], str] = lambda route: ""
-    #: The error (as ``error`` makes it) the request is refused with (400) before any reply is taken;
-    #: None: it is not.
+    #: The error (body, type) a request is refused with (400) before any reply is taken, or None.
     refuse: Callable[[Exchange], tuple[dict[str, Any], str] | None] = lambda exchange: None
     #: The finish reason a stream the service breaks off ends with, when it sends no error body.
     broken: str | None = None
     #: Prompt tokens the server drops to fit its context window; it reports what it kept, never more.
-    truncated_tokens: Callable[[Exchange], int] | None = None
+    truncated_tokens: Callable[[Exchange], int] = lambda exchange: 0
     #: Where its SDK is pointed: the ``FakeLLM`` attribute naming it and its path after the origin
     #: (None: another format's address reaches it too).
     address: tuple[str, str] | None = None
@@ -98,7 +96,6 @@ def request_id_header(name: str) -> Callable[[Exchange, int, str | None], Header
 
 
 def phrase(status: int) -> str:
-    """The status's reason phrase (``Too Many Requests``), or ``Error 418`` for one it lacks."""
     return responses.get(status, f"Error {status}")
 
 
@@ -125,7 +122,7 @@ def split(text: str, parts: int = 3) -> list[str]:
 
 @dataclass(frozen=True)
 class ScriptedCall:
-    """A scripted tool call, its id in the style of the API answering."""
+    """A scripted tool call, its id in the style of the API answering (``Exchange.calls``)."""
 
     id: str
     name: str
@@ -133,7 +130,7 @@ class ScriptedCall:
 
     @property
     def input(self) -> Any:
-        """The arguments as a JSON value, for the APIs that send objects (Anthropic, Gemini)."""
+        """The arguments as a JSON value, for the APIs that send objects."""
         try:
             return json.loads(self.arguments) if self.arguments else {}
         except ValueError:
@@ -206,16 +203,13 @@ class Exchange:
 
     @cached_property
     def calls(self) -> list[ScriptedCall]:
-        """The scripted tool calls, ids filled in the style of the API answering."""
         out = []
         for i, call in enumerate(self.reply.tool_calls or []):
             fn = call.get("function") or {}
-            args = fn.get("arguments", "")
-            name = str(fn.get("name", ""))
-            default = self.format.call_id(self, i, name) if self.format.call_id else ""
+            name, args = str(fn.get("name", "")), fn.get("arguments", "")
+            call_id = call.get("id") or (self.format.call_id(self, i, name) if self.format.call_id else "")
             # Accept a dict for convenience; the wire format always carries a string.
-            arguments = args if isinstance(args, str) else json.dumps(args)
-            out.append(ScriptedCall(str(call.get("id") or default), name, arguments))
+            out.append(ScriptedCall(str(call_id), name, args if isinstance(args, str) else json.dumps(args)))
         return out
 
     @cached_property
@@ -223,17 +217,9 @@ class Exchange:
         """Prompt tokens, cached ones included; what the server kept, if it cut the prompt."""
         if self.reply.input_tokens is not None:
             return self.reply.input_tokens
-        if self.format.truncated_tokens is not None and self.format.truncated_tokens(self):
+        if self.format.truncated_tokens(self):
             return self.format.prompt_tokens(self)
         return max(self.format.prompt_tokens(self), self.reply.cached_tokens + self.reply.cache_write_tokens)
-
-    @property
-    def cached_tokens(self) -> int:
-        return self.reply.cached_tokens
-
-    @property
-    def cache_write_tokens(self) -> int:
-        return self.reply.cache_write_tokens
 
     @cached_property
     def reasoning_tokens(self) -> int:
@@ -256,7 +242,7 @@ class Exchange:
     def served(self, request: RecordedRequest) -> ServedResponse:
         """The record of a 200 answer; a scripted failure keeps it from reporting its end."""
         fmt, failure = self.format, self.reply.stream_failure
-        truncated = fmt.truncated_tokens(self) if fmt.truncated_tokens and self.reply.input_tokens is None else 0
+        truncated = fmt.truncated_tokens(self) if self.reply.input_tokens is None else 0
         error_type = None
         finish_reasons = () if failure else (fmt.finish(self),)
         if failure == "error" and fmt.broken is not None:
@@ -269,7 +255,7 @@ class Exchange:
             stream=self.stream, finish_reasons=finish_reasons, usage=None if failure else fmt.usage(self),
             input_tokens=None if failure else self.input_tokens,
             output_tokens=None if failure else self.output_tokens,
-            cached_tokens=self.cached_tokens, cache_write_tokens=self.cache_write_tokens,
+            cached_tokens=self.reply.cached_tokens, cache_write_tokens=self.reply.cache_write_tokens,
             reasoning_tokens=self.reasoning_tokens,
             tool_call_ids=tuple(c.id for c in self.calls) if fmt.call_id else (),
             error_type=error_type, failure=failure,
