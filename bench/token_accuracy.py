@@ -6,7 +6,8 @@ For each request of the recorded corpus (tests/data/recorded/: real request bodi
 OpenAI, Anthropic, Gemini, Mistral, Cohere, Ollama and Bedrock by other projects' test
 suites, with the input tokens the provider reported; provenance per record, see its README),
 runs ctxguard's own counting as it runs before a call is sent: the body as its SDK call
-site's arguments (``call``), the provider adapter's ``normalise(api, kwargs)``, then
+site's arguments (``call``), the provider adapter's ``normalise(api, kwargs)`` with the
+accounting of the API the record reached (``adapter``: a Gemini record's ``host``), then
 ``Measurer.measure`` with a fresh ``Calibration`` (no correction learnt from earlier
 answers), and prints one row per request (counted, reported, error), then per provider and
 per model family: how many requests, the median error, the worst under-count and the worst
@@ -29,6 +30,7 @@ import argparse
 import hashlib
 import importlib
 import json
+import re
 import statistics
 import sys
 from collections.abc import Mapping
@@ -78,16 +80,53 @@ def half(record_id: str) -> str:
     return HALVES[hashlib.blake2b(record_id.encode(), digest_size=8).digest()[0] % 2]
 
 
+#: A signature the corpus cut, as its record's note says: ``opaque thoughtSignature at
+#: .contents[1].parts[0].thoughtSignature (1,408 characters) cut to 64``.
+_CUT = re.compile(r"opaque (\w+) at ((?:\.\w+|\[\d+\])+) \(([\d,]+) characters\) cut to \d+")
+
+
+def uncut(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record's body with each signature the corpus cut (``source.note``) padded back to its
+    original length with base64 characters (its kept characters, repeated): what the provider
+    counted was the whole signature, and its length is what Gemini charges for it."""
+    body = json.loads(json.dumps(record["body"]))
+    for found in _CUT.finditer(record["source"].get("note", "")):
+        *path, key = re.findall(r"\w+", found[2])
+        holder: Any = body
+        for step in path:
+            holder = holder[int(step)] if step.isdigit() else holder[step]
+        kept, length = holder[key], int(found[3].replace(",", ""))
+        holder[key] = (kept * (length // len(kept) + 1))[:length]
+    return body
+
+
+def route(record: Mapping[str, Any]) -> str | None:
+    """The provider the recorded request reached, by its ``host`` (google_genai: the Gemini
+    Developer API or Vertex AI), else None."""
+    from ctxguard.providers.identity import by_host
+
+    host = record.get("host")
+    return by_host(host) if host else None
+
+
+def adapter(record: Mapping[str, Any]) -> Any:
+    """The record's provider module's adapter, with the accounting of the API it reached
+    (``Adapter.for_route``)."""
+    found = importlib.import_module(f"ctxguard.providers.{record['provider']}").ADAPTER
+    label = route(record)
+    return found.for_route(label) if label is not None else found
+
+
 def call(record: Mapping[str, Any]) -> Mapping[str, Any]:
     """The recorded body as its SDK call site's keyword arguments (what ``normalise`` reads).
     Most wires name things as the SDK does; Gemini and Bedrock carry the model in the URL
-    (the record's ``model``), Gemini's settings go in ``config``, an ``invoke_model`` body is
-    the JSON text botocore sends."""
+    (the record's ``model``), Gemini's settings go in ``config`` (its cut signatures at their
+    length again: ``uncut``), an ``invoke_model`` body is the JSON text botocore sends."""
     body, model = record["body"], record.get("model")
     if record["provider"] == "google_genai":
         from ctxguard.providers.google_genai import as_call
 
-        return as_call(body, model)[1]
+        return as_call(uncut(record), model)[1]
     if record["provider"] == "bedrock":
         if record["api"].startswith("converse"):
             return {**body, "modelId": model}
@@ -110,8 +149,7 @@ def measure(corpus: Path = CORPUS, *, estimate: bool = False, providers: tuple[s
         provider = record["provider"]
         if provider not in providers or "body_mismatch" in record or (only and half(record["id"]) != only):
             continue
-        adapter = importlib.import_module(f"ctxguard.providers.{provider}").ADAPTER
-        view = adapter.normalise(record["api"], call(record))
+        view = adapter(record).normalise(record["api"], call(record))
         payload = measurer.measure(view)
         rows.append(Row(record["id"], provider, str(record.get("model") or record["body"].get("model")), record["kind"],
                         payload.raw_tokens, record["reported_input_tokens"], record["api"],
@@ -137,8 +175,7 @@ def measure_after(reports: int, corpus: Path = CORPUS, *, providers: tuple[str, 
     for (provider, model), mine in by_model.items():
         if len(mine) <= reports:
             continue
-        adapter = importlib.import_module(f"ctxguard.providers.{provider}").ADAPTER
-        views = [adapter.normalise(record["api"], call(record)) for record in mine]
+        views = [adapter(record).normalise(record["api"], call(record)) for record in mine]
         for i, record in enumerate(mine):
             measurer = Measurer(Digester(b"token-accuracy"), default_counter(), Calibration())
             for k in range(1, reports + 1):

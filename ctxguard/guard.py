@@ -34,10 +34,9 @@ from .digest import Digester
 from .inspection import Inspector, Verdict
 from .measure import Measurer
 from .memo import Memos
-from .payload import Payload
 from .policy import Policy
 from .providers import LABELS
-from .providers.base import Provider
+from .providers.base import Identity, Provider
 from .record import CallTelemetry, Recorder
 from .telemetry.ids import ExportedIds
 from .telemetry.log import WarningLimiter
@@ -165,11 +164,17 @@ class Guard:
         started = _perf()
         scope = self._scope(kwargs)
         inspector = self._inspector
-        payload = inspector.measure(provider, api, kwargs, scope)
+        # Who the call reaches is read first: it says how the request is counted (``Adapter.for_route``).
+        found = _identity(provider, instance) if instance is not None else None
+        payload = inspector.measure(provider, api, kwargs, scope, found[0] if found is not None else None)
         if payload is None:
             return None
-        if instance is not None:
-            _identify(payload, provider, instance)
+        if found is not None:
+            label, address, port = found
+            if label is not None:
+                payload.provider = label
+            if address is not None:
+                payload.server = (address, port)
         verdict = Verdict(payload, scope)
         try:
             inspector.evaluate(verdict, self.policy)
@@ -197,21 +202,17 @@ class Guard:
 _LABELS = frozenset(LABELS)
 
 
-def _identify(payload: Payload, provider: Provider, instance: Any) -> None:
+def _identity(provider: Provider, instance: Any) -> Identity | None:
     """The provider and server the call reaches (``Adapter.identity``); a label outside the
     fixed set is never used (the metric series exist for those alone)."""
     try:
         found = provider.adapter.identity(instance)
     except Exception as exc:
         report_internal_error("normalise", exc)
-        return
-    if found is None:
-        return
-    label, address, port = found
-    if label is not None and label in _LABELS:
-        payload.provider = label
-    if address is not None:
-        payload.server = (address, port)
+        return None
+    if found is None or found[0] is None or found[0] in _LABELS:
+        return found
+    return None, found[1], found[2]
 
 
 def inspector_for(config: Config, facts: facts_mod.Sinks) -> Inspector:

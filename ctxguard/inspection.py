@@ -107,12 +107,16 @@ class Inspector:
 
     # -- before sending -------------------------------------------------
 
-    def measure(self, provider: Provider, api: str, kwargs: Mapping[str, Any], scope: Scope | None) -> Payload | None:
-        """Normalise and measure a request; None (counted) if either failed."""
+    def measure(
+        self, provider: Provider, api: str, kwargs: Mapping[str, Any], scope: Scope | None, route: str | None = None
+    ) -> Payload | None:
+        """Normalise and measure a request; None (counted) if either failed. ``route``: the label of
+        the provider the call reaches, when known (``Adapter.for_route``)."""
         try:
             key = (scope, provider.label, api)
             memo = self.memos.get(key) if scope is not None else None
-            view = provider.adapter.normalise(api, kwargs, memo)
+            adapter = provider.adapter if route is None else provider.adapter.for_route(route)
+            view = adapter.normalise(api, kwargs, memo)
             if view.window is None:
                 view.window = self.server_windows.get(view.provider)
         except Exception as exc:

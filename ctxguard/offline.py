@@ -159,7 +159,8 @@ class Checker:
         api, kwargs = as_call(provider, line.body, line.model)
         cid = line.conversation_id
         scope = (cid, line.tenant) if cid is not None else None
-        payload = self.inspector.measure(provider, api, kwargs, scope)
+        # The line's label is the provider the call reached: it says how the request was counted.
+        payload = self.inspector.measure(provider, api, kwargs, scope, line.provider)
         verdict = self.inspector.inspect(payload, scope, self.policy) if payload is not None else None
         if verdict is None or verdict.ctx is None:
             raise RuntimeError("the request was not inspected")

@@ -118,8 +118,7 @@ def test_every_recorded_request_is_read_whole():
     """No adapter gives up on a record (an unreadable request would count as almost nothing), but
     the Bedrock ``invoke_model`` bodies of formats ctxguard does not read, which have no count."""
     for record in accuracy.records():
-        adapter = importlib.import_module(f"ctxguard.providers.{record['provider']}").ADAPTER
-        view = adapter.normalise(record["api"], accuracy.call(record))
+        view = accuracy.adapter(record).normalise(record["api"], accuracy.call(record))
         if _not_read(record):
             assert view.unreadable is not None and not view.items, record["id"]
             continue

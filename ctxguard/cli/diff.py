@@ -220,7 +220,9 @@ def _load(path: str, provider: str | None, measurer: Measurer) -> Payload | str:
         return f"{shown}: 'model' must be a string or null"
     try:
         api, kwargs = as_call(reader, body, model)
-        view = reader.adapter.normalise(api, kwargs)
+        label = data.get("provider") if line else None  # the provider the call reached: how it counts
+        adapter = reader.adapter.for_route(label) if isinstance(label, str) else reader.adapter
+        view = adapter.normalise(api, kwargs)
         if view.unreadable is not None:
             return f"{shown}: {view.unreadable}"
         return measurer.measure(view)

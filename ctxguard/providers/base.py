@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from ..memo import Memo
 from ..payload import Answer, RequestView
@@ -34,6 +34,8 @@ __all__ = [
     "WireReaders",
     "WireRoute",
 ]
+
+_Self = TypeVar("_Self")
 
 #: How a call site answers, declared (never guessed from a class name):
 #: ``sync``: returns the answer, a stream or an HTTP-holding result; a generator function is one,
@@ -74,6 +76,12 @@ class Adapter(Protocol):
         and port; None when the SDK's client does not say."""
         ...
 
+    def for_route(self, label: str) -> Adapter:
+        """Its accounting for a call that reaches ``label`` (what ``identity`` read off the client,
+        read before the request is measured; offline, the capture line's label): itself, unless its
+        API counts a request differently there (google-genai: Vertex AI and the Gemini Developer API)."""
+        ...
+
     def tool_definitions(self, api: str, kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The request's tools in the conventions' shape (``gen_ai.tool.definitions``), read only when
         content is captured (opt-in)."""
@@ -89,8 +97,9 @@ class Adapter(Protocol):
 
 
 class Translation:
-    """What every adapter says unless its SDK says more: no identity read off its clients, its
-    captures not read offline, its tools in the request's ``tools`` (``_read.tool_definitions``)."""
+    """What every adapter says unless its SDK says more: no identity read off its clients, one
+    accounting whoever answers, its captures not read offline, its tools in the request's ``tools``
+    (``_read.tool_definitions``)."""
 
     reads_captures = False
 
@@ -99,6 +108,9 @@ class Translation:
 
     def identity(self, instance: Any) -> Identity | None:
         return None
+
+    def for_route(self: _Self, label: str) -> _Self:
+        return self
 
     def from_capture(self, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]] | None:
         return None

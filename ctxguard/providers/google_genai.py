@@ -6,11 +6,14 @@ is the head instruction (like Anthropic's ``system``); role ``model`` reads as `
 Bare parts in ``contents`` (strings, ``Part`` objects) are grouped into one turn, as the
 SDK groups them before sending. Inline bytes become a digest-only reference.
 
-A request is counted as its model's generation counts it in ``promptTokenCount``
-(``GeminiCounting``; docs/budget.md, "Gemini"): the texts of its parts, a token a content from
-Gemini 2.5 on, function calls, results and declarations as the texts in them (Gemini 2.0 and
-earlier) or as their JSON (2.5 and later), images by the generation's formula, and no response
-schema. Who a call reaches is read off its client: the Gemini Developer API or Vertex AI.
+A request is counted as the API it reaches and its model's generation count it in
+``promptTokenCount`` (``GeminiCounting``; docs/budget.md, "Gemini"): the texts of its parts, a
+token a content from Gemini 2.5 on, function calls, results and declarations as the texts in them
+(Gemini 2.0 and earlier, and every model on Vertex AI) or as their JSON (2.5 and later on the
+Gemini Developer API), a function call's thought signature on the Developer API from Gemini 3 on,
+images by the generation's formula, and no response schema. Who a call reaches is read off its
+client before the request is measured (``identity``, then ``for_route``): the Gemini Developer API
+or Vertex AI.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from ._read import get as _get
 from ._read import role as _role
 from .base import CallSite, Identity, Methods, Provider, Translation, WireRoute
 
-__all__ = ["ADAPTER", "CLASSIC", "CURRENT", "GEMINI_API", "PROVIDER", "VERTEX_AI", "GeminiCounting", "counting"]
+__all__ = ["ADAPTER", "CLASSIC", "CURRENT", "GEMINI_API", "PROVIDER", "SIGNATURE_CHARS", "SIGNED", "VERTEX_AI",
+           "GeminiCounting", "counting"]
 
 _MODELS = "google.genai.models"
 
@@ -63,6 +67,8 @@ class GeminiCounting:
 
     >>> counting("gemini-2.0-flash-001") is CLASSIC, counting("models/gemini-2.5-pro") is CURRENT
     (True, True)
+    >>> counting("gemini-3-flash", GEMINI_API) is SIGNED, counting("gemini-3-flash", VERTEX_AI) is CLASSIC
+    (True, True)
     """
 
     #: Tokens each content (a turn, and the system instruction) costs beyond its parts
@@ -77,18 +83,43 @@ class GeminiCounting:
     call: int
     #: Tokens the function declarations cost beyond what is counted of them, once a request.
     tools: int
+    #: Characters of a function call's ``thought_signature`` (its base64) per token it costs: given
+    #: back to Gemini 3 on the Gemini Developer API, it brings that turn's thinking back into the
+    #: prompt. 0: not counted (Vertex AI, and models before Gemini 3, count none of it).
+    signature_chars: int = 0
 
 
-#: Gemini 1.x and 2.0.
+#: Who a google-genai client reaches (the GenAI conventions' ``gen_ai.provider.name``): its
+#: ``vertexai`` flag set, Vertex AI; else the Gemini Developer API (the SDK's default).
+GEMINI_API = "gcp.gemini"
+VERTEX_AI = "gcp.vertex_ai"
+
+#: Characters of a thought signature a token (``GeminiCounting.signature_chars``): fitted on the fit
+#: half of the recorded corpus's Gemini 3 requests to the Developer API that give signatures back
+#: (``bench/gemini_fit.py``: their characters over the tokens they were short by).
+SIGNATURE_CHARS = 7
+
+#: Gemini 1.x and 2.0, and every model on Vertex AI.
 CLASSIC = GeminiCounting(framing=0, as_json=False, call=2, tools=4)
 #: Gemini 2.5 and later, and any model whose name gives no generation (the larger counts).
 CURRENT = GeminiCounting(framing=1, as_json=True, call=4, tools=0)
+#: Gemini 3 and later on the Gemini Developer API: ``CURRENT``, and a function call's signature.
+SIGNED = GeminiCounting(framing=1, as_json=True, call=4, tools=0, signature_chars=SIGNATURE_CHARS)
 
 
-def counting(model: str | None) -> GeminiCounting:
-    """How ``model`` counts a prompt: ``CLASSIC`` before Gemini 2.5, else ``CURRENT``."""
+def counting(model: str | None, route: str | None = None) -> GeminiCounting:
+    """How ``model`` counts a prompt on ``route`` (``GEMINI_API``, ``VERTEX_AI``, None: not known):
+    ``CLASSIC`` on Vertex AI and before Gemini 2.5, ``SIGNED`` from Gemini 3 on on the Developer
+    API, else ``CURRENT``. An unknown route is counted as the model alone says (no signature): the
+    Developer API's rules would over-count Vertex AI's requests with tools by up to half."""
+    if route == VERTEX_AI:
+        return CLASSIC
     generation = gemini_generation(model)
-    return CLASSIC if generation is not None and generation < (2, 5) else CURRENT
+    if generation is not None and generation < (2, 5):
+        return CLASSIC
+    if route == GEMINI_API and generation is not None and generation >= (3, 0):
+        return SIGNED
+    return CURRENT
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +162,8 @@ def _call_text(name: str, key: str, value: Any, how: GeminiCounting) -> str:
 
 def _parts(parts: Any, texts: list[str], refs: list[str], reading: _Reading) -> int:
     """Readable text into ``texts``, references into ``refs``; returns what the media parts cost,
-    and the framing of function calls and results. A part's ``thought_signature`` is not counted:
-    docs/budget.md, "Gemini"."""
+    the framing of function calls and results, and a function call's ``thought_signature`` where
+    its API counts it (``GeminiCounting.signature_chars``; docs/budget.md, "Gemini")."""
     cost = 0
     unread_if_one_shot(parts, "parts")
     for part in parts if isinstance(parts, (list, tuple)) else (parts,):
@@ -151,7 +182,7 @@ def _parts(parts: Any, texts: list[str], refs: list[str], reading: _Reading) -> 
         elif call is not None:
             name = _str(_get(call, "name")) or ""
             texts.append(_call_text(name, "args", _get(call, "args"), reading.counting))
-            cost += reading.counting.call
+            cost += reading.counting.call + _signature(part, reading.counting)
             # By name, and by id too when given: the SDK's own automatic function calling (and
             # ``Part.from_function_response``) answers without one.
             refs.append(tool_ref(TOOL_CALL, _str(_get(call, "id")), name))
@@ -178,6 +209,21 @@ def _parts(parts: Any, texts: list[str], refs: list[str], reading: _Reading) -> 
         else:
             refs.append(f"id:part={type(part).__name__}")
     return cost
+
+
+def _signature(part: Any, how: GeminiCounting) -> int:
+    """What a function call's ``thought_signature`` costs: its base64 characters (the wire's; the
+    SDK's ``Part`` holds the bytes) over ``how.signature_chars``, rounded up."""
+    if not how.signature_chars:
+        return 0
+    signature = _field(part, "thought_signature")
+    if isinstance(signature, bytes):
+        chars = (len(signature) + 2) // 3 * 4
+    elif isinstance(signature, str):
+        chars = len(signature)
+    else:
+        return 0
+    return -(-chars // how.signature_chars)
 
 
 def _level(value: Any) -> str | None:
@@ -330,10 +376,6 @@ def _tools(tools: Any, view: RequestView, how: GeminiCounting) -> None:
     view.prompt_overhead += how.tools
 
 
-#: Who a google-genai client reaches (the GenAI conventions' ``gen_ai.provider.name``): its
-#: ``vertexai`` flag set, Vertex AI; else the Gemini Developer API (the SDK's default).
-GEMINI_API = "gcp.gemini"
-VERTEX_AI = "gcp.vertex_ai"
 _UNSET = object()
 @functools.lru_cache(maxsize=256)
 def _server(url: str) -> tuple[str | None, int | None]:
@@ -356,7 +398,21 @@ _OUTPUT_TYPES = {"application/json": "json", "text/plain": "text"}
 
 
 class GoogleGenAIAdapter(Translation):
+    """``route``: the API its requests reach (``GEMINI_API``, ``VERTEX_AI``), which counts them
+    (``counting``); None when not known (``ADAPTER``, the provider's own)."""
+
     provider = "gcp.gen_ai"
+
+    def __init__(self, route: str | None = None) -> None:
+        self.route = route
+
+    def for_route(self, label: str) -> GoogleGenAIAdapter:
+        """The accounting of a call that reaches ``label``: the Developer API's or Vertex AI's.
+
+        >>> ADAPTER.for_route(VERTEX_AI).route, ADAPTER.for_route("gcp.gen_ai") is ADAPTER
+        ('gcp.vertex_ai', True)
+        """
+        return _ROUTED.get(label, ADAPTER)
 
     def tool_definitions(self, api: str, kwargs: Mapping[str, Any]) -> list[dict[str, Any]]:
         """``config.tools``' function declarations, with ``parameters_json_schema`` as their parameters
@@ -378,18 +434,19 @@ class GoogleGenAIAdapter(Translation):
         # Contents are rarely plain dicts here (parts lists, Content objects): read whole each call.
         config = _get(kwargs, "config")
         model = _str(_get(kwargs, "model"))
-        how = counting(model)
+        how = counting(model, self.route)
         # Gemini's prompt frames each content and nothing else: no reply priming.
         view = RequestView(
-            provider=self.provider,
+            provider=self.route or self.provider,
             operation="chat",
             model=model,
             items=[],
             stream=api == "generate_content_stream",
             message_framing=how.framing,
             reply_priming=0,
-            # Counted as their JSON, which Vertex AI counts as Gemini 2.0 does: keys and strings only.
-            loose_tool_counts=how.as_json,
+            # Counted as their JSON, which Vertex AI counts as Gemini 2.0 does (keys and strings only),
+            # when the route is not known.
+            loose_tool_counts=how.as_json and self.route is None,
         )
         reading = _Reading(model, how, _level(_field(config, "media_resolution")) if config is not None else None)
         if config is not None:
@@ -492,6 +549,8 @@ class _Responses:
 
 
 ADAPTER = GoogleGenAIAdapter()
+#: The accounting per API a client reaches (``GoogleGenAIAdapter.for_route``).
+_ROUTED = {route: GoogleGenAIAdapter(route) for route in (GEMINI_API, VERTEX_AI)}
 
 
 def as_call(body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:

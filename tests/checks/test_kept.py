@@ -157,8 +157,7 @@ def test_no_record_of_the_recorded_corpus_fails() -> None:
     measurer = Measurer(Digester(KEY), default_counter(), Calibration())
     judged, skipped, failed = [], [], []
     for record in accuracy.records():
-        adapter = importlib.import_module(f"ctxguard.providers.{record['provider']}").ADAPTER
-        p = measurer.measure(adapter.normalise(record["api"], accuracy.call(record)))
+        p = measurer.measure(accuracy.adapter(record).normalise(record["api"], accuracy.call(record)))
         result = provider_kept_all(p, context(p), Answer(input_tokens=record["reported_input_tokens"]), "")
         if isinstance(result, Skip):
             skipped.append(record["id"])
@@ -176,7 +175,7 @@ def test_no_record_of_the_recorded_corpus_fails() -> None:
 def test_the_provider_modules_say_what_their_provider_may_read_as_less() -> None:
     """A request that lets the provider edit its context and say so is not judged; ``truncation="auto"``,
     whose answer says nothing of what it dropped, is. Gemini from 2.5 on counts tool exchanges loosely
-    on Vertex AI."""
+    on Vertex AI: loose when the route is not known."""
     from ctxguard.providers import anthropic, google_genai, openai
 
     edits = {"edits": [{"type": "clear_tool_uses_20250919"}]}
@@ -193,6 +192,9 @@ def test_the_provider_modules_say_what_their_provider_may_read_as_less() -> None
                                           ).loose_tool_counts
     assert not google_genai.ADAPTER.normalise("generate_content", {"model": "gemini-2.0-flash", "contents": "hi"}
                                               ).loose_tool_counts
+    for route in (google_genai.GEMINI_API, google_genai.VERTEX_AI):  # the route known: counted as it counts
+        assert not google_genai.ADAPTER.for_route(route).normalise(
+            "generate_content", {"model": "gemini-2.5-flash", "contents": "hi"}).loose_tool_counts
 
 
 def test_a_failure_to_count_exactly_is_counted_and_the_check_skips(harness, llm, client, monkeypatch, internal_errors):

@@ -124,6 +124,64 @@ def test_identity_is_read_off_the_client_and_unknown_stays_gcp_gen_ai():
     assert PROVIDER.labels == ("gcp.gen_ai", "gcp.gemini", "gcp.vertex_ai")
 
 
+def _track_history(signature: bytes) -> tuple[list, types.GenerateContentConfig]:
+    """A turn of a tool loop given back to the model: the question, the model's function call with the
+    thought signature its answer carried, the function's result; the function declared."""
+    call = types.Part(function_call=types.FunctionCall(name="track", args={"order": "A-1041"}),
+                      thought_signature=signature)
+    contents = [types.Content(role="user", parts=[types.Part(text="Where is order A-1041?")]),
+                types.Content(role="model", parts=[call]),
+                types.Content(role="user", parts=[types.Part.from_function_response(
+                    name="track", response={"status": "in transit", "city": "Lyon"})])]
+    declaration = types.FunctionDeclaration(name="track", description="Track an order by its id.",
+                                            parameters_json_schema={"type": "object", "required": ["order"],
+                                                                    "properties": {"order": {"type": "string",
+                                                                                             "description": "its id"}}})
+    return contents, types.GenerateContentConfig(
+        system_instruction=SYSTEM, tools=[types.Tool(function_declarations=[declaration])],
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
+
+
+def test_a_request_is_counted_as_the_api_its_client_reaches_counts_it(harness, llm, gemini, tmp_path):
+    """Who a call reaches is read off its client before the request is measured (issue 39,
+    docs/budget.md "Gemini"). The same Gemini 3 tool loop: on the Gemini Developer API its calls and
+    declarations counted as their JSON and the function call's thought signature charged, a token a
+    ``SIGNATURE_CHARS`` characters of the base64 that arrived; on Vertex AI as Gemini 2.0 counts (the
+    texts in them, no token a content, no signature). Each span's count is that of the body that
+    arrived, read with its API's accounting; offline, the capture line's label gives the same."""
+    from ctxguard.capture import read_capture
+    from ctxguard.measure import Measurer
+    from ctxguard.offline import CAPTURED_PROVIDERS, Checker
+    from ctxguard.providers.google_genai import ADAPTER, GEMINI_API, SIGNATURE_CHARS, VERTEX_AI, as_call
+    from ctxguard.tokens import Calibration, default_counter
+
+    model = "gemini-3-flash-preview"
+    harness.start(mode="observe", tokenizer="eager", capture_path=str(tmp_path / "capture.jsonl"))
+    contents, config = _track_history(bytes(range(256)) * 4)  # 1,024 bytes: 1,368 base64 characters
+    express, _ = vertex_clients(llm)
+    for client in (gemini, express):
+        client.models.generate_content(model=model, contents=contents, config=config)
+    developer, vertex = (s.attributes for s in guard_spans(harness))
+    assert (developer["gen_ai.provider.name"], vertex["gen_ai.provider.name"]) == (GEMINI_API, VERTEX_AI)
+    measurer = Measurer(Digester(KEY), default_counter(), Calibration())
+
+    def counted(adapter, body) -> int:
+        api, kwargs = as_call(body, model)
+        return measurer.measure(adapter.normalise(api, kwargs)).raw_tokens
+
+    to_gemini, to_vertex = llm.bodies(":generateContent")
+    signature = to_gemini["contents"][1]["parts"][0]["thoughtSignature"]
+    assert len(signature) == 1_368
+    assert developer["ctxguard.payload.tokens"] == counted(ADAPTER.for_route(GEMINI_API), to_gemini)
+    assert developer["ctxguard.payload.tokens"] - counted(ADAPTER, to_gemini) == -(-1_368 // SIGNATURE_CHARS)
+    assert vertex["ctxguard.payload.tokens"] == counted(ADAPTER.for_route(VERTEX_AI), to_vertex)
+    assert vertex["ctxguard.payload.tokens"] < counted(ADAPTER, to_vertex) - 10  # the JSON, a token a content
+    with (tmp_path / "capture.jsonl").open("rb") as f:
+        offline = [result for _, result in Checker().judge(read_capture(f, CAPTURED_PROVIDERS))]
+    assert [(r.provider, r.tokens) for r in offline] == [
+        (GEMINI_API, developer["ctxguard.payload.tokens"]), (VERTEX_AI, vertex["ctxguard.payload.tokens"])]
+
+
 def test_missing_system_instruction_fails_and_enforce_sends_nothing(harness, llm, gemini):
     harness.start(mode="enforce")
     with pytest.raises(ctxguard.ContextViolation):
