@@ -199,7 +199,8 @@ _LABELS = frozenset(LABELS)
 
 def _identify(payload: Payload, provider: Provider, instance: Any) -> None:
     """The provider and server the call reaches (``Adapter.identity``); a label outside the
-    fixed set is never used (the metric series exist for those alone)."""
+    fixed set is never used (the metric series exist for those alone), nor the client's server
+    for a request that names its own (``RequestView.server``)."""
     try:
         found = provider.adapter.identity(instance)
     except Exception as exc:
@@ -210,7 +211,7 @@ def _identify(payload: Payload, provider: Provider, instance: Any) -> None:
     label, address, port = found
     if label is not None and label in _LABELS:
         payload.provider = label
-    if address is not None:
+    if address is not None and payload.server is None:
         payload.server = (address, port)
 
 
