@@ -5,6 +5,7 @@ and never becomes a label value. Driven with the real SDKs over loopback HTTP.""
 
 from __future__ import annotations
 
+import os
 import sys
 from urllib.parse import urlsplit
 
@@ -195,8 +196,6 @@ def test_the_api_base_of_the_route_litellm_takes_and_none_it_cannot_know():
     """The route's ``api_base``: the call's own (``base_url`` over ``api_base``, as ``completion``
     takes them), else LiteLLM's for a route it knows one of; none where the SDK or environment
     beneath picks it (``anthropic``, ``openai``), nor when fallbacks may answer from another route."""
-    import os
-
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch at import
     pytest.importorskip("litellm", reason="litellm is not installed (extra 'litellm')")
     from ctxguard.providers.litellm import ADAPTER
