@@ -173,7 +173,7 @@ class Guard:
             label, address, port = found
             if label is not None:
                 payload.provider = label
-            if address is not None:
+            if address is not None and payload.server is None:  # a server the call names wins
                 payload.server = (address, port)
         verdict = Verdict(payload, scope)
         try:

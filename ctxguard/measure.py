@@ -356,7 +356,7 @@ class Measurer:
             max_output_tokens=view.max_output_tokens, stream=view.stream,
             history_elsewhere=view.history_elsewhere, unreadable=view.unreadable, reply_room=view.reply_room,
             extends=extends, first_tool=first_tool, tool_results=view.tool_results, window=view.window,
-            server_edits=view.server_edits, loose_tool_counts=view.loose_tool_counts,
+            server_edits=view.server_edits, loose_tool_counts=view.loose_tool_counts, server=view.server,
             basis=basis.counter.name, view=view if basis.counter is BOUND else None,
             bound=bound, ceiling=most, fixed=fixed, scale=scale, out_of_range=self.out_of_range(view.model),
             settings=view.settings,

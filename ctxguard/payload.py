@@ -138,6 +138,10 @@ class RequestView:
     #: and the request does not say which service it reaches: docs/budget.md, "Gemini"):
     #: ``provider_kept_all`` then leaves them out of what the server must have read.
     loose_tool_counts: bool = False
+    #: ``(address, port)`` of the server the request's own arguments send it to, when they name one
+    #: (a Mistral call's ``server_url``, the ``api_base`` of LiteLLM's route): it, not the client's
+    #: (``Adapter.identity``), is the call's ``server.address`` / ``server.port``.
+    server: tuple[str, int] | None = None
     #: What the request asks of the model beyond its messages, under provider-neutral names (the GenAI
     #: conventions' ``gen_ai.request.*`` suffixes: ``temperature``, ``top_p``, ``top_k``,
     #: ``stop_sequences``, ``seed``, ``choice.count``, ``frequency_penalty``, ``presence_penalty``,
@@ -211,8 +215,8 @@ class Payload:
     first_tool: int | None = None
     #: ``RequestView.window``.
     window: int | None = None
-    #: ``(address, port)`` of the server the SDK client talks to, when known (set by the guard
-    #: from the provider's ``identity``): ``server.address`` / ``server.port`` on the span.
+    #: ``(address, port)`` of the server the call is sent to, when known (``RequestView.server``, else
+    #: set by the guard from the provider's ``identity``): ``server.address`` / ``server.port`` on the span.
     server: tuple[str, int | None] | None = None
     #: ``RequestView.tool_results``.
     tool_results: str = "next"

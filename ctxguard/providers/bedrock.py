@@ -51,9 +51,10 @@ from ._read import role as _role
 from ._read import text_of as _text
 from .anthropic import ADAPTER as ANTHROPIC
 from .anthropic import STRUCTURED_OUTPUT_PROMPT, THINKING_PROMPT, image_tokens, tool_prompt_tokens
-from .base import CallSite, Pending, Provider, SharedDispatch, Translation, WireRoute
+from .base import CallSite, Identity, Pending, Provider, SharedDispatch, Translation, WireRoute
 from .bedrock_families import ANTHROPIC as CLAUDE
 from .bedrock_families import Family, digit_surplus, family
+from .identity import url_server
 
 __all__ = ["ADAPTER", "PROVIDER"]
 
@@ -484,6 +485,13 @@ class BedrockAdapter(Translation):
 
     def stream_reader(self, api: str) -> _ConverseStream | _InvokeChunks:
         return _ConverseStream() if api == "converse_stream" else _InvokeChunks()
+
+    def identity(self, instance: Any) -> Identity | None:
+        """The server of the ``bedrock-runtime`` client's endpoint (``client.meta.endpoint_url``: the
+        ``endpoint_url`` it was made with, else its region's, which its requests are sent to)."""
+        url = getattr(getattr(instance, "meta", None), "endpoint_url", None)
+        server = url_server(url) if isinstance(url, str) else None
+        return (None, *server) if server is not None else None
 
     reads_captures = True
 

@@ -42,7 +42,8 @@ from ._read import as_str as _str
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
-from .base import CallSite, Methods, Provider, Translation, WireRoute
+from .base import CallSite, Identity, Methods, Provider, Translation, WireRoute
+from .identity import url_server
 
 __all__ = ["ADAPTER", "PROVIDER", "image_tokens"]
 
@@ -770,6 +771,22 @@ class CohereAdapter(Translation):
 
     def stream_reader(self, api: str) -> _CohereEvents:
         return _CohereEvents()
+
+    def identity(self, instance: Any) -> Identity | None:
+        """The server of the client's base URL (``ClientV2``, or ``Client().v2``); None for a client
+        whose httpx client has request hooks: the SDK's Bedrock, SageMaker and OCI clients send to
+        the cloud's endpoint by rewriting each request's URL in one (their base URL is unused), and
+        an app's hook may as well."""
+        wrapper = getattr(instance, "_client_wrapper", None) or getattr(
+            getattr(instance, "_raw_client", None), "_client_wrapper", None)  # 7.x's V2Client: its raw client's
+        if wrapper is None:
+            return None
+        hooks = getattr(getattr(getattr(wrapper, "httpx_client", None), "httpx_client", None), "event_hooks", None)
+        if not isinstance(hooks, Mapping) or hooks.get("request"):
+            return None
+        url = wrapper.get_base_url()
+        server = url_server(url) if isinstance(url, str) else None
+        return (None, *server) if server is not None else None
 
     reads_captures = True
 

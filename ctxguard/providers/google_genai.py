@@ -18,13 +18,11 @@ or Vertex AI.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from ..memo import Memo
 from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
@@ -36,6 +34,7 @@ from ._read import as_str as _str
 from ._read import get as _get
 from ._read import role as _role
 from .base import CallSite, Identity, Methods, Provider, Translation, WireRoute
+from .identity import url_server
 
 __all__ = ["ADAPTER", "CLASSIC", "CURRENT", "GEMINI_API", "PROVIDER", "SIGNATURE_CHARS", "SIGNED", "VERTEX_AI",
            "GeminiCounting", "counting"]
@@ -377,16 +376,6 @@ def _tools(tools: Any, view: RequestView, how: GeminiCounting) -> None:
 
 
 _UNSET = object()
-@functools.lru_cache(maxsize=256)
-def _server(url: str) -> tuple[str | None, int | None]:
-    """``server.address`` and ``server.port`` of a base URL (443 or 80 by scheme when it names none),
-    memoised per URL: a client's URL is one string, read on every call."""
-    try:
-        parts = urlsplit(url)
-        return (parts.hostname, parts.port or (80 if parts.scheme == "http" else 443)) if parts.hostname else (
-            None, None)
-    except ValueError:  # a malformed URL (a bad port): the SDK's own request fails on it
-        return None, None
 
 
 #: ``GenerateContentConfig``'s sampling parameters -> ``RequestView.settings``.
@@ -501,7 +490,7 @@ class GoogleGenAIAdapter(Translation):
         if vertexai is _UNSET:
             return None
         url = _get(getattr(client, "_http_options", None), "base_url")  # a dict in early 1.x releases
-        host, port = _server(url) if isinstance(url, str) else (None, None)
+        host, port = (url_server(url) if isinstance(url, str) else None) or (None, None)
         return (VERTEX_AI if vertexai else GEMINI_API), host, port
 
     reads_captures = True

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from ..memo import Memo
 from ..payload import Answer, RequestView
@@ -39,6 +38,7 @@ from ._read import as_str as _str
 from ._read import canonical, output_type, schemas
 from ._read import get as _get
 from .base import CallSite, Identity, Methods, Provider, StreamReader, Translation
+from .identity import url_server
 
 __all__ = ["ADAPTER", "PROVIDER"]
 
@@ -153,14 +153,8 @@ class HuggingFaceAdapter(Translation):
         target = _str(getattr(instance, "model", None))
         if target is None or not target.startswith(("http://", "https://")):
             return None
-        try:
-            url = urlsplit(target)
-            port = url.port  # raises on a port that is not a number: the SDK's request fails on it too
-        except ValueError:
-            return None
-        if not url.hostname:
-            return None
-        return None, url.hostname, port or (443 if url.scheme == "https" else 80)
+        server = url_server(target)
+        return (None, *server) if server is not None else None
 
     reads_captures = True
 

@@ -17,11 +17,13 @@ identity").
 
 from __future__ import annotations
 
+import functools
 from typing import Any
+from urllib.parse import urlsplit
 
 from .base import Identity
 
-__all__ = ["CLASSES", "HOSTS", "ROUTES", "SUFFIXES", "by_host", "client_identity", "resource_identity"]
+__all__ = ["CLASSES", "HOSTS", "ROUTES", "SUFFIXES", "by_host", "client_identity", "resource_identity", "url_server"]
 
 #: Client classes (without their ``Async`` prefix) that name the provider they reach.
 CLASSES: dict[str, str] = {
@@ -74,6 +76,29 @@ def by_host(host: str) -> str | None:
     if label is None:
         label = next((label for suffix, label in SUFFIXES if host.endswith(suffix)), None)
     return label
+
+
+#: The port a URL without one reaches, by its scheme.
+_DEFAULT_PORTS = {"https": 443, "http": 80}
+
+
+@functools.lru_cache(maxsize=256)
+def url_server(url: str) -> tuple[str, int] | None:
+    """``(server.address, server.port)`` of a URL a client sends to: its host, and its port or the
+    scheme's (443, or 80 for ``http``), as the OpenAI path reads a client's. None when the URL names
+    no host or no port can be known (another scheme; a port that is not a number, on which the
+    SDK's own request fails). Memoised: a client's URL is one string, read on every call.
+
+    >>> url_server("https://api.mistral.ai"), url_server("http://127.0.0.1:11434/")
+    (('api.mistral.ai', 443), ('127.0.0.1', 11434))
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme.lower())
+    except ValueError:
+        return None
+    host = parts.hostname
+    return (host, port) if host and port else None
 
 
 def _by_class(cls: type) -> str | None:

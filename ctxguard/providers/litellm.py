@@ -1,7 +1,7 @@
 """LiteLLM: ``litellm.completion`` / ``acompletion``, OpenAI-shaped messages routed to any provider.
 
 Requests and answers are OpenAI Chat Completions shaped, so the OpenAI module
-translates them; this one only adds the provider label from LiteLLM's routing.
+translates them; this one only adds the provider label and the server from LiteLLM's routing.
 LiteLLM runs other SDKs underneath (the openai SDK for Azure, say): the adapter
 ``delegates``, so while its call is in flight those SDKs' call sites are part of it
 (one evaluation, one span), and the body they send feeds this call's ``wire_intact``.
@@ -20,6 +20,7 @@ from . import openai as openai_provider
 from ._read import as_str as _str
 from ._read import get as _get
 from .base import CallSite, Delegating, Provider, StreamReader, Translation
+from .identity import url_server
 
 __all__ = ["ADAPTER", "PROVIDER"]
 
@@ -51,30 +52,41 @@ _SENT_AS = {
 }
 
 
-def _route(kwargs: Mapping[str, Any]) -> str | None:
-    """LiteLLM's provider name for a call (``openai``, ``azure``, ``anthropic``, ...), if it routes it."""
+def _route(kwargs: Mapping[str, Any]) -> tuple[str, str | None] | None:
+    """LiteLLM's provider name for a call (``openai``, ``azure``, ``anthropic``, ...) and the
+    ``api_base`` of that route, if it routes it: the one the call names (``base_url`` over
+    ``api_base``, as ``completion`` takes them), else the route's own where LiteLLM knows it
+    (``groq`` is ``https://api.groq.com/openai/v1``); None where it is left to the SDK or the
+    environment beneath (``openai``, ``anthropic``)."""
     litellm = sys.modules.get("litellm")
     model = _str(_get(kwargs, "model"))
     if litellm is None or model is None:
         return None
+    aliases = getattr(litellm, "model_alias_map", None)
+    if isinstance(aliases, Mapping):  # ``completion`` routes the model an alias names
+        model = _str(aliases.get(model, model)) or model
     try:
-        routed = litellm.get_llm_provider(
+        _, provider, _, api_base = litellm.get_llm_provider(
             model=model,
             custom_llm_provider=_str(_get(kwargs, "custom_llm_provider")),
-            api_base=_str(_get(kwargs, "api_base")),
-        )[1]
+            api_base=_str(_get(kwargs, "base_url")) or _str(_get(kwargs, "api_base")),
+        )
     except Exception:  # a model LiteLLM cannot route: its own call raises the error the app sees
         return None
-    return str(routed)
+    return str(provider), api_base if isinstance(api_base, str) else None
 
 
-def _routed(kwargs: Mapping[str, Any]) -> str:
-    return _LABELS.get(_route(kwargs) or "", "litellm")
+def _may_reroute(kwargs: Mapping[str, Any]) -> bool:
+    """Whether another route than the model's may answer the call: fallbacks (the call's, or
+    ``litellm.model_fallbacks``) or a model list to pick from."""
+    return bool(_get(kwargs, "fallbacks") or _get(kwargs, "model_list")
+                or getattr(sys.modules.get("litellm"), "model_fallbacks", None))
 
 
 def _sends_as(kwargs: Mapping[str, Any]) -> str | None:
     """The SDK whose request format LiteLLM sends this call in (``_SENT_AS``), if any."""
-    return _SENT_AS.get(_route(kwargs) or "")
+    route = _route(kwargs)
+    return _SENT_AS.get(route[0]) if route is not None else None
 
 
 class LiteLLMAdapter(Translation):
@@ -82,7 +94,10 @@ class LiteLLMAdapter(Translation):
 
     def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
         view = openai_provider.ADAPTER.normalise(api, kwargs, memo)
-        view.provider = _routed(kwargs)
+        route = _route(kwargs)
+        view.provider = _LABELS.get(route[0], "litellm") if route is not None else "litellm"
+        if route is not None and route[1] and not _may_reroute(kwargs):
+            view.server = url_server(route[1])
         return view
 
     def read_response(self, api: str, result: Any) -> Answer | None:

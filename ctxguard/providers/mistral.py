@@ -41,7 +41,8 @@ from ._read import (
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
-from .base import CallSite, Methods, Provider, Translation, WireRoute
+from .base import CallSite, Identity, Methods, Provider, Translation, WireRoute
+from .identity import url_server
 
 __all__ = ["ADAPTER", "PROVIDER"]
 
@@ -270,6 +271,9 @@ class MistralAdapter(Translation):
             view.settings["output.type"] = kind
         _tools(_get(kwargs, "tools"), view)
         _response_format(_get(kwargs, "response_format"), view)
+        server_url = _str(_get(kwargs, "server_url"))  # this call's own server, over the client's
+        if server_url:
+            view.server = url_server(server_url)
         if _get(kwargs, "reasoning_effort") is not None or view.model in _SETTINGS_BY_DEFAULT:
             view.prompt_overhead += MODEL_SETTINGS
         items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True,
@@ -295,6 +299,20 @@ class MistralAdapter(Translation):
 
     def stream_reader(self, api: str) -> _MistralChunks:
         return _MistralChunks()
+
+    def identity(self, instance: Any) -> Identity | None:
+        """The server a ``Chat`` resource's client sends to: its configuration's ``server_url``, else
+        its named server's URL, as the SDK reads them for each request (``get_server_details``, which
+        also settles the default server name, as the request is about to)."""
+        details = getattr(getattr(instance, "sdk_configuration", None), "get_server_details", None)
+        if details is None:
+            return None
+        try:
+            url = details()[0]
+        except ValueError:  # a server name the SDK does not know: its own request fails on it
+            return None
+        server = url_server(url) if isinstance(url, str) else None
+        return (None, *server) if server is not None else None
 
     reads_captures = True
 

@@ -39,7 +39,8 @@ from ._read import canonical, elements, family, items, settings, tool_texts
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
-from .base import CallSite, Methods, Provider, Translation, WireRoute
+from .base import CallSite, Identity, Methods, Provider, Translation, WireRoute
+from .identity import url_server
 
 __all__ = ["ADAPTER", "PROVIDER", "Template", "image_tokens", "template"]
 
@@ -413,6 +414,13 @@ class OllamaAdapter(Translation):
 
     def stream_reader(self, api: str) -> _OllamaChunks:
         return _OllamaChunks()
+
+    def identity(self, instance: Any) -> Identity | None:
+        """The server of the client's host (``Client(host=...)``, ``OLLAMA_HOST``, or the default
+        ``127.0.0.1:11434``): the base URL of its httpx client, which every request is sent to."""
+        url = getattr(getattr(instance, "_client", None), "base_url", None)
+        server = url_server(str(url)) if url is not None else None
+        return (None, *server) if server is not None else None
 
     reads_captures = True
 

@@ -5,6 +5,7 @@ and never becomes a label value. Driven with the real SDKs over loopback HTTP.""
 
 from __future__ import annotations
 
+import os
 import sys
 from urllib.parse import urlsplit
 
@@ -126,3 +127,85 @@ def test_a_subclass_of_a_named_client_keeps_its_identity_and_a_moved_base_url_is
     assert client_identity(plain)[:2] == ("groq", "api.groq.com")
     plain.base_url = "https://api.deepseek.com/v1"
     assert client_identity(plain)[:2] == ("deepseek", "api.deepseek.com")
+
+
+# -- the server of the other SDKs' clients (issue 41): what their requests are sent to ------------
+
+
+def test_a_mistral_call_naming_its_own_server_url_is_sent_there_and_says_so(harness, llm):
+    """``server_url`` on the call overrides the client's: the span names the call's server, not the
+    client's (an unreachable port here, which the request never went to)."""
+    pytest.importorskip("mistralai.client", reason="mistralai is not installed (extra 'mistral')")
+    from mistralai.client import Mistral
+
+    harness.start(mode="observe")
+    with Mistral(api_key="t", server_url="http://127.0.0.1:9") as client:
+        client.chat.complete(model="mistral-small-latest", messages=MESSAGES, server_url=llm.mistral_base_url)
+    span = only_guard_span(harness)
+    assert [r.headers["host"] for r in llm.requests] == [f"127.0.0.1:{llm.port}"]
+    assert (span.attributes["server.address"], span.attributes["server.port"]) == ("127.0.0.1", llm.port)
+
+
+def test_the_default_servers_of_mistral_ollama_and_bedrock_clients_with_the_scheme_s_port():
+    """A client's default server, read as its SDK sends to it: the port its URL implies (443 for
+    https) when the URL names none."""
+    pytest.importorskip("mistralai.client", reason="mistralai is not installed (extra 'mistral')")
+    ollama = pytest.importorskip("ollama", reason="ollama is not installed (extra 'ollama')")
+    boto3 = pytest.importorskip("boto3", reason="boto3 is not installed (extra 'bedrock')")
+    from mistralai.client import Mistral
+
+    from ctxguard.providers import bedrock, mistral
+    from ctxguard.providers import ollama as ollama_provider
+
+    assert mistral.ADAPTER.identity(Mistral(api_key="t").chat) == (None, "api.mistral.ai", 443)
+    assert mistral.ADAPTER.identity(Mistral(api_key="t", server="eu").chat) == (None, "api.eu.mistral.ai", 443)
+    assert ollama_provider.ADAPTER.identity(ollama.Client(host="https://ollama.example")) == (
+        None, "ollama.example", 443)
+    assert ollama_provider.ADAPTER.identity(ollama.Client(host="http://gpu-box:8080")) == (None, "gpu-box", 8080)
+    runtime = boto3.client("bedrock-runtime", region_name="eu-west-3", aws_access_key_id="k",
+                           aws_secret_access_key="s")
+    assert bedrock.ADAPTER.identity(runtime) == (None, "bedrock-runtime.eu-west-3.amazonaws.com", 443)
+
+
+def test_a_cohere_client_whose_requests_a_hook_redirects_names_no_server(harness, llm):
+    """Cohere's Bedrock, SageMaker and OCI clients keep ``https://api.cohere.com`` as their base URL
+    and send each request elsewhere, rewritten in an httpx request hook, as an app's hook may: the
+    base URL is not where the request goes, so no server is named rather than the wrong one."""
+    cohere = pytest.importorskip("cohere", reason="cohere is not installed (extra 'cohere')")
+    import httpx as cohere_httpx  # cohere's HTTP package
+
+    fake = urlsplit(llm.cohere_base_url)
+
+    def to_the_fake(request):  # type: ignore[no-untyped-def]
+        request.url = request.url.copy_with(scheme="http", host=fake.hostname, port=fake.port)
+
+    hooked = cohere_httpx.Client(event_hooks={"request": [to_the_fake]})
+    harness.start(mode="observe")
+    client = cohere.ClientV2(api_key="t", base_url="https://api.cohere.com", httpx_client=hooked)
+    client.chat(model="command-a-03-2025", messages=MESSAGES, request_options={"max_retries": 0})
+    span = only_guard_span(harness)
+    assert len(llm.requests) == 1  # it went to the fake (its Host header still says api.cohere.com)
+    assert "server.address" not in span.attributes and "server.port" not in span.attributes
+    bedrock = cohere.BedrockClientV2(aws_region="us-east-1", aws_access_key="k", aws_secret_key="s")
+    from ctxguard.providers.cohere import ADAPTER
+
+    assert ADAPTER.identity(bedrock) is None and ADAPTER.identity(bedrock.v2) is None
+
+
+def test_the_api_base_of_the_route_litellm_takes_and_none_it_cannot_know():
+    """The route's ``api_base``: the call's own (``base_url`` over ``api_base``, as ``completion``
+    takes them), else LiteLLM's for a route it knows one of; none where the SDK or environment
+    beneath picks it (``anthropic``, ``openai``), nor when fallbacks may answer from another route."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network fetch at import
+    pytest.importorskip("litellm", reason="litellm is not installed (extra 'litellm')")
+    from ctxguard.providers.litellm import ADAPTER
+
+    def server(**kwargs):  # type: ignore[no-untyped-def]
+        return ADAPTER.normalise("chat.completions", {"messages": MESSAGES, **kwargs}).server
+
+    assert server(model="groq/llama-3.1-8b-instant") == ("api.groq.com", 443)
+    assert server(model="anthropic/claude-sonnet-4-5", api_base="http://10.0.0.7:4000") == ("10.0.0.7", 4000)
+    assert server(model="gpt-4o", api_base="http://a:1", base_url="https://b.example/v1") == ("b.example", 443)
+    assert server(model="anthropic/claude-sonnet-4-5") is None
+    assert server(model="gpt-4o") is None
+    assert server(model="groq/llama-3.1-8b-instant", fallbacks=["gpt-4o"]) is None

@@ -106,6 +106,9 @@ def test_module_level_chat_is_guarded_exactly_once(harness, llm, default_client)
     assert [s.attributes["ctxguard.payload.messages"] for s in spans] == [4, 3]
     assert [s.attributes["gen_ai.request.model"] for s in spans] == [MODEL, MODEL]
     assert [s.attributes["ctxguard.wire.hash"] for s in spans] == [wire_digest(r.body) for r in llm.requests]
+    # The default client's host, as moved: where its requests went.
+    assert [(s.attributes["server.address"], s.attributes["server.port"]) for s in spans] == [
+        ("127.0.0.1", llm.port)] * 2
     assert harness.metric("ctxguard_calls_total", provider="ollama", operation="chat") == 2
     assert harness.metric("ctxguard_checks_total", check="system_at_head", outcome="fail") == 1
     # The default client's method through the class is the same call site: once too.

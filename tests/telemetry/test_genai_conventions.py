@@ -68,6 +68,13 @@ def only_span(harness: Any) -> Any:
 POLICY = Policy(system_at_head=True)
 
 
+def assert_server(a: dict[str, Any], llm: FakeLLM) -> None:
+    """``server.address`` / ``server.port`` name where the request went: the fake, whose URL gives
+    no default port, as the Host header that arrived says."""
+    assert (a["server.address"], a["server.port"]) == ("127.0.0.1", llm.port)
+    assert [r.headers["host"] for r in llm.requests] == [f"127.0.0.1:{llm.port}"]
+
+
 def test_the_names_are_the_packages_where_it_has_them() -> None:
     """The package's constants are used where it has them; a literal stands only for a name the
     installed opentelemetry-semantic-conventions lacks, and equals the revision's spelling."""
@@ -180,9 +187,8 @@ def test_bedrock_converse(harness: Any, llm: FakeLLM) -> None:
         inferenceConfig={"maxTokens": 300, "temperature": 0.3, "topP": 0.7, "stopSequences": ["END"]})
     sent = llm.bodies()[0]
     a = conventions(only_span(harness))
-    # Converse answers with no id, no model name and no reasoning count; ctxguard does not read a
-    # botocore client's endpoint (no server.address).
-    assert set(a) == CONVENTIONS - NEVER_HERE - {"server.address", "server.port",
+    # Converse answers with no id, no model name and no reasoning count.
+    assert set(a) == CONVENTIONS - NEVER_HERE - {
         "gen_ai.request.seed", "gen_ai.request.frequency_penalty", "gen_ai.request.presence_penalty",
         "gen_ai.request.top_k", "gen_ai.output.type", "gen_ai.conversation.id", "gen_ai.request.stream",
         "gen_ai.response.time_to_first_chunk", "gen_ai.usage.reasoning.output_tokens", "gen_ai.response.id",
@@ -194,6 +200,7 @@ def test_bedrock_converse(harness: Any, llm: FakeLLM) -> None:
     assert a["gen_ai.usage.input_tokens"] == 1200 == usage["inputTokens"] + 800 + 100
     assert a["gen_ai.usage.cache_read.input_tokens"] == usage["cacheReadInputTokens"] == 800
     assert a["gen_ai.usage.cache_creation.input_tokens"] == usage["cacheWriteInputTokens"] == 100
+    assert_server(a, llm)
 
 
 def test_gemini(harness: Any, llm: FakeLLM) -> None:
@@ -239,8 +246,7 @@ def test_mistral(harness: Any, llm: FakeLLM) -> None:
             frequency_penalty=0.1, response_format={"type": "json_object"})
     sent = llm.bodies("/chat/completions")[0]
     a = conventions(only_span(harness))
-    # ctxguard does not read a Mistral client's endpoint (no server.address).
-    assert set(a) == CONVENTIONS - NEVER_HERE - {"server.address", "server.port",
+    assert set(a) == CONVENTIONS - NEVER_HERE - {
         "gen_ai.request.top_k", "gen_ai.usage.cache_creation.input_tokens", "gen_ai.usage.reasoning.output_tokens",
         "gen_ai.conversation.id", "gen_ai.request.stream", "gen_ai.response.time_to_first_chunk"}
     assert (a["gen_ai.operation.name"], a["gen_ai.provider.name"]) == ("chat", "mistral_ai")
@@ -255,6 +261,7 @@ def test_mistral(harness: Any, llm: FakeLLM) -> None:
     assert a["gen_ai.usage.cache_read.input_tokens"] == 640
     assert llm.responses[0].usage["prompt_tokens_details"] == {"cached_tokens": 640}
     assert a["gen_ai.usage.output_tokens"] == result.usage.completion_tokens == 30
+    assert_server(a, llm)
 
 
 def test_cohere(harness: Any, llm: FakeLLM) -> None:
@@ -272,8 +279,8 @@ def test_cohere(harness: Any, llm: FakeLLM) -> None:
             presence_penalty=0.4, response_format={"type": "json_object"}, request_options={"max_retries": 0})
     sent = llm.bodies("/chat")[0]
     a = conventions(only_span(harness))
-    # Cohere's answer names no model; ctxguard does not read a Cohere client's endpoint.
-    assert set(a) == CONVENTIONS - NEVER_HERE - {"server.address", "server.port",
+    # Cohere's answer names no model.
+    assert set(a) == CONVENTIONS - NEVER_HERE - {
         "gen_ai.usage.cache_creation.input_tokens", "gen_ai.usage.reasoning.output_tokens", "gen_ai.request.stream",
         "gen_ai.response.time_to_first_chunk", "gen_ai.response.model"}
     assert (a["gen_ai.operation.name"], a["gen_ai.provider.name"]) == ("chat", "cohere")
@@ -290,6 +297,7 @@ def test_cohere(harness: Any, llm: FakeLLM) -> None:
     assert a["gen_ai.usage.input_tokens"] == result.usage.tokens.input_tokens == 900
     assert a["gen_ai.usage.cache_read.input_tokens"] == result.usage.cached_tokens == 700
     assert a["gen_ai.usage.output_tokens"] == result.usage.tokens.output_tokens == 25
+    assert_server(a, llm)
 
 
 def test_ollama_stream(harness: Any, llm: FakeLLM) -> None:
@@ -306,8 +314,7 @@ def test_ollama_stream(harness: Any, llm: FakeLLM) -> None:
                                   options=options, format="json", stream=True))
     sent = llm.bodies("/api/chat")[0]
     a = conventions(only_span(harness))
-    # ctxguard does not read an Ollama client's host.
-    assert set(a) == CONVENTIONS - NEVER_HERE - {"server.address", "server.port",
+    assert set(a) == CONVENTIONS - NEVER_HERE - {
         "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_creation.input_tokens",
         "gen_ai.usage.reasoning.output_tokens", "gen_ai.conversation.id", "gen_ai.response.id"}
     assert (a["gen_ai.operation.name"], a["gen_ai.provider.name"]) == ("chat", "ollama")
@@ -326,6 +333,7 @@ def test_ollama_stream(harness: Any, llm: FakeLLM) -> None:
     assert list(a["gen_ai.response.finish_reasons"]) == [last.done_reason]
     assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (last.prompt_eval_count,
                                                                                  last.eval_count) == (300, 20)
+    assert_server(a, llm)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
@@ -373,8 +381,7 @@ def test_litellm_anthropic_route(harness: Any, llm: FakeLLM) -> None:
                        api_key="t")
     sent, served = llm.bodies("/messages")[0], llm.responses[0]
     a = conventions(only_span(harness))
-    # ctxguard does not read the api_base LiteLLM was given.
-    assert set(a) == CONVENTIONS - NEVER_HERE - {"server.address", "server.port",
+    assert set(a) == CONVENTIONS - NEVER_HERE - {
         "gen_ai.request.top_k", "gen_ai.request.seed", "gen_ai.request.frequency_penalty",
         "gen_ai.request.presence_penalty", "gen_ai.output.type", "gen_ai.conversation.id",
         "gen_ai.usage.reasoning.output_tokens", "gen_ai.request.stream", "gen_ai.response.time_to_first_chunk"}
@@ -388,6 +395,8 @@ def test_litellm_anthropic_route(harness: Any, llm: FakeLLM) -> None:
     assert a["gen_ai.usage.input_tokens"] == 1400
     assert a["gen_ai.usage.cache_read.input_tokens"] == usage["cache_read_input_tokens"] == 1000
     assert a["gen_ai.usage.cache_creation.input_tokens"] == usage["cache_creation_input_tokens"] == 200
+    # The api_base the call gave LiteLLM's route, where its request went.
+    assert_server(a, llm)
 
 # -- content capture, in the conventions' JSON shapes -------------------------------------------
 
