@@ -94,6 +94,10 @@ def outcome(name: str, result: list[Violation] | Skip | None) -> Outcome:
     return _PASSED[name]
 
 
+#: Passes and skips kept per check, at most (``_Settled``).
+_SETTLED_MAX = 256
+
+
 class _Settled(dict[str | None, Outcome]):
     """One check's pass (key None) and skips, by reason, each made at its first use: they carry
     nothing of their call, so one instance per (check, reason) serves every call, no new object on
@@ -107,7 +111,7 @@ class _Settled(dict[str | None, Outcome]):
         self.name = name
 
     def __missing__(self, reason: str | None) -> Outcome:
-        if len(self) >= 256:
+        if len(self) >= _SETTLED_MAX:
             self.clear()
         found = self[reason] = Outcome(self.name, "pass" if reason is None else "skip", (), reason or None)
         return found
