@@ -319,8 +319,8 @@ class Inspector:
         answer reports teach the calibration, unless ``provider_kept_all`` found them the count of a
         cut prompt: a server that cuts prompts would teach it that the model's text costs less than
         it does, hiding the next over-budget request (docs/budget.md, "Kept whole"). One method, one
-        loop: ~900 instructions a call less than the checks judged in a method of their own and their
-        outcomes looked through again (bench/instructions.py --own)."""
+        loop: 660 instructions a call less than the checks judged in a method of their own and their
+        outcomes looked through again (bench/instructions.py's guarded-own child at 20 messages)."""
         payload = verdict.payload
         reported = reply.input_tokens if reply is not None and payload.unreadable is None else None
         judged = []
