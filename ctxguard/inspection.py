@@ -317,44 +317,37 @@ class Inspector:
         return [verdict.add_late(name, Skip(why)) for name in WIRE_CHECKS]
 
     def answer(self, verdict: Verdict, reply: Answer | None, unanswered: str) -> list[Outcome]:
-        """The answer checks, once the answer is known (``unanswered``: why there is none, if so); then
-        the input tokens the answer reports teach the calibration, unless ``provider_kept_all`` found
-        them the count of a cut prompt: a server that cuts prompts would teach it that the model's
-        text costs less than it does, hiding the next over-budget request (docs/budget.md, "Kept
-        whole")."""
-        judged = self._answer_checks(verdict, reply, unanswered)
+        """The answer checks' outcomes, once the answer is known (``unanswered``: why there is none, if
+        so). A check the payload's byte bounds cannot decide (``NEEDS_EXACT``) is judged again on the
+        payload counted exactly, loading the exact counter if it is not yet. Then the input tokens the
+        answer reports teach the calibration, unless ``provider_kept_all`` found them the count of a
+        cut prompt: a server that cuts prompts would teach it that the model's text costs less than
+        it does, hiding the next over-budget request (docs/budget.md, "Kept whole"). One method, one
+        loop: 660 instructions a call less than the checks judged in a method of their own and their
+        outcomes looked through again (bench/instructions.py's guarded-own child at 20 messages)."""
         payload = verdict.payload
         reported = reply.input_tokens if reply is not None and payload.unreadable is None else None
-        # A loop, not any() over a generator: ~2,000 instructions a call less (one run a side, inside
-        # the ~3,500 that runs of the same code spread by).
-        for judged_one in judged:
-            if judged_one.check == "provider_kept_all" and judged_one.outcome == "fail":
-                reported = None
+        judged = []
+        ctx = verdict.ctx
+        if ctx is not None:
+            counted = payload
+            for name, judge in ANSWER_CHECKS.items():
+                result = judge(counted, ctx, reply, unanswered)
+                if result is NEEDS_EXACT:
+                    try:
+                        counted = self.measurer.exact(counted)
+                    except Exception as exc:  # judged on the bounds again: a skip, "not counted exactly"
+                        report_internal_error("tokens", exc)
+                    result = judge(counted, ctx, reply, unanswered)
+                judged_one = verdict.add_late(name, result)
+                if name == "provider_kept_all" and judged_one.outcome == "fail":
+                    reported = None
+                judged.append(judged_one)
         if reported:
             try:
                 self.measurer.observe(payload, reported)
             except Exception as exc:
                 report_internal_error("tokens", exc)
-        return judged
-
-    def _answer_checks(self, verdict: Verdict, reply: Answer | None, unanswered: str) -> list[Outcome]:
-        """Each answer check's outcome. A check the payload's byte bounds cannot decide
-        (``NEEDS_EXACT``) is judged again on the payload counted exactly, loading the exact counter if
-        it is not yet."""
-        ctx = verdict.ctx
-        if ctx is None:
-            return []
-        judged = []
-        payload = verdict.payload
-        for name, judge in ANSWER_CHECKS.items():
-            result = judge(payload, ctx, reply, unanswered)
-            if result is NEEDS_EXACT:
-                try:
-                    payload = self.measurer.exact(payload)
-                except Exception as exc:  # judged on the bounds again: a skip, "not counted exactly"
-                    report_internal_error("tokens", exc)
-                result = judge(payload, ctx, reply, unanswered)
-            judged.append(verdict.add_late(name, result))
         return judged
 
 

@@ -140,7 +140,12 @@ class Recorder:
         exported = self.ids.violations(verdict.violations)
         if exported:
             self._log(verdict, exported)
-        theirs = trace.get_current_span()
+        # The current context, read once: what it shows of a span around this call, the new span's
+        # parent and the context that span is made current in. Given it, the SDK and its sampler read
+        # it no more (three reads: 3,800 instructions a call less, 645,233 -> 641,412, guarded-own child at 20
+        # messages, bench/instructions.py).
+        current = otel_context.get_current()
+        theirs = trace.get_current_span(current)
         if over is not None and self.config.span == "auto" and their_call_span(theirs, payload.operation,
                                                                                payload.model):
             # Another instrumentation wraps this call site and its span of the call is current:
@@ -158,10 +163,10 @@ class Recorder:
         # handing them to start_span would have the SDK re-validate each one. But the names of the
         # checks that failed are start attributes: a sampler sees them (``ViolationSampler``).
         failed = verdict.violations and tuple(dict.fromkeys(v.check for v in verdict.violations))
-        span = self.tracer.start_span(f"{payload.operation} {payload.model or 'unknown'}", kind=SpanKind.CLIENT,
-                                      attributes={attr.VIOLATIONS: failed} if failed else None)
+        span = self.tracer.start_span(f"{payload.operation} {payload.model or 'unknown'}", context=current,
+                                      kind=SpanKind.CLIENT, attributes={attr.VIOLATIONS: failed} if failed else None)
         t.span = span
-        t.token = otel_context.attach(trace.set_span_in_context(span))
+        t.token = otel_context.attach(trace.set_span_in_context(span, current))
         if span.is_recording():
             attr.set_attributes(span, self._attributes(verdict))
             self._events(span, verdict, exported)

@@ -277,16 +277,17 @@ def test_no_single_usage_report_changes_a_later_verdict(harness, llm, client, od
 
 
 def test_shared_check_outcomes_are_bounded_and_keep_their_reason():
-    from ctxguard.checks import _settled
+    from ctxguard.checks import _SETTLED, _SETTLED_MAX, Skip, outcome
 
-    assert _settled("system_at_head", None) is _settled("system_at_head", None)
-    assert _settled("system_at_head", None).outcome == "pass"
-    cap = _settled.cache_info().maxsize
-    outcomes = [_settled("payload_under_budget", f"unknown context window for model 'm{i}'")
-                for i in range(cap + 50)]
-    assert _settled.cache_info().currsize == cap
+    assert outcome("system_at_head", []) is outcome("system_at_head", [])
+    assert outcome("system_at_head", []).outcome == "pass"
+    assert outcome("system_at_head", Skip("why")) is outcome("system_at_head", Skip("why"))
+    assert outcome("system_at_head", Skip("why")).outcome == "skip"
+    outcomes = [outcome("payload_under_budget", Skip(f"unknown context window for model 'm{i}'"))
+                for i in range(_SETTLED_MAX + 50)]
+    assert 0 < len(_SETTLED["payload_under_budget"]) <= _SETTLED_MAX
     assert [o.reason for o in outcomes[-2:]] == [f"unknown context window for model 'm{i}'"
-                                                  for i in (cap + 48, cap + 49)]
+                                                  for i in (_SETTLED_MAX + 48, _SETTLED_MAX + 49)]
 
 
 HERE = Path(__file__).parent

@@ -169,3 +169,14 @@ def answered(id: str, text: str, answer: str | None, *facts: Fact, expect: str, 
 ])
 def test_answer_consistent(case: Case) -> None:
     judge(case)
+
+
+def test_a_fact_view_reason_is_one_skip_and_the_skips_kept_are_bounded():
+    """The fact checks skip for the view's reason with one shared ``Skip`` per reason, at most 64 kept."""
+    from ctxguard.checks import facts
+
+    assert facts._SKIPS["no facts"] is facts._SKIPS["no facts"]
+    assert facts._SKIPS["no facts"].reason == "no facts"
+    skips = [facts._SKIPS[f"fact ledger unavailable: timeout {i}"] for i in range(100)]
+    assert 0 < len(facts._SKIPS) <= 64
+    assert skips[-1].reason == "fact ledger unavailable: timeout 99"

@@ -169,3 +169,17 @@ def test_tools_that_are_not_plain_values_are_read_every_time_and_read_right():
 
     expected = read([plain])
     assert read(odd) == expected and read(modelled) == expected and read(odd) == expected
+
+
+def test_the_per_type_mapping_memo_is_bounded_and_right():
+    """Whether a type is a Mapping is remembered per type (``_read._is_mapping``), at most its cap."""
+    from collections import UserDict
+    from typing import Any
+
+    from ctxguard.providers import _read
+
+    classes: list[type[Any]] = [type(f"Response{i}", (), {}) for i in range(1100)]
+    assert not any(_read._is_mapping[cls] for cls in classes)
+    assert 0 < len(_read._is_mapping) <= 1024
+    assert _read._is_mapping[UserDict] and _read.get(UserDict({"model": "m"}), "model") == "m"
+    assert _read.fields(classes[0](), "model") == [None]
