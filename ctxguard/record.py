@@ -115,28 +115,8 @@ class Recorder:
         call's). ``t`` is the caller's: a failure part way leaves in it what was started (the span,
         the context attached), so the call's end still ends and detaches them. ``tools``: the
         request's tool definitions, when content is captured."""
-        m, payload, ctx, diff = self.metrics, verdict.payload, verdict.ctx, verdict.diff
-        provider = payload.provider
-        cells = [m.calls_at[(provider, payload.operation)]]
-        checks_at, violations_at = m.checks_at, m.violations_at
-        for o in verdict.outcomes:
-            cells.append(checks_at[(o.check, o.outcome)])
-            if o.outcome == "fail":
-                cells.append(violations_at[(o.check, provider)])
-        if diff is not None:
-            cells.extend(m.evictions_at[kind] for kind in diff.evicted)
-            for role, count in diff.dropped.items():
-                m.dropped_role(role, count)
-        if verdict.fact_evictions:
-            m.add_amount(m.evictions_at["fact"], verdict.fact_evictions)
-        # A body ctxguard could not read has no token count: not a number of 3 (its reply priming).
-        observed: list[tuple[Hist, float]] = [] if payload.unreadable else [(m.tokens_h[provider], payload.tokens)]
-        if ctx is not None:
-            if not isinstance(ctx.budget, str):
-                observed.append((m.utilization_h[provider], ctx.budget.utilization))
-            if ctx.pinned is not None:
-                observed.append((m.pinned_h, ctx.pinned_tokens))
-        m.add(cells, observed)
+        payload = verdict.payload
+        self._count(verdict)
         exported = self.ids.violations(verdict.violations)
         if exported:
             self._log(verdict, exported)
@@ -172,6 +152,32 @@ class Recorder:
             self._events(span, verdict, exported)
             if self.config.capture_content:
                 attr.set_attributes(span, attr.input_content(payload.messages, tools))
+
+    def _count(self, verdict: Verdict) -> None:
+        """The before-send metrics: the call, each outcome, each violation and eviction, the token,
+        utilisation and pinned histograms."""
+        m, payload, ctx, diff = self.metrics, verdict.payload, verdict.ctx, verdict.diff
+        provider = payload.provider
+        cells = [m.calls_at[(provider, payload.operation)]]
+        checks_at, violations_at = m.checks_at, m.violations_at
+        for o in verdict.outcomes:
+            cells.append(checks_at[(o.check, o.outcome)])
+            if o.outcome == "fail":
+                cells.append(violations_at[(o.check, provider)])
+        if diff is not None:
+            cells.extend(m.evictions_at[kind] for kind in diff.evicted)
+            for role, count in diff.dropped.items():
+                m.dropped_role(role, count)
+        if verdict.fact_evictions:
+            m.add_amount(m.evictions_at["fact"], verdict.fact_evictions)
+        # A body ctxguard could not read has no token count: not a number of 3 (its reply priming).
+        observed: list[tuple[Hist, float]] = [] if payload.unreadable else [(m.tokens_h[provider], payload.tokens)]
+        if ctx is not None:
+            if not isinstance(ctx.budget, str):
+                observed.append((m.utilization_h[provider], ctx.budget.utilization))
+            if ctx.pinned is not None:
+                observed.append((m.pinned_h, ctx.pinned_tokens))
+        m.add(cells, observed)
 
     def _events(self, span: trace.Span, verdict: Verdict, exported: list[Violation]) -> None:
         """The before-send verdict's span events: one per violation, and the evaluation results."""
