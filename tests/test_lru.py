@@ -211,7 +211,7 @@ def test_the_value_index_drops_its_least_recently_recorded_value_and_its_word():
     add("d", "delta-444")
     assert len(index) == 2
     assert found("bravo-222") == [] and found("alpha-111") == ["alpha-111"] and found("delta-444") == ["delta-444"]
-    assert "bravo" not in index._words and "bravo" not in index._by_word  # its word went with it
+    assert "bravo" not in index._buckets.words and "bravo" not in index._buckets.keys  # its word went with it
 
 
 def test_a_value_remembers_the_last_conversations_that_recorded_it():

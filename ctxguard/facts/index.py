@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from operator import attrgetter
 from sys import getsizeof
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .. import forksafe
 from ..cache import ENTRY_BYTES, BoundedLRU, str_bytes
@@ -85,6 +85,33 @@ class _Value:
         self.bytes = VALUE_BYTES + str_bytes(key) + getsizeof(value_words) + sum(map(str_bytes, value_words))
 
 
+class WordBuckets:
+    """An index's keys by the word each is indexed under, and those words as a set, for fast
+    intersections with a message's words. Guarded by its index's lock."""
+
+    __slots__ = ("keys", "words")
+
+    def __init__(self) -> None:
+        self.keys: dict[str, set[str]] = {}
+        self.words: set[str] = set()  # the keys of ``keys``, as a set
+
+    def size(self, word: str) -> int:
+        return len(self.keys.get(word, ()))
+
+    def add(self, word: str, key: str) -> None:
+        self.keys.setdefault(word, set()).add(key)
+        self.words.add(word)
+
+    def drop(self, dropped: Sequence[tuple[str, Any]]) -> None:
+        """Forget the keys an index dropped (``(key, entry)``, the entry's ``word`` its bucket)."""
+        for key, gone in dropped:
+            bucket = self.keys[gone.word]
+            bucket.discard(key)
+            if not bucket:
+                del self.keys[gone.word]
+                self.words.discard(gone.word)
+
+
 class ValueIndex:
     """Recorded values (normalised), each under its rarest word, with the last few conversations
     that recorded it. Bounded: ``max_entries`` values, ``MAX_OWNERS`` conversations each, and
@@ -93,8 +120,7 @@ class ValueIndex:
     def __init__(self, max_entries: int = 100_000, max_bytes: int = INDEX_BYTES) -> None:
         # normalised value (a grouped number: its number) -> entry, least recently recorded first
         self._values: BoundedLRU[str, _Value] = BoundedLRU(max_entries, max_bytes, attrgetter("bytes"))
-        self._by_word: dict[str, set[str]] = {}
-        self._words: set[str] = set()  # the keys of _by_word, as a set for fast intersections
+        self._buckets = WordBuckets()
         self._lock = forksafe.lock()
 
     @property
@@ -118,24 +144,15 @@ class ValueIndex:
         with self._lock:
             entry = self._values.get(key)
             if entry is None:
-                word = min(candidates, key=lambda w: (len(self._by_word.get(w, ())), -len(w)))
+                word = min(candidates, key=lambda w: (self._buckets.size(w), -len(w)))
                 entry = _Value(key, word, frozenset(candidates))
-                self._by_word.setdefault(word, set()).add(key)
-                self._words.add(word)
-                self._drop(self._values.put(key, entry))
+                self._buckets.add(word, key)
+                self._buckets.drop(self._values.put(key, entry))
             old = entry.owners.peek(scope)
             grown = _owner_bytes(scope, version) - (0 if old is None else _owner_bytes(scope, old))
             grown -= sum(_owner_bytes(*owner) for owner in entry.owners.put(scope, version))
             entry.bytes += grown
-            self._drop(self._values.resized(key, grown))
-
-    def _drop(self, dropped: Sequence[tuple[str, _Value]]) -> None:
-        for key, gone in dropped:
-            bucket = self._by_word[gone.word]
-            bucket.discard(key)
-            if not bucket:
-                del self._by_word[gone.word]
-                self._words.discard(gone.word)
+            self._buckets.drop(self._values.resized(key, grown))
 
     def foreign(self, scope: Scope, message_words: list[frozenset[str]]) -> list[Candidate]:
         """Values recorded in another conversation whose index word is in one of the messages:
@@ -144,13 +161,13 @@ class ValueIndex:
         under the lock is bounded by the payload's words and the values under them, never by how
         many conversations share a value."""
         with self._lock:
-            indexed = self._words
+            indexed = self._buckets.words
             hits: set[str] = set()
             for ws in message_words:
                 hits |= ws & indexed
             out: list[Candidate] = []
             for word in hits:
-                for key in self._by_word[word]:
+                for key in self._buckets.keys[word]:
                     entry = self._values[key]
                     if scope not in entry.owners:
                         other, version = next(reversed(entry.owners.items()))

@@ -28,7 +28,7 @@ from .. import forksafe
 from ..cache import ENTRY_BYTES, BoundedLRU, TwoGenerationCache, str_bytes
 from ..conversation import Scope
 from ..digest import Digester
-from .index import INDEX_BYTES, MAX_OWNERS, VALUE_BYTES, WORD
+from .index import INDEX_BYTES, MAX_OWNERS, VALUE_BYTES, WORD, WordBuckets
 from .ledger import Version
 from .matching import MIN_MATCH_CHARS, Chunked, distinctive, written
 
@@ -171,8 +171,7 @@ class DigestIndex:
         self.digests = digests
         # value digest -> entry, least recently recorded first
         self._values: BoundedLRU[str, _Shared] = BoundedLRU(max_entries, max_bytes, attrgetter("bytes"))
-        self._by_word: dict[str, set[str]] = {}
-        self._words: set[str] = set()
+        self._buckets = WordBuckets()
         self._lock = forksafe.lock()
         # Message digest -> its word digests: a message resent costs nothing new.
         self._messages: TwoGenerationCache[str, dict[str, str]] = TwoGenerationCache(
@@ -187,24 +186,15 @@ class DigestIndex:
             key = shared.value
             entry = self._values.get(key)
             if entry is None:
-                word = min(shared.words, key=lambda w: (len(self._by_word.get(w, ())), w))
+                word = min(shared.words, key=lambda w: (self._buckets.size(w), w))
                 entry = _Shared(shared, word)
-                self._by_word.setdefault(word, set()).add(key)
-                self._words.add(word)
-                self._drop(self._values.put(key, entry))
+                self._buckets.add(word, key)
+                self._buckets.drop(self._values.put(key, entry))
             old = entry.owners.peek(shared.scope)
             grown = _owner_bytes(shared.fact_id) - (0 if old is None else _owner_bytes(old))
             grown -= sum(_owner_bytes(fact_id) for _, fact_id in entry.owners.put(shared.scope, shared.fact_id))
             entry.bytes += grown
-            self._drop(self._values.resized(key, grown))
-
-    def _drop(self, dropped: Sequence[tuple[str, _Shared]]) -> None:
-        for key, gone in dropped:
-            bucket = self._by_word[gone.word]
-            bucket.discard(key)
-            if not bucket:
-                del self._by_word[gone.word]
-                self._words.discard(gone.word)
+            self._buckets.drop(self._values.resized(key, grown))
 
     def message_words(self, digest: str, words: frozenset[str]) -> dict[str, str]:
         """A message's word digests (-> the word), cached by the message's digest."""
@@ -229,13 +219,13 @@ class DigestIndex:
         Values this scope recorded (``own``, or itself among a value's owners) are not foreign."""
         maps = [self.message_words(d, ws) for d, ws in zip(digests, message_words, strict=True)]
         with self._lock:
-            indexed = self._words
+            indexed = self._buckets.words
             hits: set[str] = set()
             for m in maps:
                 hits |= m.keys() & indexed
             candidates = [
                 (value, self._values[value], tuple(self._values[value].owners.items()))
-                for value in {v for word in hits for v in self._by_word[word]}
+                for value in {v for word in hits for v in self._buckets.keys[word]}
             ]
         if not candidates:
             return []
