@@ -68,7 +68,8 @@ class Verdict:
 
     def add_late(self, check: str, result: list[Violation] | Skip | None) -> Outcome:
         """Add the outcome of a check judged after sending (``None``: skipped, its reason given elsewhere)."""
-        judged = outcome(check, result)
+        assert self.ctx is not None, "judged after the before-send checks, which set the context"
+        judged = outcome(check, result, self.ctx.caches)
         self.late.append(judged)
         if judged.outcome == "fail":
             self.violations.extend(judged.violations)

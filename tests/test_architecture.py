@@ -75,8 +75,8 @@ PROCESS_STATE = {
     "ctxguard.forksafe._owned": "every lock to give back to a forked child: the process is what forks",
     "ctxguard._isolation._hooks": "where swallowed errors are told: counted by the installation, failed in tests",
     "ctxguard.intercept._hooked": "modules with a post-import hook: wrapt cannot remove one",
-    "ctxguard.telemetry.metrics._by_registry": "a registry's series, made once: the registry is the sink",
-    "ctxguard.telemetry.meter._by_provider": "a meter provider's instruments, made once: they cannot be removed",
+    "ctxguard.telemetry.sinks._made": "a registry's series and a meter provider's instruments, made once: "
+                                      "neither sink can forget them",
     "ctxguard.budget.MODEL_WINDOWS": "the public window table, added to by add_model_windows()",
 }
 #: Memos of pure functions on the per-call path, bounded in entries and bytes, in ``providers/``
@@ -85,15 +85,13 @@ PROCESS_STATE = {
 MEMOS = {
     "ctxguard.providers.identity._urls": "a client's base URL object -> who it reaches (by identity)",
     "ctxguard.providers._read._RENDERINGS": "tools and formats -> their texts as each provider reads them",
-    # Three entry-bounded memos of pure functions on the per-call path, dicts with __missing__ where
-    # an lru_cache (which this count does not see) costs 2,000-3,900 instructions a call more
+    # An entry-bounded memo of a pure function on the per-call path, a dict with __missing__ where
+    # an lru_cache (which this count does not see) costs 2,100 instructions a call more
     # (bench/instructions.py --own): the state is the same, the form is the kernel's.
     "ctxguard.providers._read._is_mapping": "a type -> whether it is a Mapping",
-    "ctxguard.checks._SETTLED": "a check and a skip reason -> its outcome (read-only)",
-    "ctxguard.checks.facts._SKIPS": "a fact view's reason -> its Skip (read-only)",
 }
-#: Both lists together: issue 38 asked for at most 8; the three memos above make 11.
-MAX_MODULE_STATE = 11
+#: Both lists together, at most (issue 38).
+MAX_MODULE_STATE = 8
 
 
 def test_global_statements_are_the_few_the_installation_needs():

@@ -64,18 +64,19 @@ ANSWER_CHECKS: dict[str, AnswerCheck] = {
 def check_caches(wire_bytes: int = 4 << 20) -> CheckCaches:
     """New caches for the checks that keep what they read between calls (an inspector's); each wire
     cache within ``wire_bytes``."""
-    return CheckCaches(wire.needle_cache(wire_bytes), wire.whole_cache(wire_bytes), tools.run_cache())
+    return CheckCaches(wire.needle_cache(wire_bytes), wire.whole_cache(wire_bytes), tools.run_cache(), CHECK_NAMES)
 
 
 def run_checks(payload: Payload, ctx: Context) -> list[Outcome]:
     """Every before-send check's outcome."""
+    settled = ctx.caches.settled
     if payload.unreadable is not None:
-        return [_SETTLED[name][payload.unreadable] for name in CHECKS]
+        return [settled[name][payload.unreadable] for name in CHECKS]
     outcomes = []
     for name, check in CHECKS.items():
         result = check(payload, ctx)
         if isinstance(result, Skip):
-            outcomes.append(_SETTLED[name][result.reason])
+            outcomes.append(settled[name][result.reason])
         elif result:
             outcomes.append(Outcome(name, "fail", result))
         else:
@@ -83,43 +84,17 @@ def run_checks(payload: Payload, ctx: Context) -> list[Outcome]:
     return outcomes
 
 
-def outcome(name: str, result: list[Violation] | Skip | None) -> Outcome:
+def outcome(name: str, result: list[Violation] | Skip | None, caches: CheckCaches) -> Outcome:
     """A registered check's result as its outcome (``None``: skipped, its reason given elsewhere)."""
     if result is None or result is UNLISTED:
-        return _SETTLED[name][""]
+        return caches.settled[name][""]
     if isinstance(result, Skip):
-        return _SETTLED[name][result.reason]
+        return caches.settled[name][result.reason]
     if result:
         return Outcome(name, "fail", result)
     return _PASSED[name]
 
 
-#: Passes and skips kept per check, at most (``_OutcomesOf``).
-_SETTLED_MAX = 256
-
-
-class _OutcomesOf(dict[str | None, Outcome]):
-    """One check's pass (key None) and skips, by reason, each made at its first use: they carry
-    nothing of their call, so one instance per (check, reason) serves every call, no new object on
-    the common path. Outcomes are read-only. An empty reason is a skip another check explains:
-    counted, not listed on the span. A look-up here costs ~400 instructions where a
-    ``functools.lru_cache`` keyed by (check, reason) costs ~935: five skips a call without facts,
-    3,500 fewer instructions a call (bench/instructions.py's guarded-own child at 20 messages,
-    649,411 -> 645,894). Bounded: skip reasons can name a model; emptied when full."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__()
-        self.name = name
-
-    def __missing__(self, reason: str | None) -> Outcome:
-        if len(self) >= _SETTLED_MAX:
-            self.clear()
-        found = self[reason] = Outcome(self.name, "pass" if reason is None else "skip", (), reason or None)
-        return found
-
-
-#: Each registered check's passes and skips.
-_SETTLED: Mapping[str, _OutcomesOf] = {name: _OutcomesOf(name) for name in CHECK_NAMES}
 #: Each registered check's pass, made once: a plain look-up (14 passes a call: 10,150 fewer
 #: instructions a call than a cached function's, 677,230 -> 667,080 at 20 messages, guarded-own).
-_PASSED: Mapping[str, Outcome] = {name: _SETTLED[name][None] for name in CHECK_NAMES}
+_PASSED: Mapping[str, Outcome] = {name: Outcome(name, "pass", ()) for name in CHECK_NAMES}

@@ -19,30 +19,12 @@ def _clear(fact_id: str, stage: str, expected: Version | None, observed: Version
     return f"{fact_id} diverged at {stage}: {want}, {_VERB.get(stage, stage)} {got}"
 
 
-class _Skips(dict[str, Skip]):
-    """The skip for each reason the fact checks cannot judge a call (``Context.facts`` a string: no
-    facts recorded, no conversation id), made at its first use: the four fact checks skip for it on
-    every call of a conversation without facts, and a new ``Skip`` costs ~1,500 instructions where a
-    look-up here costs ~400: 3,900 fewer a call (bench/instructions.py's guarded-own child at 20
-    messages, 655,413 -> 651,518). A ``Skip`` is read-only. Bounded: a reason can carry an
-    exception's text."""
-
-    def __missing__(self, reason: str) -> Skip:
-        if len(self) >= 64:
-            self.clear()
-        skip = self[reason] = Skip(reason)
-        return skip
-
-
-_SKIPS = _Skips()
-
-
 def _view(ctx: Context) -> FactView | Skip:
     """The view, for the checks of the conversation's own facts: unknown while its ledger cannot be read."""
     facts = ctx.facts
     if isinstance(facts, str):
-        return _SKIPS[facts]
-    return facts if facts.unavailable is None else _SKIPS[facts.unavailable]
+        return ctx.caches.skips[facts]
+    return facts if facts.unavailable is None else ctx.caches.skips[facts.unavailable]
 
 
 def fact_present(payload: Payload, ctx: Context) -> list[Violation] | Skip:
@@ -110,7 +92,7 @@ def fact_forgotten(payload: Payload, ctx: Context) -> list[Violation] | Skip:
 def fact_scoped(payload: Payload, ctx: Context) -> list[Violation] | Skip:
     view = ctx.facts  # judged also while the conversation's own facts are unknown (its ledger unreadable)
     if isinstance(view, str):
-        return _SKIPS[view]
+        return ctx.caches.skips[view]
     if view.unsearched and not view.foreign:
         return Skip(f"{view.unsearched} message(s) over {LARGE_TEXT:,} characters not searched for other "
                     "conversations' values")

@@ -50,7 +50,6 @@ The model and server strings come from the app: each attribute takes at most
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable, Iterator
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
@@ -59,6 +58,7 @@ from opentelemetry.metrics import CallbackOptions, Histogram, Meter, MeterProvid
 from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
 
 from .. import forksafe
+from . import sinks
 from . import spans as attr
 
 if TYPE_CHECKING:
@@ -221,22 +221,9 @@ def _version() -> str:
         return "0"
 
 
-_lock = forksafe.lock()
-# The instruments of each meter provider, made once per provider: an instrument cannot be removed
-# from one, so instrument() again with it must count on the same ones; the provider outlives
-# installations. Weak: a provider gone takes its instruments with it.
-_by_provider: weakref.WeakKeyDictionary[Any, Meters] = weakref.WeakKeyDictionary()
-
-
 def meters_for(provider: MeterProvider, source: Metrics) -> Meters:
     """The instruments on ``provider``, created once per provider: instruments cannot be removed
     from a meter, and creating them again would duplicate them, so ``instrument()`` again with
     the same provider points the existing ones at ``source``."""
-    with _lock:
-        meters = _by_provider.get(provider)
-        if meters is None:
-            meters = Meters(provider.get_meter("ctxguard", _version()), source)
-            _by_provider[provider] = meters
-        else:
-            meters.rebind(source)
-        return meters
+    return sinks.made_on(provider, lambda: Meters(provider.get_meter("ctxguard", _version()), source),
+                         again=lambda meters: meters.rebind(source))

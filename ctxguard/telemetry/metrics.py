@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import bisect
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, cast
 
@@ -32,6 +31,7 @@ from prometheus_client.utils import floatToGoString
 from .. import forksafe
 from .._isolation import WHERE
 from ..payload import ROLES
+from . import sinks
 
 
 class Mirror(Protocol):
@@ -271,13 +271,6 @@ def _mmap_values(family: _Family, labelvalues: tuple[str, ...]) -> list[Any]:
     return out
 
 
-_lock = forksafe.lock()
-# The series of each registry (a registry is the sink, and outlives installations: instrument()
-# again with it counts on), made once per registry. In multiprocess mode every registry holds the
-# process's one set (``metrics_for``).
-_by_registry: weakref.WeakKeyDictionary[CollectorRegistry, Metrics] = weakref.WeakKeyDictionary()
-
-
 def _multiprocess() -> bool:
     """Whether prometheus_client chose mmap-backed values (decided once, at its import)."""
     return bool(getattr(values.ValueClass, "_multiprocess", False))
@@ -300,14 +293,12 @@ def metrics_for(
     from the file).
     """
     registry = REGISTRY if registry is None else registry
-    with _lock:
-        metrics = _by_registry.get(registry)
-        if metrics is None:
-            shared = next(iter(_by_registry.values()), None) if _multiprocess() else None
-            if shared is not None and (shared.check_names, shared.providers) == (check_names, providers):
-                shared.register(registry)
-                metrics = shared
-            else:
-                metrics = Metrics(registry, check_names, providers)
-            _by_registry[registry] = metrics
-        return metrics
+
+    def make() -> Metrics:
+        shared = sinks.one_of(Metrics) if _multiprocess() else None
+        if shared is not None and (shared.check_names, shared.providers) == (check_names, providers):
+            shared.register(registry)
+            return shared
+        return Metrics(registry, check_names, providers)
+
+    return sinks.made_on(registry, make)

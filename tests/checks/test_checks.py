@@ -277,17 +277,20 @@ def test_no_single_usage_report_changes_a_later_verdict(harness, llm, client, od
 
 
 def test_shared_check_outcomes_are_bounded_and_keep_their_reason():
-    from ctxguard.checks import _SETTLED, _SETTLED_MAX, Skip, outcome
+    from ctxguard.checks import Skip, check_caches, outcome
+    from ctxguard.checks.base import SETTLED_MAX
 
-    assert outcome("system_at_head", []) is outcome("system_at_head", [])
-    assert outcome("system_at_head", []).outcome == "pass"
-    assert outcome("system_at_head", Skip("why")) is outcome("system_at_head", Skip("why"))
-    assert outcome("system_at_head", Skip("why")).outcome == "skip"
-    outcomes = [outcome("payload_under_budget", Skip(f"unknown context window for model 'm{i}'"))
-                for i in range(_SETTLED_MAX + 50)]
-    assert 0 < len(_SETTLED["payload_under_budget"]) <= _SETTLED_MAX
+    caches = check_caches()
+    assert outcome("system_at_head", [], caches) is outcome("system_at_head", [], caches)
+    assert outcome("system_at_head", [], caches).outcome == "pass"
+    assert outcome("system_at_head", Skip("why"), caches) is outcome("system_at_head", Skip("why"), caches)
+    assert outcome("system_at_head", Skip("why"), caches).outcome == "skip"
+    assert outcome("system_at_head", Skip("why"), check_caches()) is not outcome("system_at_head", Skip("why"), caches)
+    outcomes = [outcome("payload_under_budget", Skip(f"unknown context window for model 'm{i}'"), caches)
+                for i in range(SETTLED_MAX + 50)]
+    assert 0 < len(caches.settled["payload_under_budget"]) <= SETTLED_MAX
     assert [o.reason for o in outcomes[-2:]] == [f"unknown context window for model 'm{i}'"
-                                                  for i in (_SETTLED_MAX + 48, _SETTLED_MAX + 49)]
+                                                  for i in (SETTLED_MAX + 48, SETTLED_MAX + 49)]
 
 
 HERE = Path(__file__).parent

@@ -172,11 +172,14 @@ def test_answer_consistent(case: Case) -> None:
 
 
 def test_a_fact_view_reason_is_one_skip_and_the_skips_kept_are_bounded():
-    """The fact checks skip for the view's reason with one shared ``Skip`` per reason, at most 64 kept."""
-    from ctxguard.checks import facts
+    """The fact checks skip for the view's reason with one shared ``Skip`` per reason (an
+    inspector's), at most ``SETTLED_MAX`` kept."""
+    from ctxguard.checks import check_caches
+    from ctxguard.checks.base import SETTLED_MAX
 
-    assert facts._SKIPS["no facts"] is facts._SKIPS["no facts"]
-    assert facts._SKIPS["no facts"].reason == "no facts"
-    skips = [facts._SKIPS[f"fact ledger unavailable: timeout {i}"] for i in range(100)]
-    assert 0 < len(facts._SKIPS) <= 64
-    assert skips[-1].reason == "fact ledger unavailable: timeout 99"
+    skips = check_caches().skips
+    assert skips["no facts"] is skips["no facts"]
+    assert skips["no facts"].reason == "no facts"
+    made = [skips[f"fact ledger unavailable: timeout {i}"] for i in range(SETTLED_MAX + 50)]
+    assert 0 < len(skips) <= SETTLED_MAX
+    assert made[-1].reason == f"fact ledger unavailable: timeout {SETTLED_MAX + 49}"
