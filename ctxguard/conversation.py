@@ -252,7 +252,8 @@ class ConversationMemory:
         """Record this payload for ``scope`` and return what changed since the last one."""
         digests, messages = payload.digests, payload.messages
         system = payload.system
-        with self._lock:
+        self._lock.acquire()  # not ``with``: the call path's locks (forksafe.lock)
+        try:
             state = self._states.get(scope)
             if state is None:
                 state = self._state(scope)
@@ -292,6 +293,8 @@ class ConversationMemory:
                 evicted.append("pinned")
             state.prev_hash = payload.digest
             return Diff(prev_hash, added, dropped, tuple(evicted), state.first_system)
+        finally:
+            self._lock.release()
 
     def fact_locations(self, scope: Scope) -> dict[str, str]:
         """Where each fact version was last seen in this conversation (bounded by its facts)."""

@@ -108,18 +108,22 @@ class Memos:
         self._memos.max_bytes = value
 
     def get(self, key: Hashable) -> Memo:
-        with self._lock:
+        self._lock.acquire()  # not ``with``: the call path's locks (forksafe.lock)
+        try:
             found = self._memos.get(key)
             if found is not None:
                 return found.memo
             memo = Memo()
             self._memos.put(key, _Settled(memo))
             return memo
+        finally:
+            self._lock.release()
 
     def settle(self, key: Hashable, memo: Memo) -> None:
         """Account for what ``memo`` keeps now; drop the oldest memos while over a bound."""
         size, held = memo.size
-        with self._lock:
+        self._lock.acquire()  # not ``with``: the call path's locks (forksafe.lock)
+        try:
             found = self._memos.peek(key)
             if found is None or found.memo is not memo:
                 return  # dropped meanwhile: what it keeps goes with it
@@ -131,6 +135,8 @@ class Memos:
                     self._kept -= dropped.size
             while self._kept > self.max_messages and self._memos:
                 self._kept -= self._memos.popitem(last=False)[1].size
+        finally:
+            self._lock.release()
 
     @property
     def kept(self) -> int:

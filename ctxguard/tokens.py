@@ -253,7 +253,8 @@ class Calibration:
             ratio = self.low
         elif ratio > self.high:
             ratio = self.high
-        with self._lock:
+        self._lock.acquire()  # not ``with``: the call path's locks (forksafe.lock)
+        try:
             window = self._ratios.get(model)
             if window is None:
                 if len(self._ratios) >= self.MAX_MODELS:
@@ -270,6 +271,8 @@ class Calibration:
             insort(ordered, ratio)
             if len(ordered) >= self.MIN_REPORTS:
                 self._settle(model, ordered)
+        finally:
+            self._lock.release()
 
     def _settle(self, model: str, ordered: list[float]) -> None:
         """The factor of ``model`` from its ratios, sorted (under the lock)."""

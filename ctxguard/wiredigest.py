@@ -72,9 +72,12 @@ class WireDigests:
     def digest(self, scope: Hashable | None, body: bytes) -> str:
         if scope is None or len(body) < MIN_BYTES or len(body) > self._kept.max_bytes:
             return self.digester.bytes(body)
-        with self._lock:
+        self._lock.acquire()  # not ``with``: the call path's locks (forksafe.lock)
+        try:
             kept = self._kept.get(scope)
             last = (kept.body, kept.offset, kept.state) if kept is not None else None
+        finally:
+            self._lock.release()
         start, hasher = 0, None
         if last is not None:
             previous, offset, state = last
@@ -89,7 +92,8 @@ class WireDigests:
         hasher.update(view[start:shared])
         resume = hasher.copy()  # the next body of this conversation likely shares at least this much
         hasher.update(view[shared:])
-        with self._lock:
+        self._lock.acquire()  # not ``with``: the call path's locks (forksafe.lock)
+        try:
             if kept is not None and self._kept.peek(scope) is kept:  # still kept: brought up to date
                 grown, kept.size = len(body) - kept.size, len(body)
                 kept.body, kept.offset, kept.state = body, shared, resume
@@ -97,4 +101,6 @@ class WireDigests:
                     self._kept.resized(scope, grown)
             else:
                 self._kept.put(scope, _LastBody(body, shared, resume))
+        finally:
+            self._lock.release()
         return hasher.hexdigest()

@@ -175,12 +175,15 @@ class Metrics:
             hits.append(start + bisect.bisect_left(bounds, value))  # le: the first bound >= value
             sums.append((start + len(bounds) + 1, value))
             seen.append((start, value))
-        with self._lock:
+        self._lock.acquire()  # not ``with``: the call path's locks (forksafe.lock)
+        try:
             v = self._cells
             for i in hits:
                 v[i] += 1
             for i, amount in sums:
                 v[i] += amount
+        finally:
+            self._lock.release()
         shared = self._shared
         if shared is not None:
             for i in hits:

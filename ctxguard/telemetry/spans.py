@@ -210,8 +210,11 @@ def set_attributes(span: Span, attributes: dict[str, Any]) -> None:
         and bounded.max_value_len is None
         and (bounded.maxlen is None or len(bounded._dict) + len(attributes) <= bounded.maxlen)
     ):
-        with bounded._lock:
+        bounded._lock.acquire()  # not ``with``: the call path's locks (forksafe.lock)
+        try:
             bounded._dict.update(attributes)
+        finally:
+            bounded._lock.release()
     else:
         span.set_attributes(attributes)
 
