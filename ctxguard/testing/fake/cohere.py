@@ -16,9 +16,20 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .framing import COMPACT, sse
 from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens
-from .wire import HEX, Drop, Event, Events, Exchange, WireFormat, asks_to_stream, phrase, request_id_header, split
+from .wire import (
+    COMPACT,
+    HEX,
+    Event,
+    Events,
+    Exchange,
+    WireFormat,
+    asks_to_stream,
+    phrase,
+    request_id_header,
+    split,
+    sse,
+)
 
 ERRORS: dict[int, str] = {
     400: "invalid request: message must be at least 1 token long or tool results must be specified.",
@@ -121,7 +132,7 @@ def body(ex: Exchange) -> dict[str, Any]:
     return {"id": ex.id, "message": message, "finish_reason": finish(ex), "usage": usage(ex)}
 
 
-def stream(ex: Exchange) -> list[Event | Drop]:
+def stream(ex: Exchange) -> list[Event | None]:
     """``message-start``; each content block's ``content-start`` / ``-delta`` / ``-end`` (thinking,
     then text) with its citations; or the tool plan's deltas and each call's ``tool-call-start`` /
     ``-delta`` / ``-end``; then ``message-end`` with the finish reason and the usage, and ``[DONE]``."""

@@ -14,9 +14,8 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .framing import INDENTED, sse
 from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens
-from .wire import BASE64URL, HEX, Drop, Event, Events, Exchange, WireFormat, phrase, split
+from .wire import ALNUM, HEX, INDENTED, Event, Events, Exchange, WireFormat, phrase, split, sse
 
 #: What the model reads of a content (``tokens.Reading``): not its thought signatures or MIME types; a
 #: function call's ``args`` and a function response are read keys and all.
@@ -119,7 +118,7 @@ def body(ex: Exchange) -> dict[str, Any]:
     return _chunk(ex, parts + _calls(ex), final=True)
 
 
-def stream(ex: Exchange) -> list[Event | Drop]:
+def stream(ex: Exchange) -> list[Event | None]:
     out = Events()
     reply = ex.reply
     if reply.refusal:
@@ -141,7 +140,7 @@ FORMAT = WireFormat(
     path=re.compile(r".*:(generateContent|streamGenerateContent)"),
     streamed=lambda ex: ex.route.endswith(":streamGenerateContent"),
     prompt_tokens=prompt_tokens,
-    response_id=lambda ex: ex.ident("id", BASE64URL, 22),
+    response_id=lambda ex: ex.ident("id", ALNUM + "-_", 22),
     request_id=lambda ex: "req_" + ex.ident("request", HEX, 32),
     call_id=None,
     finish=finish,

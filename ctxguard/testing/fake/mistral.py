@@ -16,12 +16,11 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .framing import COMPACT, sse
 from .tokens import FRAME_TOKENS, messages_tokens, reading, schemas_tokens
 from .wire import (
     ALNUM,
+    COMPACT,
     HEX,
-    Drop,
     Event,
     Events,
     Exchange,
@@ -30,6 +29,7 @@ from .wire import (
     phrase,
     request_id_header,
     split,
+    sse,
 )
 
 # (type, code, message) of its ``{"object": "error", ...}`` envelope (as reported for 400, 429 and an
@@ -125,7 +125,7 @@ def body(ex: Exchange) -> dict[str, Any]:
     }
 
 
-def stream(ex: Exchange) -> list[Event | Drop]:
+def stream(ex: Exchange) -> list[Event | None]:
     created = int(time.time())
     out = Events()
 

@@ -19,12 +19,11 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .framing import INDENTED, sse
 from .tokens import FRAME_TOKENS, messages_tokens, reading, schemas_tokens
 from .wire import (
     ALNUM,
     HEX,
-    Drop,
+    INDENTED,
     Event,
     Events,
     Exchange,
@@ -35,6 +34,7 @@ from .wire import (
     phrase,
     request_id_header,
     split,
+    sse,
 )
 
 #: What the model reads of a message (``tokens.Reading``): not its tool call ids, an image's ``detail``,
@@ -190,7 +190,7 @@ def body(ex: Exchange) -> dict[str, Any]:
     }
 
 
-def stream(ex: Exchange) -> list[Event | Drop]:
+def stream(ex: Exchange) -> list[Event | None]:
     opts = _options(ex)
     include_usage = opts.get("include_usage") is True
     obfuscate = opts.get("include_obfuscation") is not False

@@ -17,10 +17,21 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .framing import INDENTED, sse
 from .openai_chat import FAILURE_STATUS, call_id, error, padding, request_id
 from .tokens import FRAME_TOKENS, messages_tokens, reading, schemas_tokens
-from .wire import HEX, Drop, Event, Events, Exchange, ScriptedCall, WireFormat, asks_to_stream, request_id_header, split
+from .wire import (
+    HEX,
+    INDENTED,
+    Event,
+    Events,
+    Exchange,
+    ScriptedCall,
+    WireFormat,
+    asks_to_stream,
+    request_id_header,
+    split,
+    sse,
+)
 
 _INCOMPLETE_REASONS: dict[str, str] = {"length": "max_output_tokens", "content_filter": "content_filter"}
 #: What the model reads of an input item (``tokens.Reading``): not its call ids, statuses, an image's
@@ -169,7 +180,7 @@ def body(ex: Exchange) -> dict[str, Any]:
     return _response(ex, _output_items(ex), status(ex))
 
 
-def stream(ex: Exchange) -> list[Event | Drop]:
+def stream(ex: Exchange) -> list[Event | None]:
     """The full real event sequence.
 
     The SDK's ``responses.stream()`` helper rebuilds a snapshot from
@@ -238,7 +249,7 @@ def stream(ex: Exchange) -> list[Event | Drop]:
     failed = ("response.failed", {"type": "response.failed", "sequence_number": 0,
                                   "response": _response(ex, [], "failed")})
     events = out.cut(ex, [failed])
-    for seq, event in enumerate(e for e in events if not isinstance(e, Drop)):
+    for seq, event in enumerate(e for e in events if e is not None):
         event[1]["sequence_number"] = seq
     return events
 

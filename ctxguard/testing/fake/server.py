@@ -20,7 +20,7 @@ from typing import Any
 from ..._nesting import MAX_NESTING, deeper_than
 from .registry import ADDRESSES, SERVER_WINDOWS, UNKNOWN_ROUTE, answering, unknown_route
 from .script import RecordedRequest, Reply, ServedResponse, coerce
-from .wire import Drop, Event, Exchange
+from .wire import Event, Exchange
 
 __all__ = ["FakeLLM"]
 
@@ -38,8 +38,7 @@ class _Server(ThreadingHTTPServer):
         # would otherwise leave handler threads parked in ``readline`` after shutdown.
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -166,25 +165,21 @@ class _Handler(BaseHTTPRequestHandler):
         data = ex.format.json.dumps(obj)
         self._start(ex, status, ex.format.json.content_type, error_type, [("Content-Length", str(len(data)))])
         self.wfile.write(data[: len(data) // 2] if drop else data)
-        if drop:
-            self._drop()
+        if drop:  # cut mid-body, as a crashed upstream or a broken proxy does: closed once this returns
+            self.close_connection = True
 
-    def _send_stream(self, ex: Exchange, events: list[Event | Drop]) -> None:
+    def _send_stream(self, ex: Exchange, events: list[Event | None]) -> None:
         """Write events one by one, one HTTP chunk each, so clients see a genuinely
         incremental stream (and can tell a cut connection from the end of the body)."""
         framing = ex.format.framing
         self._start(ex, 200, framing.content_type, None, [*framing.headers, ("Transfer-Encoding", "chunked")])
         for item in events:
-            if isinstance(item, Drop):
-                return self._drop()
+            if item is None:  # the drop, as above
+                self.close_connection = True
+                return
             frame = framing.frame(*item)
             self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
         self.wfile.write(b"0\r\n\r\n")
-
-    def _drop(self) -> None:
-        """Cut the connection mid-body, as a crashed upstream or a broken proxy does: the server
-        closes it once this answer returns."""
-        self.close_connection = True
 
 
 class FakeLLM:
@@ -311,7 +306,3 @@ class FakeLLM:
             # Called outside the lock so a callable may inspect self.requests.
             return coerce(self._reply_fn(req))
         return Reply(text=f"ok {n}")
-
-    def __repr__(self) -> str:
-        state = self.origin if self._server is not None else "stopped"
-        return f"<FakeLLM {state} requests={len(self.requests)}>"

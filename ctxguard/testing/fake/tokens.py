@@ -14,20 +14,17 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .media import FLAT
+from .media import flat
 
 # Per message (role, separators) and once more for the reply's own header, as
 # OpenAI's cookbook counts chat framing.
 FRAME_TOKENS = 3
-#: What a media part costs: a picture by its size as its provider prices it (``media``), audio, a
-#: file or a picture it cannot read a flat ``media.FLAT``.
-Price = Callable[[Any], int]
 
 
 class Reading(NamedTuple):
     """What a wire format's model reads of a message, by key (``reading``): keys whose values it
     never reads as text (ids, roles, block types, cache hints, signatures), keys holding a picture,
-    audio or a file (``Price``d once a part), and keys whose JSON it reads keys and all (tool
+    audio or a file (priced once a part), and keys whose JSON it reads keys and all (tool
     arguments and results given as objects; as a JSON string they read the same)."""
 
     unread: frozenset[str]
@@ -40,9 +37,6 @@ def reading(unread: str = "", media: str = "", structured: str = "") -> Reading:
     return Reading(frozenset({"type", "role", "id", *unread.split()}), frozenset(media.split()),
                    frozenset(structured.split()))
 
-
-#: Tool definitions and output formats are read names and all: no key is unread or a picture.
-SCHEMA = reading()
 
 _PIECES = re.compile(r"[^\W\d_]+|\d{1,3}|[^\s]")
 
@@ -58,14 +52,10 @@ def text_tokens(text: str) -> int:
     return n
 
 
-def flat(part: Any) -> int:
-    return FLAT
-
-
-def read_tokens(value: Any, reads: Reading, *, keys: bool = False, price: Price = flat) -> int:
+def read_tokens(value: Any, reads: Reading, *, keys: bool = False, price: Callable[[Any], int] = flat) -> int:
     """Tokens of what the model reads in a message, part or schema (``reads``: its API's keys;
     ``keys``: names count too; ``price``: what a part holding a picture, audio or a file costs, once
-    per part)."""
+    per part: a picture by its size as its provider prices it, ``media``)."""
     if isinstance(value, str):
         return text_tokens(value)
     if isinstance(value, (bool, int, float)):
@@ -97,11 +87,11 @@ def schemas_tokens(*schemas: Any) -> int:
     for schema in schemas:
         for item in schema if isinstance(schema, list) else [schema]:
             if isinstance(item, dict) and item.get("type") != "text":
-                n += read_tokens(item, SCHEMA, keys=True)
+                n += read_tokens(item, reading(), keys=True)
     return n
 
 
-def messages_tokens(messages: Any, reads: Reading, price: Price = flat) -> int:
+def messages_tokens(messages: Any, reads: Reading, price: Callable[[Any], int] = flat) -> int:
     if not isinstance(messages, list):
         return 0
     return sum(FRAME_TOKENS + read_tokens(m, reads, price=price) for m in messages)

@@ -1,5 +1,6 @@
-"""What a wire format is made of: the ``WireFormat`` record its module declares, and the ``Exchange``
-(one request, the reply it is answered with, what follows from both) its hooks read."""
+"""What a wire format is made of: the ``WireFormat`` record its module declares, how it writes an
+answer (``Json``, a stream's ``Framing``), and the ``Exchange`` (one request, the reply it is
+answered with, what follows from both) its hooks read."""
 
 from __future__ import annotations
 
@@ -14,24 +15,52 @@ from http.client import responses
 from itertools import pairwise
 from typing import Any
 
-from .framing import Framing, Json
 from .script import RecordedRequest, Reply, ServedResponse
 from .tokens import FRAME_TOKENS, text_tokens
 
 ALNUM = string.ascii_letters + string.digits
-BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
-BASE64URL = ALNUM + "-_"
 HEX = "0123456789abcdef"
-
-
-class Drop:
-    """Marks where a scripted ``stream_failure="drop"`` cuts the connection."""
-
-
-DROP = Drop()
-#: A stream's event: its name (None: unnamed) and its data.
+#: A stream's event: its name (None: unnamed) and its data. In a stream's list, None marks where a
+#: scripted ``stream_failure="drop"`` cuts the connection.
 Event = tuple[str | None, Any]
 Headers = list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Json:
+    """A JSON body: its content type and its encoder."""
+
+    content_type: str
+    dumps: Callable[[Any], bytes]
+
+
+@dataclass(frozen=True)
+class Framing:
+    """A stream: its content type, headers of its own, and one event's bytes (``frame(name, data)``),
+    each sent as one HTTP chunk."""
+
+    content_type: str
+    frame: Callable[[str | None, Any], bytes]
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def _json(**options: Any) -> Json:
+    return Json("application/json", lambda obj: json.dumps(obj, ensure_ascii=False, **options).encode())
+
+
+#: OpenAI and Gemini indent their JSON bodies; Mistral, Cohere and Bedrock write them compact.
+INDENTED = _json(indent=2)
+COMPACT = _json(separators=(",", ":"))
+
+
+def sse(separators: tuple[str, str] = (",", ":")) -> Framing:
+    """``event: name`` (when named) and ``data: …`` lines; a string ``data`` (``[DONE]``) goes as is."""
+
+    def frame(event: str | None, data: Any) -> bytes:
+        text = data if isinstance(data, str) else json.dumps(data, separators=separators, ensure_ascii=False)
+        return (f"event: {event}\ndata: {text}\n\n" if event else f"data: {text}\n\n").encode()
+
+    return Framing("text/event-stream; charset=utf-8", frame, (("Cache-Control", "no-cache"),))
 
 
 @dataclass(frozen=True)
@@ -60,7 +89,7 @@ class WireFormat:
     usage: Callable[[Exchange], Mapping[str, Any] | None]
     #: The JSON answer; a streamed one's events (``Events.cut`` ends them as a scripted failure does).
     body: Callable[[Exchange], dict[str, Any]]
-    stream: Callable[[Exchange], list[Event | Drop]]
+    stream: Callable[[Exchange], list[Event | None]]
     #: The error body for a status (the scripted message, else the API's own words), and the type it names.
     error: Callable[[Exchange, int, str | None], tuple[dict[str, Any], str]]
     #: The status a scripted ``stream_failure="error"`` comes as when nothing streams.
@@ -150,13 +179,13 @@ class Events:
         if delta and self._cut is None:
             self._cut = len(self.items)
 
-    def cut(self, exchange: Exchange, failure: list[Event]) -> list[Event | Drop]:
+    def cut(self, exchange: Exchange, failure: list[Event]) -> list[Event | None]:
         """All the events, or those before a scripted failure and then ``failure`` (or the drop)."""
         if exchange.reply.stream_failure is None:
             return list(self.items)
-        kept: list[Event | Drop] = list(self.items[: self._cut or 1])
+        kept: list[Event | None] = list(self.items[: self._cut or 1])
         if exchange.reply.stream_failure == "drop":
-            return [*kept, DROP]
+            return [*kept, None]
         return kept + list(failure)
 
 
