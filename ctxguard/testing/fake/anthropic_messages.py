@@ -20,7 +20,7 @@ from typing import Any
 
 from . import media
 from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens
-from .wire import Event, Events, Exchange, Json, WireFormat, asks_to_stream, phrase, request_id_header, split, sse
+from .wire import Event, Events, Exchange, Json, WireFormat, phrase, request_id_header, split, sse
 
 #: What the model reads of a message (``tokens.Reading``): not its tool ids, cache hints, thinking
 #: signatures, citations, a source's media type; a ``tool_use`` input is read keys and all.
@@ -173,7 +173,6 @@ def stream(ex: Exchange) -> list[Event | None]:
 FORMAT = WireFormat(
     name="anthropic.messages",
     path=re.compile(r".*/messages"),
-    streamed=asks_to_stream,
     prompt_tokens=prompt_tokens,
     response_id=lambda ex: "msg_01" + ex.ident("id", BASE62, 22),
     request_id=lambda ex: "req_011C" + ex.ident("request", BASE62, 20),

@@ -24,7 +24,6 @@ from .wire import (
     Events,
     Exchange,
     WireFormat,
-    asks_to_stream,
     phrase,
     request_id_header,
     split,
@@ -182,7 +181,6 @@ def stream(ex: Exchange) -> list[Event | None]:
 FORMAT = WireFormat(
     name="cohere.chat",
     path=re.compile(r".*/v2/chat"),
-    streamed=asks_to_stream,
     prompt_tokens=prompt_tokens,
     response_id=lambda ex: uuid4(ex.ident("id", HEX, 32)),
     request_id=lambda ex: uuid4(ex.ident("request", HEX, 32)),

@@ -25,7 +25,6 @@ from .wire import (
     Events,
     Exchange,
     WireFormat,
-    asks_to_stream,
     phrase,
     request_id_header,
     split,
@@ -157,7 +156,6 @@ def stream(ex: Exchange) -> list[Event | None]:
 FORMAT = WireFormat(
     name="mistral.chat",
     path=re.compile(r"(?=/mistral/).*/chat/completions"),
-    streamed=asks_to_stream,
     prompt_tokens=prompt_tokens,
     response_id=lambda ex: ex.ident("id", HEX, 32),
     request_id=lambda ex: ex.ident("request", HEX, 32),

@@ -29,7 +29,6 @@ from .wire import (
     Exchange,
     ScriptedCall,
     WireFormat,
-    asks_to_stream,
     ident,
     phrase,
     request_id_header,
@@ -251,7 +250,6 @@ FORMAT = WireFormat(
     name="openai.chat",
     # Mistral's chat API has this path too, under the prefix that is Mistral's (``mistral``).
     path=re.compile(r"(?!/mistral/).*/chat/completions"),
-    streamed=asks_to_stream,
     prompt_tokens=prompt_tokens,
     response_id=lambda ex: "chatcmpl-" + ex.ident("id", ALNUM, 29),
     request_id=request_id,

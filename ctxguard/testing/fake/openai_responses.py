@@ -27,7 +27,6 @@ from .wire import (
     Exchange,
     ScriptedCall,
     WireFormat,
-    asks_to_stream,
     request_id_header,
     split,
     sse,
@@ -257,7 +256,6 @@ def stream(ex: Exchange) -> list[Event | None]:
 FORMAT = WireFormat(
     name="openai.responses",
     path=re.compile(r".*/responses"),
-    streamed=asks_to_stream,
     prompt_tokens=prompt_tokens,
     response_id=lambda ex: "resp_" + ex.ident("id", HEX, 48),
     request_id=request_id,

@@ -14,7 +14,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
 
 from ..._nesting import MAX_NESTING, deeper_than
@@ -52,8 +51,7 @@ class _Server(ThreadingHTTPServer):
         super().shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        # Clients hanging up mid-stream and stop() severing sockets are
-        # expected; anything else is a real bug worth a traceback.
+        # Clients hanging up mid-stream and stop() severing sockets are expected; anything else is a bug.
         if isinstance(sys.exc_info()[1], OSError):
             return
         super().handle_error(request, client_address)
@@ -81,11 +79,6 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Access logs on stderr would drown pytest output."""
 
-    def do_POST(self) -> None:
-        self._handle()
-
-    do_GET = do_PUT = do_PATCH = do_DELETE = do_POST
-
     def _read_chunked(self) -> bytes:
         chunks: list[bytes] = []
         while size := int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16):
@@ -95,7 +88,7 @@ class _Handler(BaseHTTPRequestHandler):
             pass  # the trailers, up to the terminating blank line
         return b"".join(chunks)
 
-    def _handle(self) -> None:
+    def do_POST(self) -> None:
         # rfile is buffered: read(n) returns n bytes, or fewer only when the client hangs up.
         chunked = "chunked" in self.headers.get("Transfer-Encoding", "").lower()
         body = self._read_chunked() if chunked else self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -111,9 +104,8 @@ class _Handler(BaseHTTPRequestHandler):
         if fmt is None or self.command != "POST":
             return self._fail(ex, req, 404, error=unknown_route(self.command, path))
         try:
-            # Refused at a depth of its own, as a provider's parser does: Python's reader goes
-            # deeper on 3.13 than on 3.11, and the fake's walkers would fail past it (a dropped
-            # connection), so the same body would be answered differently by version.
+            # Refused at a depth of its own, as a provider's parser does: Python's reader goes deeper on
+            # 3.13 than on 3.11, and past it the fake's walkers would drop the connection on one only.
             if deeper_than(body.decode("utf-8", "replace")):
                 raise ValueError(f"nested more than {MAX_NESTING} levels deep")
             payload = json.loads(body) if body else {}
@@ -143,6 +135,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send_stream(ex, answer)
         self._send_json(ex, 200, answer, drop=reply.stream_failure == "drop")
 
+    do_GET = do_PUT = do_PATCH = do_DELETE = do_POST
+
     def _fail(self, ex: Exchange, req: RecordedRequest, status: int, message: str | None = None, *,
               error: tuple[dict[str, Any], str] | None = None, failure: str | None = None) -> None:
         """Answer ``status`` with ``error`` (body, type), by default the format's for ``message``."""
@@ -159,9 +153,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
 
-    def _send_json(
-        self, ex: Exchange, status: int, obj: Any, *, drop: bool = False, error_type: str | None = None
-    ) -> None:
+    def _send_json(self, ex: Exchange, status: int, obj: Any, *, drop: bool = False,
+                   error_type: str | None = None) -> None:
         data = ex.format.json.dumps(obj)
         self._start(ex, status, ex.format.json.content_type, error_type, [("Content-Length", str(len(data)))])
         self.wfile.write(data[: len(data) // 2] if drop else data)
@@ -169,8 +162,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _send_stream(self, ex: Exchange, events: list[Event | None]) -> None:
-        """Write events one by one, one HTTP chunk each, so clients see a genuinely
-        incremental stream (and can tell a cut connection from the end of the body)."""
+        """One HTTP chunk an event: clients see a stream really arrive, and tell a cut one from its end."""
         framing = ex.format.framing
         self._start(ex, 200, framing.content_type, None, [*framing.headers, ("Transfer-Encoding", "chunked")])
         for item in events:
@@ -199,8 +191,7 @@ class FakeLLM:
         if host not in ("127.0.0.1", "::1", "localhost"):
             # A fake that answers anyone on the network is a liability.
             raise ValueError(f"FakeLLM binds to loopback only, not {host!r}")
-        self._host = "127.0.0.1" if host == "localhost" else host
-        self._port = port
+        self._address = ("127.0.0.1" if host == "localhost" else host, port)
         self._reply_fn = reply
         self._lock = threading.Lock()
         self._script: deque[Reply] = deque()
@@ -210,15 +201,13 @@ class FakeLLM:
         self._serial = 0
         self.requests: list[RecordedRequest] = []
         self.responses: list[ServedResponse] = []
-        #: The context window, in the fake's tokens, each API named here holds a prompt to (by its
-        #: ``WireFormat`` name), as its server does: its module says how it cuts a longer prompt, and
-        #: ``ServedResponse.truncated_tokens`` what it cut. A format may give a default (``ollama.chat``).
+        #: The context window (in the fake's tokens) each API named here holds prompts to, by ``WireFormat``
+        #: name: its module cuts a longer one (``ServedResponse.truncated_tokens``); defaults: ``server_window``.
         self.windows: dict[str, int] = {name: window for name, window in SERVER_WINDOWS.values()}
 
     def __getattr__(self, name: str) -> Any:
-        """What each wire format declares (``registry``): the address its SDK is pointed at
-        (``base_url``, ``anthropic_base_url``, ``mistral_base_url``: the origin and the format's
-        path prefix), and its server's default window (``ollama_num_ctx``), which can be set."""
+        """What each wire format declares (``registry``): its SDK's address (``base_url``: the origin and
+        the format's path prefix), and its server's default window, which can be set (``ollama_num_ctx``)."""
         if name in ADDRESSES:
             return self.origin + ADDRESSES[name]
         if name in SERVER_WINDOWS:
@@ -235,14 +224,13 @@ class FakeLLM:
         """Bind and serve in a background thread; returns self for chaining."""
         if self._server is not None:
             return self
-        self._server = _Server((self._host, self._port), self)
+        self._server = _Server(self._address, self)
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                          name=f"FakeLLM:{self.port}", daemon=True).start()
         return self
 
     def stop(self) -> None:
-        """Shut down (returning once the serving thread has stopped), sever live connections; safe
-        to call repeatedly."""
+        """Shut down (once the serving thread has stopped) and sever live connections; safe to repeat."""
         server, self._server = self._server, None
         if server is not None:
             server.shutdown()
@@ -252,8 +240,7 @@ class FakeLLM:
     def __enter__(self) -> FakeLLM:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     @property
@@ -265,7 +252,7 @@ class FakeLLM:
 
     @property
     def origin(self) -> str:
-        host = f"[{self._host}]" if ":" in self._host else self._host
+        host = f"[{self._address[0]}]" if ":" in self._address[0] else self._address[0]
         return f"http://{host}:{self.port}"
 
     def script(self, *replies: Reply | str) -> None:

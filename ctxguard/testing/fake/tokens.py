@@ -4,8 +4,7 @@ Usage grows with what the model reads (message text, instructions, tool results 
 tool and output schemas, a few tokens of framing per message) and with what it writes, never with
 JSON punctuation or parameters the model does not read. A deterministic approximation (about a
 token per five letters of a word, one per punctuation mark), not a tokenizer: ctxguard's own
-estimate must not agree with it by construction. Each wire format says which parts of its
-request are read (its ``prompt_tokens``) and how its provider prices a picture (``media``).
+estimate must not agree with it by construction.
 """
 
 from __future__ import annotations
@@ -16,8 +15,7 @@ from typing import Any, NamedTuple
 
 from .media import flat
 
-# Per message (role, separators) and once more for the reply's own header, as
-# OpenAI's cookbook counts chat framing.
+# Per message (role, separators) and once for the reply's own header, as OpenAI's cookbook counts.
 FRAME_TOKENS = 3
 
 

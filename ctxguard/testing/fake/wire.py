@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from http.client import responses
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 from .script import RecordedRequest, Reply, ServedResponse
 from .tokens import FRAME_TOKENS, text_tokens
@@ -26,31 +26,24 @@ Event = tuple[str | None, Any]
 Headers = list[tuple[str, str]]
 
 
-@dataclass(frozen=True)
-class Json:
+class Json(NamedTuple):
     """A JSON body: its content type and its encoder."""
 
     content_type: str
     dumps: Callable[[Any], bytes]
 
 
-@dataclass(frozen=True)
-class Framing:
-    """A stream: its content type, headers of its own, and one event's bytes (``frame(name, data)``),
-    each sent as one HTTP chunk."""
+class Framing(NamedTuple):
+    """A stream: its content type, one event's bytes (``frame(name, data)``, an HTTP chunk), its own headers."""
 
     content_type: str
     frame: Callable[[str | None, Any], bytes]
     headers: tuple[tuple[str, str], ...] = ()
 
 
-def _json(**options: Any) -> Json:
-    return Json("application/json", lambda obj: json.dumps(obj, ensure_ascii=False, **options).encode())
-
-
 #: OpenAI and Gemini indent their JSON bodies; Mistral, Cohere and Bedrock write them compact.
-INDENTED = _json(indent=2)
-COMPACT = _json(separators=(",", ":"))
+INDENTED = Json("application/json", lambda obj: json.dumps(obj, ensure_ascii=False, indent=2).encode())
+COMPACT = Json("application/json", lambda obj: json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())
 
 
 def sse(separators: tuple[str, str] = (",", ":")) -> Framing:
@@ -65,18 +58,15 @@ def sse(separators: tuple[str, str] = (",", ":")) -> Framing:
 
 @dataclass(frozen=True)
 class WireFormat:
-    """One API as the fake speaks it: everything that differs between APIs is one of these hooks,
-    which the server calls the same whatever the API.
+    """One API as the fake speaks it: all that differs between APIs is a hook, called the same for each API.
 
-    usage: FORMAT = WireFormat(name="cohere.chat", path=re.compile(r".*/v2/chat"), streamed=asks_to_stream, ...)
+    usage: FORMAT = WireFormat(name="cohere.chat", path=re.compile(r".*/v2/chat"), prompt_tokens=..., ...)
     """
 
     #: How the registry and its tests name it (``openai.chat``, ``bedrock.converse``).
     name: str
     #: The routes it answers: a request path (query and trailing ``/`` cut) this matches whole.
     path: re.Pattern[str]
-    #: Whether the answer streams: the body asks for it, or the route says so.
-    streamed: Callable[[Exchange], bool]
     #: What the model reads of the request, in the estimate's unit (``tokens``).
     prompt_tokens: Callable[[Exchange], int]
     #: The answer's id (None: the API gives none), the request's, a tool call's (None: none).
@@ -97,6 +87,8 @@ class WireFormat:
     #: How its bodies and streams are written.
     json: Json
     framing: Framing
+    #: Whether the answer streams: the body asks for it (by default), or the route says so.
+    streamed: Callable[[Exchange], bool] = lambda exchange: exchange.payload.get("stream") is True
     #: Headers after Content-Type, given the status and the error type (None: no error).
     headers: Callable[[Exchange, int, str | None], Headers] = lambda exchange, status, error_type: []
     #: The model a route names, for an API whose body does not.
@@ -107,16 +99,10 @@ class WireFormat:
     broken: str | None = None
     #: Prompt tokens the server drops to fit its context window; it reports what it kept, never more.
     truncated_tokens: Callable[[Exchange], int] = lambda exchange: 0
-    #: Where its SDK is pointed: the ``FakeLLM`` attribute naming it and its path after the origin
-    #: (None: another format's address reaches it too).
+    #: Where its SDK is pointed: a ``FakeLLM`` attribute and its path after the origin (None: another's).
     address: tuple[str, str] | None = None
-    #: The window its server holds a request that sets none to (``FakeLLM.windows``), and the
-    #: ``FakeLLM`` attribute that reads and sets it.
+    #: The ``FakeLLM`` attribute reading and setting the window its server gives a request setting none.
     server_window: tuple[str, int] | None = None
-
-
-def asks_to_stream(exchange: Exchange) -> bool:
-    return exchange.payload.get("stream") is True
 
 
 def request_id_header(name: str) -> Callable[[Exchange, int, str | None], Headers]:
@@ -149,8 +135,7 @@ def split(text: str, parts: int = 3) -> list[str]:
     return [text[a:b] for a, b in pairwise(cuts)]
 
 
-@dataclass(frozen=True)
-class ScriptedCall:
+class ScriptedCall(NamedTuple):
     """A scripted tool call, its id in the style of the API answering (``Exchange.calls``)."""
 
     id: str
@@ -270,8 +255,7 @@ class Exchange:
 
     def served(self, request: RecordedRequest) -> ServedResponse:
         """The record of a 200 answer; a scripted failure keeps it from reporting its end."""
-        fmt, failure = self.format, self.reply.stream_failure
-        truncated = fmt.truncated_tokens(self) if self.reply.input_tokens is None else 0
+        fmt, reply, failure = self.format, self.reply, self.reply.stream_failure
         error_type = None
         finish_reasons = () if failure else (fmt.finish(self),)
         if failure == "error" and fmt.broken is not None:
@@ -279,14 +263,12 @@ class Exchange:
             error_type, finish_reasons = fmt.broken, (fmt.broken,)
         elif failure == "error":
             error_type = fmt.error(self, fmt.failure_status, None)[1]
+        ended = failure is None
         return ServedResponse(
-            request=request, status=200, request_id=self.request_id, id=self.id, model=self.model,
-            stream=self.stream, finish_reasons=finish_reasons, usage=None if failure else fmt.usage(self),
-            input_tokens=None if failure else self.input_tokens,
-            output_tokens=None if failure else self.output_tokens,
-            cached_tokens=self.reply.cached_tokens, cache_write_tokens=self.reply.cache_write_tokens,
-            reasoning_tokens=self.reasoning_tokens,
+            request=request, status=200, request_id=self.request_id, id=self.id, model=self.model, stream=self.stream,
+            finish_reasons=finish_reasons, usage=fmt.usage(self) if ended else None,
+            input_tokens=self.input_tokens if ended else None, output_tokens=self.output_tokens if ended else None,
+            cached_tokens=reply.cached_tokens, cache_write_tokens=reply.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens, error_type=error_type, failure=failure,
             tool_call_ids=tuple(c.id for c in self.calls) if fmt.call_id else (),
-            error_type=error_type, failure=failure,
-            truncated_tokens=truncated,
-        )
+            truncated_tokens=fmt.truncated_tokens(self) if reply.input_tokens is None else 0)
