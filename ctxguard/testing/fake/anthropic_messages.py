@@ -19,12 +19,12 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens
+from .tokens import FRAME_TOKENS, Reading, messages_tokens, read_tokens, schemas_tokens
 from .wire import Event, Events, Exchange, Json, WireFormat, phrase, request_id_header, split, sse
 
 #: What the model reads of a message (``tokens.Reading``): not its tool ids, cache hints, thinking
 #: signatures, citations, a source's media type; a ``tool_use`` input is read keys and all.
-READING = reading(unread="tool_use_id cache_control signature citations media_type", media="source image",
+READING = Reading(unread="tool_use_id cache_control signature citations media_type", media="source image",
                   structured="input")
 
 #: Its ids' alphabet (``msg_01…``, ``toolu_01…``).

@@ -32,12 +32,12 @@ from functools import partial
 from typing import Any
 
 from . import anthropic_messages, media
-from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens, text_tokens
+from .tokens import FRAME_TOKENS, Reading, messages_tokens, read_tokens, schemas_tokens, text_tokens
 from .wire import ALNUM, COMPACT, HEX, Event, Events, Exchange, Framing, Headers, WireFormat, phrase, split
 
 #: What the model reads of a Converse message (``tokens.Reading``): not its tool ids, result statuses,
 #: reasoning signatures; a ``toolUse`` input is read keys and all.
-READING = reading(unread="toolUseId status signature", media="image", structured="input")
+READING = Reading(unread="toolUseId status signature", media="image", structured="input")
 
 
 FAILURE_STATUS = 500

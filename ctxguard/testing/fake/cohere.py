@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens
+from .tokens import FRAME_TOKENS, Reading, messages_tokens, read_tokens, schemas_tokens
 from .wire import (
     COMPACT,
     HEX,
@@ -46,7 +46,7 @@ _FINISH_REASONS: dict[str, str] = {
     "content_filter": "COMPLETE", "stop_sequence": "STOP_SEQUENCE", "error": "ERROR",
 }
 #: What the model reads of a message (``tokens.Reading``): not its tool call ids or citations.
-READING = reading(unread="tool_call_id citations index", media="image_url")
+READING = Reading(unread="tool_call_id citations index", media="image_url")
 
 
 BROKEN = "ERROR"

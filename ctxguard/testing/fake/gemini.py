@@ -14,12 +14,12 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens
+from .tokens import FRAME_TOKENS, Reading, messages_tokens, read_tokens, schemas_tokens
 from .wire import ALNUM, HEX, INDENTED, Event, Events, Exchange, WireFormat, phrase, split, sse
 
 #: What the model reads of a content (``tokens.Reading``): not its thought signatures or MIME types; a
 #: function call's ``args`` and a function response are read keys and all.
-READING = reading(unread="thoughtSignature thought_signature mimeType mime_type",
+READING = Reading(unread="thoughtSignature thought_signature mimeType mime_type",
                   media="inlineData inline_data fileData file_data", structured="args response")
 
 

@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .tokens import FRAME_TOKENS, messages_tokens, reading, schemas_tokens
+from .tokens import FRAME_TOKENS, Reading, messages_tokens, schemas_tokens
 from .wire import (
     ALNUM,
     COMPACT,
@@ -47,7 +47,7 @@ ERRORS: dict[int, tuple[str, str | None, str]] = {
 _FINISH_REASONS: dict[str, str] = {"function_call": "tool_calls"}
 #: What the model reads of a message (``tokens.Reading``): not its tool call ids, ``prefix`` flag or a
 #: streamed call's ``index``; a call's ``arguments``, which may be an object, are read keys and all.
-READING = reading(unread="tool_call_id prefix index", media="image_url document_url input_audio file",
+READING = Reading(unread="tool_call_id prefix index", media="image_url document_url input_audio file",
                   structured="arguments")
 
 

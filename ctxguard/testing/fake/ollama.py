@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import media
-from .tokens import FRAME_TOKENS, read_tokens, reading, schemas_tokens
+from .tokens import FRAME_TOKENS, Reading, read_tokens, schemas_tokens
 from .wire import HEX, Event, Events, Exchange, Framing, Json, WireFormat, phrase, split
 
 #: What the model reads of a message (``tokens.Reading``; its ``images`` are priced apart): a tool
 #: call's ``arguments``, an object, are read keys and all.
-READING = reading(unread="index", structured="arguments")
+READING = Reading(unread="index", structured="arguments")
 
 
 FAILURE_STATUS = 500

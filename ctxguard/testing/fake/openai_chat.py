@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .tokens import FRAME_TOKENS, messages_tokens, reading, schemas_tokens
+from .tokens import FRAME_TOKENS, Reading, messages_tokens, schemas_tokens
 from .wire import (
     ALNUM,
     HEX,
@@ -38,7 +38,7 @@ from .wire import (
 
 #: What the model reads of a message (``tokens.Reading``): not its tool call ids, an image's ``detail``,
 #: a returned message's annotations and log probabilities, a streamed call's ``index``, a cache hint.
-READING = reading(unread="tool_call_id detail annotations logprobs index cache_control",
+READING = Reading(unread="tool_call_id detail annotations logprobs index cache_control",
                   media="image_url input_audio file")
 
 

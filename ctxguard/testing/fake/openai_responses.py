@@ -18,7 +18,7 @@ from typing import Any
 
 from . import media
 from .openai_chat import FAILURE_STATUS, call_id, error, padding, request_id
-from .tokens import FRAME_TOKENS, messages_tokens, reading, schemas_tokens
+from .tokens import FRAME_TOKENS, Reading, messages_tokens, schemas_tokens
 from .wire import (
     HEX,
     INDENTED,
@@ -35,7 +35,7 @@ from .wire import (
 _INCOMPLETE_REASONS: dict[str, str] = {"length": "max_output_tokens", "content_filter": "content_filter"}
 #: What the model reads of an input item (``tokens.Reading``): not its call ids, statuses, an image's
 #: ``detail``, annotations, log probabilities, encrypted reasoning.
-READING = reading(unread="call_id status detail annotations logprobs encrypted_content",
+READING = Reading(unread="call_id status detail annotations logprobs encrypted_content",
                   media="image_url input_image input_audio file file_data")
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from ..._nesting import MAX_NESTING, deeper_than
 from .registry import ADDRESSES, SERVER_WINDOWS, UNKNOWN_ROUTE, answering, unknown_route
 from .script import RecordedRequest, Reply, ServedResponse, coerce
-from .wire import Event, Exchange
+from .wire import Event, Exchange, Headers
 
 __all__ = ["FakeLLM"]
 
@@ -27,13 +27,12 @@ __all__ = ["FakeLLM"]
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
-    # The default backlog of 5 drops the SYNs of a burst of connections: those clients
-    # stall a second for the retry, or give up.
+    # The default backlog of 5 drops the SYNs of a burst of connections: those clients stall, or give up.
     request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], fake: FakeLLM) -> None:
         self.fake = fake
-        # The live connections, which stop() severs: keep-alive connections pooled by SDK clients
+        # The live connections, which server_close() severs: keep-alive connections pooled by SDK clients
         # would otherwise leave handler threads parked in ``readline`` after shutdown.
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
@@ -56,7 +55,8 @@ class _Server(ThreadingHTTPServer):
             return
         super().handle_error(request, client_address)
 
-    def sever_connections(self) -> None:
+    def server_close(self) -> None:
+        super().server_close()
         with self.connections_lock:
             conns = list(self.connections)
             self.connections.clear()
@@ -66,13 +66,11 @@ class _Server(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
-    """Translate one HTTP exchange into a RecordedRequest and a rendered Reply. A client that hangs
-    up raises OSError out of a write, which ends the connection (``_Server.handle_error``)."""
+    """Translate one HTTP exchange into a RecordedRequest and a rendered Reply."""
 
     # HTTP/1.1 lets SDK connection pools reuse sockets like they do in production.
     protocol_version = "HTTP/1.1"
-    # Headers and body leave in separate small writes; with Nagle on, each reply waits
-    # ~40 ms for the client's delayed ACK.
+    # Headers and body leave in separate small writes: with Nagle on, each waits ~40 ms for a delayed ACK.
     disable_nagle_algorithm = True
     server: _Server
 
@@ -114,8 +112,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             return self._fail(ex, req, 400, f"Invalid JSON body: {exc}")
         ex = replace(ex, payload=payload)
-        refusal = fmt.refuse(ex)
-        if refusal is not None:
+        if (refusal := fmt.refuse(ex)) is not None:
             return self._fail(ex, req, 400, error=refusal)
         try:
             reply = fake._next_reply(req, n)
@@ -145,9 +142,7 @@ class _Handler(BaseHTTPRequestHandler):
                                                 error_type=error_type, failure=failure))
         self._send_json(ex, status, body, error_type=error_type)
 
-    def _start(self, ex: Exchange, status: int, content_type: str, error_type: str | None,
-               more: list[tuple[str, str]]) -> None:
-        """The status line and the headers: Content-Type, the format's own, then ``more``."""
+    def _start(self, ex: Exchange, status: int, content_type: str, error_type: str | None, more: Headers) -> None:
         self.send_response(status)
         for name, value in [("Content-Type", content_type), *ex.format.headers(ex, status, error_type), *more]:
             self.send_header(name, value)
@@ -183,7 +178,13 @@ class FakeLLM:
     ``seed`` makes the ids reproducible: two servers with the same seed answer the same requests
     with the same ids (to compare a run with ctxguard and one without).
 
-    usage: with FakeLLM() as llm: client = openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0)
+    Usage::
+
+        with FakeLLM() as llm:
+            llm.script("hello", Reply(status=429))
+            client = openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0)
+            r = client.chat.completions.create(model="m", messages=[...])
+            assert llm.bodies("/chat/completions")[0]["model"] == "m" and r.id == llm.responses[0].id
     """
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
@@ -201,8 +202,7 @@ class FakeLLM:
         self._serial = 0
         self.requests: list[RecordedRequest] = []
         self.responses: list[ServedResponse] = []
-        #: The context window (in the fake's tokens) each API named here holds prompts to, by ``WireFormat``
-        #: name: its module cuts a longer one (``ServedResponse.truncated_tokens``); defaults: ``server_window``.
+        #: Each API's context window in the fake's tokens, by ``WireFormat`` name (defaults: ``server_window``).
         self.windows: dict[str, int] = {name: window for name, window in SERVER_WINDOWS.values()}
 
     def __getattr__(self, name: str) -> Any:
@@ -234,7 +234,6 @@ class FakeLLM:
         server, self._server = self._server, None
         if server is not None:
             server.shutdown()
-            server.sever_connections()
             server.server_close()
 
     def __enter__(self) -> FakeLLM:

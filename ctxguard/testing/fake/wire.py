@@ -106,7 +106,6 @@ class WireFormat:
 
 
 def request_id_header(name: str) -> Callable[[Exchange, int, str | None], Headers]:
-    """The request id under ``name``, on every answer."""
     return lambda exchange, status, error_type: [(name, exchange.request_id)]
 
 
@@ -152,8 +151,7 @@ class ScriptedCall(NamedTuple):
 
 
 class Events:
-    """A stream's events, and the point where a scripted failure cuts it: after the
-    first delta, or after the opening event when nothing is said."""
+    """A stream's events, cut by a scripted failure after the first delta (or the opening event if none)."""
 
     def __init__(self) -> None:
         self.items: list[Event] = []
@@ -195,7 +193,6 @@ class Exchange:
 
     @property
     def requested_model(self) -> str:
-        """The model the request names, in its body or its path ("" if neither)."""
         return str(self.payload.get("model") or self.format.model_in_path(self.route))
 
     @property
