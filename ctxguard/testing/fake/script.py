@@ -13,8 +13,7 @@ __all__ = ["RecordedRequest", "Reply", "ServedResponse"]
 
 @dataclass(frozen=True)
 class RecordedRequest:
-    """One request exactly as it arrived, so tests can assert on wire bytes: ``path`` is the raw
-    request target, query string included."""
+    """One request exactly as it arrived, for asserts on wire bytes: ``path`` is the raw target, query and all."""
 
     method: str
     path: str

@@ -51,9 +51,8 @@ class _Server(ThreadingHTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Clients hanging up mid-stream and stop() severing sockets are expected; anything else is a bug.
-        if isinstance(sys.exc_info()[1], OSError):
-            return
-        super().handle_error(request, client_address)
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
     def server_close(self) -> None:
         super().server_close()

@@ -18,10 +18,9 @@ FRAME_TOKENS = 3
 
 
 class Reading:
-    """What a wire format's model reads of a message, by key (each space-separated): keys whose values
-    it never reads as text (ids, cache hints, signatures; no API reads a block's ``type``, ``role`` or
-    ``id``), keys holding a picture, audio or a file (priced once a part), and keys whose JSON it reads
-    keys and all (tool arguments and results given as objects; as a JSON string they read the same)."""
+    """What a wire format's model reads of a message, by key (space-separated): keys it never reads (ids, cache
+    hints, signatures; no API reads a block's ``type``, ``role`` or ``id``), keys holding a picture, audio or a
+    file (priced once a part), and keys whose JSON it reads keys and all (tool arguments and results as objects)."""
 
     def __init__(self, unread: str = "", media: str = "", structured: str = "") -> None:
         self.unread = frozenset({"type", "role", "id", *unread.split()})

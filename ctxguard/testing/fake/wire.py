@@ -1,6 +1,5 @@
-"""What a wire format is made of: the ``WireFormat`` record its module declares, how it writes an
-answer (``Json``, a stream's ``Framing``), and the ``Exchange`` (one request, the reply it is
-answered with, what follows from both) its hooks read."""
+"""What a wire format is made of: the ``WireFormat`` record its module declares, its writers (``Json``,
+a stream's ``Framing``), and the ``Exchange`` its hooks read: a request, its reply, what follows from both."""
 
 from __future__ import annotations
 
