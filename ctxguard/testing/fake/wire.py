@@ -98,9 +98,9 @@ class WireFormat:
     broken: str | None = None
     #: Prompt tokens the server drops to fit its context window; it reports what it kept, never more.
     truncated_tokens: Callable[[Exchange], int] = lambda exchange: 0
-    #: Where its SDK is pointed: a ``FakeLLM`` attribute and its path after the origin (None: another's).
+    #: Where its SDK is pointed: a ``FakeLLM`` attribute and its path after the origin (None: another format's).
     address: tuple[str, str] | None = None
-    #: The ``FakeLLM`` attribute reading and setting the window its server gives a request setting none.
+    #: The ``FakeLLM`` attribute that reads and sets its server's window for a request setting none, and that window.
     server_window: tuple[str, int] | None = None
 
 
