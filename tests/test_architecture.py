@@ -220,10 +220,10 @@ def test_module_level_state_mutated_at_run_time_is_only_the_processes(harness, l
 #: The fake's shared part: its server, the wire-format protocol and what every format uses. Every
 #: other module of ``testing/fake/`` is a wire format's (``registry.FORMATS``), or ``media.py``: each
 #: provider's picture prices, one function a provider.
-FAKE_SHARED = ("__init__.py", "server.py", "wire.py", "script.py", "tokens.py", "framing.py", "registry.py")
+FAKE_SHARED = ("__init__.py", "server.py", "wire.py", "script.py", "tokens.py", "registry.py")
 #: Its bound in physical lines: blank lines, comments and docstrings count. Issue 38 asks for 800;
-#: 996 were cut to this, the rest being the hooks' contract, the public records' docs and code.
-FAKE_SHARED_LINES = 903
+#: 996 were cut to this (903, then framing.py into wire.py, one-format helpers into their formats).
+FAKE_SHARED_LINES = 797
 
 
 def _code_strings(tree: ast.Module) -> list[ast.Constant]:

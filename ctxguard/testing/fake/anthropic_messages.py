@@ -14,20 +14,21 @@ import base64
 import hashlib
 import json
 import re
+import string
 from functools import partial
 from typing import Any
 
 from . import media
-from .framing import Json, sse
-from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens
-from .wire import BASE62, Drop, Event, Events, Exchange, WireFormat, asks_to_stream, phrase, request_id_header, split
+from .tokens import FRAME_TOKENS, Reading, messages_tokens, read_tokens, schemas_tokens
+from .wire import Event, Events, Exchange, Json, WireFormat, phrase, request_id_header, split, sse
 
 #: What the model reads of a message (``tokens.Reading``): not its tool ids, cache hints, thinking
 #: signatures, citations, a source's media type; a ``tool_use`` input is read keys and all.
-READING = reading(unread="tool_use_id cache_control signature citations media_type", media="source image",
+READING = Reading(unread="tool_use_id cache_control signature citations media_type", media="source image",
                   structured="input")
 
-
+#: Its ids' alphabet (``msg_01…``, ``toolu_01…``).
+BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
 FAILURE_STATUS = 529
 ERRORS: dict[int, tuple[str, str]] = {
     400: ("invalid_request_error", "Invalid request."),
@@ -163,7 +164,7 @@ def events(ex: Exchange, model: str) -> Events:
     return out
 
 
-def stream(ex: Exchange) -> list[Event | Drop]:
+def stream(ex: Exchange) -> list[Event | None]:
     # Failing midway, the service sends an ``error`` event and ends the stream.
     failure = error(ex, FAILURE_STATUS, None)[0]
     return events(ex, ex.model).cut(ex, [("error", {"type": "error", "error": failure["error"]})])
@@ -172,7 +173,6 @@ def stream(ex: Exchange) -> list[Event | Drop]:
 FORMAT = WireFormat(
     name="anthropic.messages",
     path=re.compile(r".*/messages"),
-    streamed=asks_to_stream,
     prompt_tokens=prompt_tokens,
     response_id=lambda ex: "msg_01" + ex.ident("id", BASE62, 22),
     request_id=lambda ex: "req_011C" + ex.ident("request", BASE62, 20),

@@ -32,13 +32,12 @@ from functools import partial
 from typing import Any
 
 from . import anthropic_messages, media
-from .framing import COMPACT, Framing
-from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens, text_tokens
-from .wire import ALNUM, BASE62, BASE64URL, DROP, HEX, Drop, Event, Events, Exchange, Headers, WireFormat, phrase, split
+from .tokens import FRAME_TOKENS, Reading, messages_tokens, read_tokens, schemas_tokens, text_tokens
+from .wire import ALNUM, COMPACT, HEX, Event, Events, Exchange, Framing, Headers, WireFormat, phrase, split
 
 #: What the model reads of a Converse message (``tokens.Reading``): not its tool ids, result statuses,
 #: reasoning signatures; a ``toolUse`` input is read keys and all.
-READING = reading(unread="toolUseId status signature", media="image", structured="input")
+READING = Reading(unread="toolUseId status signature", media="image", structured="input")
 
 
 FAILURE_STATUS = 500
@@ -183,7 +182,7 @@ def _converse_body(ex: Exchange) -> dict[str, Any]:
     }
 
 
-def _converse_stream(ex: Exchange) -> list[Event | Drop]:
+def _converse_stream(ex: Exchange) -> list[Event | None]:
     """messageStart, per block its deltas (a tool use opened by contentBlockStart) and its stop,
     messageStop with the stop reason, then metadata with the usage."""
     out = Events()
@@ -219,7 +218,7 @@ CONVERSE = WireFormat(
     prompt_tokens=_converse_tokens,
     response_id=lambda ex: None,
     request_id=_request_id,
-    call_id=lambda ex, i, name: "tooluse_" + ex.ident("tool", BASE64URL, 22, i),
+    call_id=lambda ex, i, name: "tooluse_" + ex.ident("tool", ALNUM + "-_", 22, i),
     finish=_converse_stop,
     usage=_converse_usage,
     body=_converse_body,
@@ -393,25 +392,25 @@ def _model_events(ex: Exchange) -> list[dict[str, Any]]:
              "stop_reason": finish}]
 
 
-def _invoke_stream(ex: Exchange) -> list[Event | Drop]:
+def _invoke_stream(ex: Exchange) -> list[Event | None]:
     """``chunk`` events whose ``bytes`` are the model's own stream events (Anthropic's, without its
     pings; any other model's own), the last one carrying ``amazon-bedrock-invocationMetrics``."""
-    events: list[Event | Drop]
+    events: list[Event | None]
     if _claude(ex):
         # Failing midway, an exception message in place of Anthropic's ``error`` event.
         cut = anthropic_messages.events(ex, _claude_name(ex.model)).cut(ex, [("error", None)])
-        events = [e for e in cut if isinstance(e, Drop) or e[0] != "ping"]
+        events = [e for e in cut if e is None or e[0] != "ping"]
     else:
-        own: list[Event | Drop] = [(None, event) for event in _model_events(ex)]
+        own: list[Event | None] = [(None, event) for event in _model_events(ex)]
         if ex.reply.stream_failure == "drop":
-            events = [own[0], DROP]
+            events = [own[0], None]
         elif ex.reply.stream_failure == "error":
             events = [own[0], ("error", None)]
         else:
             events = own
-    out: list[Event | Drop] = []
+    out: list[Event | None] = []
     for index, event in enumerate(events):
-        if isinstance(event, Drop):
+        if event is None:
             out.append(event)
         elif event[0] == "error":  # the service failed midway: an exception message, not the model's event
             out.append(_exception(ex))
@@ -442,9 +441,9 @@ INVOKE = WireFormat(
     path=re.compile(r"/model/[^/]+/(invoke|invoke-with-response-stream)"),
     streamed=lambda ex: ex.route.endswith("/invoke-with-response-stream"),
     prompt_tokens=_invoke_tokens,
-    response_id=lambda ex: "msg_bdrk_01" + ex.ident("id", BASE62, 22),
+    response_id=lambda ex: "msg_bdrk_01" + ex.ident("id", anthropic_messages.BASE62, 22),
     request_id=_request_id,
-    call_id=lambda ex, i, name: "toolu_bdrk_01" + ex.ident("tool", BASE62, 22, i),
+    call_id=lambda ex, i, name: "toolu_bdrk_01" + ex.ident("tool", anthropic_messages.BASE62, 22, i),
     finish=_invoke_finish,
     usage=_invoke_usage,
     body=_invoke_body,

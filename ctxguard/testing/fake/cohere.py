@@ -16,9 +16,19 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .framing import COMPACT, sse
-from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens
-from .wire import HEX, Drop, Event, Events, Exchange, WireFormat, asks_to_stream, phrase, request_id_header, split
+from .tokens import FRAME_TOKENS, Reading, messages_tokens, read_tokens, schemas_tokens
+from .wire import (
+    COMPACT,
+    HEX,
+    Event,
+    Events,
+    Exchange,
+    WireFormat,
+    phrase,
+    request_id_header,
+    split,
+    sse,
+)
 
 ERRORS: dict[int, str] = {
     400: "invalid request: message must be at least 1 token long or tool results must be specified.",
@@ -36,7 +46,7 @@ _FINISH_REASONS: dict[str, str] = {
     "content_filter": "COMPLETE", "stop_sequence": "STOP_SEQUENCE", "error": "ERROR",
 }
 #: What the model reads of a message (``tokens.Reading``): not its tool call ids or citations.
-READING = reading(unread="tool_call_id citations index", media="image_url")
+READING = Reading(unread="tool_call_id citations index", media="image_url")
 
 
 BROKEN = "ERROR"
@@ -121,7 +131,7 @@ def body(ex: Exchange) -> dict[str, Any]:
     return {"id": ex.id, "message": message, "finish_reason": finish(ex), "usage": usage(ex)}
 
 
-def stream(ex: Exchange) -> list[Event | Drop]:
+def stream(ex: Exchange) -> list[Event | None]:
     """``message-start``; each content block's ``content-start`` / ``-delta`` / ``-end`` (thinking,
     then text) with its citations; or the tool plan's deltas and each call's ``tool-call-start`` /
     ``-delta`` / ``-end``; then ``message-end`` with the finish reason and the usage, and ``[DONE]``."""
@@ -171,7 +181,6 @@ def stream(ex: Exchange) -> list[Event | Drop]:
 FORMAT = WireFormat(
     name="cohere.chat",
     path=re.compile(r".*/v2/chat"),
-    streamed=asks_to_stream,
     prompt_tokens=prompt_tokens,
     response_id=lambda ex: uuid4(ex.ident("id", HEX, 32)),
     request_id=lambda ex: uuid4(ex.ident("request", HEX, 32)),

@@ -14,13 +14,12 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .framing import INDENTED, sse
-from .tokens import FRAME_TOKENS, messages_tokens, read_tokens, reading, schemas_tokens
-from .wire import BASE64URL, HEX, Drop, Event, Events, Exchange, WireFormat, phrase, split
+from .tokens import FRAME_TOKENS, Reading, messages_tokens, read_tokens, schemas_tokens
+from .wire import ALNUM, HEX, INDENTED, Event, Events, Exchange, WireFormat, phrase, split, sse
 
 #: What the model reads of a content (``tokens.Reading``): not its thought signatures or MIME types; a
 #: function call's ``args`` and a function response are read keys and all.
-READING = reading(unread="thoughtSignature thought_signature mimeType mime_type",
+READING = Reading(unread="thoughtSignature thought_signature mimeType mime_type",
                   media="inlineData inline_data fileData file_data", structured="args response")
 
 
@@ -119,7 +118,7 @@ def body(ex: Exchange) -> dict[str, Any]:
     return _chunk(ex, parts + _calls(ex), final=True)
 
 
-def stream(ex: Exchange) -> list[Event | Drop]:
+def stream(ex: Exchange) -> list[Event | None]:
     out = Events()
     reply = ex.reply
     if reply.refusal:
@@ -141,7 +140,7 @@ FORMAT = WireFormat(
     path=re.compile(r".*:(generateContent|streamGenerateContent)"),
     streamed=lambda ex: ex.route.endswith(":streamGenerateContent"),
     prompt_tokens=prompt_tokens,
-    response_id=lambda ex: ex.ident("id", BASE64URL, 22),
+    response_id=lambda ex: ex.ident("id", ALNUM + "-_", 22),
     request_id=lambda ex: "req_" + ex.ident("request", HEX, 32),
     call_id=None,
     finish=finish,

@@ -32,7 +32,7 @@ import struct
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["FLAT", "anthropic", "cohere", "gemini", "image_size", "mistral", "ollama", "openai"]
+__all__ = ["FLAT", "anthropic", "cohere", "flat", "gemini", "image_size", "mistral", "ollama", "openai"]
 
 #: A media part whose pixels the fake cannot read: what it has always charged.
 FLAT = 85
@@ -147,6 +147,11 @@ def _detail(part: Any) -> str:
 def _fit(w: float, h: float, side: float) -> tuple[float, float]:
     scale = min(1.0, side / w, side / h)
     return w * scale, h * scale
+
+
+def flat(part: Any) -> int:
+    """What a part costs whatever it holds: ``tokens``' price where a format gives none."""
+    return FLAT
 
 
 def openai(model: str, part: Any) -> int:

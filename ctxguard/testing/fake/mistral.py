@@ -16,20 +16,19 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .framing import COMPACT, sse
-from .tokens import FRAME_TOKENS, messages_tokens, reading, schemas_tokens
+from .tokens import FRAME_TOKENS, Reading, messages_tokens, schemas_tokens
 from .wire import (
     ALNUM,
+    COMPACT,
     HEX,
-    Drop,
     Event,
     Events,
     Exchange,
     WireFormat,
-    asks_to_stream,
     phrase,
     request_id_header,
     split,
+    sse,
 )
 
 # (type, code, message) of its ``{"object": "error", ...}`` envelope (as reported for 400, 429 and an
@@ -48,7 +47,7 @@ ERRORS: dict[int, tuple[str, str | None, str]] = {
 _FINISH_REASONS: dict[str, str] = {"function_call": "tool_calls"}
 #: What the model reads of a message (``tokens.Reading``): not its tool call ids, ``prefix`` flag or a
 #: streamed call's ``index``; a call's ``arguments``, which may be an object, are read keys and all.
-READING = reading(unread="tool_call_id prefix index", media="image_url document_url input_audio file",
+READING = Reading(unread="tool_call_id prefix index", media="image_url document_url input_audio file",
                   structured="arguments")
 
 
@@ -125,7 +124,7 @@ def body(ex: Exchange) -> dict[str, Any]:
     }
 
 
-def stream(ex: Exchange) -> list[Event | Drop]:
+def stream(ex: Exchange) -> list[Event | None]:
     created = int(time.time())
     out = Events()
 
@@ -157,7 +156,6 @@ def stream(ex: Exchange) -> list[Event | Drop]:
 FORMAT = WireFormat(
     name="mistral.chat",
     path=re.compile(r"(?=/mistral/).*/chat/completions"),
-    streamed=asks_to_stream,
     prompt_tokens=prompt_tokens,
     response_id=lambda ex: ex.ident("id", HEX, 32),
     request_id=lambda ex: ex.ident("request", HEX, 32),

@@ -17,13 +17,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import media
-from .framing import Framing, Json
-from .tokens import FRAME_TOKENS, read_tokens, reading, schemas_tokens
-from .wire import HEX, Drop, Event, Events, Exchange, WireFormat, phrase, split
+from .tokens import FRAME_TOKENS, Reading, read_tokens, schemas_tokens
+from .wire import HEX, Event, Events, Exchange, Framing, Json, WireFormat, phrase, split
 
 #: What the model reads of a message (``tokens.Reading``; its ``images`` are priced apart): a tool
 #: call's ``arguments``, an object, are read keys and all.
-READING = reading(unread="index", structured="arguments")
+READING = Reading(unread="index", structured="arguments")
 
 
 FAILURE_STATUS = 500
@@ -147,7 +146,7 @@ def body(ex: Exchange) -> dict[str, Any]:
             "done": True, **metrics(ex)}
 
 
-def stream(ex: Exchange) -> list[Event | Drop]:
+def stream(ex: Exchange) -> list[Event | None]:
     """Objects: thinking pieces, text pieces, the tool calls whole in one, then an empty message with
     ``done: true``, the reason and the counts."""
     out = Events()

@@ -19,27 +19,26 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .framing import INDENTED, sse
-from .tokens import FRAME_TOKENS, messages_tokens, reading, schemas_tokens
+from .tokens import FRAME_TOKENS, Reading, messages_tokens, schemas_tokens
 from .wire import (
     ALNUM,
     HEX,
-    Drop,
+    INDENTED,
     Event,
     Events,
     Exchange,
     ScriptedCall,
     WireFormat,
-    asks_to_stream,
     ident,
     phrase,
     request_id_header,
     split,
+    sse,
 )
 
 #: What the model reads of a message (``tokens.Reading``): not its tool call ids, an image's ``detail``,
 #: a returned message's annotations and log probabilities, a streamed call's ``index``, a cache hint.
-READING = reading(unread="tool_call_id detail annotations logprobs index cache_control",
+READING = Reading(unread="tool_call_id detail annotations logprobs index cache_control",
                   media="image_url input_audio file")
 
 
@@ -190,7 +189,7 @@ def body(ex: Exchange) -> dict[str, Any]:
     }
 
 
-def stream(ex: Exchange) -> list[Event | Drop]:
+def stream(ex: Exchange) -> list[Event | None]:
     opts = _options(ex)
     include_usage = opts.get("include_usage") is True
     obfuscate = opts.get("include_obfuscation") is not False
@@ -251,7 +250,6 @@ FORMAT = WireFormat(
     name="openai.chat",
     # Mistral's chat API has this path too, under the prefix that is Mistral's (``mistral``).
     path=re.compile(r"(?!/mistral/).*/chat/completions"),
-    streamed=asks_to_stream,
     prompt_tokens=prompt_tokens,
     response_id=lambda ex: "chatcmpl-" + ex.ident("id", ALNUM, 29),
     request_id=request_id,

@@ -17,15 +17,25 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .framing import INDENTED, sse
 from .openai_chat import FAILURE_STATUS, call_id, error, padding, request_id
-from .tokens import FRAME_TOKENS, messages_tokens, reading, schemas_tokens
-from .wire import HEX, Drop, Event, Events, Exchange, ScriptedCall, WireFormat, asks_to_stream, request_id_header, split
+from .tokens import FRAME_TOKENS, Reading, messages_tokens, schemas_tokens
+from .wire import (
+    HEX,
+    INDENTED,
+    Event,
+    Events,
+    Exchange,
+    ScriptedCall,
+    WireFormat,
+    request_id_header,
+    split,
+    sse,
+)
 
 _INCOMPLETE_REASONS: dict[str, str] = {"length": "max_output_tokens", "content_filter": "content_filter"}
 #: What the model reads of an input item (``tokens.Reading``): not its call ids, statuses, an image's
 #: ``detail``, annotations, log probabilities, encrypted reasoning.
-READING = reading(unread="call_id status detail annotations logprobs encrypted_content",
+READING = Reading(unread="call_id status detail annotations logprobs encrypted_content",
                   media="image_url input_image input_audio file file_data")
 
 
@@ -169,7 +179,7 @@ def body(ex: Exchange) -> dict[str, Any]:
     return _response(ex, _output_items(ex), status(ex))
 
 
-def stream(ex: Exchange) -> list[Event | Drop]:
+def stream(ex: Exchange) -> list[Event | None]:
     """The full real event sequence.
 
     The SDK's ``responses.stream()`` helper rebuilds a snapshot from
@@ -238,7 +248,7 @@ def stream(ex: Exchange) -> list[Event | Drop]:
     failed = ("response.failed", {"type": "response.failed", "sequence_number": 0,
                                   "response": _response(ex, [], "failed")})
     events = out.cut(ex, [failed])
-    for seq, event in enumerate(e for e in events if not isinstance(e, Drop)):
+    for seq, event in enumerate(e for e in events if e is not None):
         event[1]["sequence_number"] = seq
     return events
 
@@ -246,7 +256,6 @@ def stream(ex: Exchange) -> list[Event | Drop]:
 FORMAT = WireFormat(
     name="openai.responses",
     path=re.compile(r".*/responses"),
-    streamed=asks_to_stream,
     prompt_tokens=prompt_tokens,
     response_id=lambda ex: "resp_" + ex.ident("id", HEX, 48),
     request_id=request_id,

@@ -1,6 +1,5 @@
 """The wire formats the fake speaks: one ``FORMAT`` a module, listed here, the only place the
-server learns of them. Adding one: write its module (a ``WireFormat``) and add one line to ``FORMATS``.
-"""
+server learns of them. Adding one: write its module (a ``WireFormat``) and add one line to ``FORMATS``."""
 
 from __future__ import annotations
 

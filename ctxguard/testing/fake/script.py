@@ -13,8 +13,7 @@ __all__ = ["RecordedRequest", "Reply", "ServedResponse"]
 
 @dataclass(frozen=True)
 class RecordedRequest:
-    """One request exactly as it arrived, so tests can assert on wire bytes: ``path`` is the raw
-    request target, query string included."""
+    """One request exactly as it arrived, for asserts on wire bytes: ``path`` is the raw target, query and all."""
 
     method: str
     path: str
@@ -100,11 +99,9 @@ class Reply:
             raise ValueError(f"Reply: stream_failure is 'error' or 'drop', not {self.stream_failure!r}")
         if self.deltas < 1:
             raise ValueError("Reply: a streamed text comes in one delta or more")
-        if self.cached_tokens < 0 or (self.input_tokens is not None and self.cached_tokens > self.input_tokens):
-            raise ValueError("Reply: cached_tokens is part of input_tokens")
-        if self.cache_write_tokens < 0 or (self.input_tokens is not None
-                                           and self.cached_tokens + self.cache_write_tokens > self.input_tokens):
-            raise ValueError("Reply: cache_write_tokens is part of input_tokens, beside cached_tokens")
+        over = self.input_tokens is not None and self.cached_tokens + self.cache_write_tokens > self.input_tokens
+        if min(self.cached_tokens, self.cache_write_tokens) < 0 or over:
+            raise ValueError("Reply: cached_tokens and cache_write_tokens are parts of input_tokens")
         if (self.reasoning_tokens is not None and self.output_tokens is not None
                 and self.reasoning_tokens > self.output_tokens):
             raise ValueError("Reply: reasoning_tokens is part of output_tokens")

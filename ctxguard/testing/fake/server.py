@@ -14,13 +14,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
 
 from ..._nesting import MAX_NESTING, deeper_than
 from .registry import ADDRESSES, SERVER_WINDOWS, UNKNOWN_ROUTE, answering, unknown_route
 from .script import RecordedRequest, Reply, ServedResponse, coerce
-from .wire import Drop, Event, Exchange
+from .wire import Event, Exchange, Headers
 
 __all__ = ["FakeLLM"]
 
@@ -28,18 +27,16 @@ __all__ = ["FakeLLM"]
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
-    # The default backlog of 5 drops the SYNs of a burst of connections: those clients
-    # stall a second for the retry, or give up.
+    # The default backlog of 5 drops the SYNs of a burst of connections: those clients stall, or give up.
     request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], fake: FakeLLM) -> None:
         self.fake = fake
-        # The live connections, which stop() severs: keep-alive connections pooled by SDK clients
+        # The live connections, which server_close() severs: keep-alive connections pooled by SDK clients
         # would otherwise leave handler threads parked in ``readline`` after shutdown.
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -53,13 +50,12 @@ class _Server(ThreadingHTTPServer):
         super().shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        # Clients hanging up mid-stream and stop() severing sockets are
-        # expected; anything else is a real bug worth a traceback.
-        if isinstance(sys.exc_info()[1], OSError):
-            return
-        super().handle_error(request, client_address)
+        # Clients hanging up mid-stream and stop() severing sockets are expected; anything else is a bug.
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
-    def sever_connections(self) -> None:
+    def server_close(self) -> None:
+        super().server_close()
         with self.connections_lock:
             conns = list(self.connections)
             self.connections.clear()
@@ -69,23 +65,16 @@ class _Server(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
-    """Translate one HTTP exchange into a RecordedRequest and a rendered Reply. A client that hangs
-    up raises OSError out of a write, which ends the connection (``_Server.handle_error``)."""
+    """Translate one HTTP exchange into a RecordedRequest and a rendered Reply."""
 
     # HTTP/1.1 lets SDK connection pools reuse sockets like they do in production.
     protocol_version = "HTTP/1.1"
-    # Headers and body leave in separate small writes; with Nagle on, each reply waits
-    # ~40 ms for the client's delayed ACK.
+    # Headers and body leave in separate small writes: with Nagle on, each waits ~40 ms for a delayed ACK.
     disable_nagle_algorithm = True
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:
         """Access logs on stderr would drown pytest output."""
-
-    def do_POST(self) -> None:
-        self._handle()
-
-    do_GET = do_PUT = do_PATCH = do_DELETE = do_POST
 
     def _read_chunked(self) -> bytes:
         chunks: list[bytes] = []
@@ -96,7 +85,7 @@ class _Handler(BaseHTTPRequestHandler):
             pass  # the trailers, up to the terminating blank line
         return b"".join(chunks)
 
-    def _handle(self) -> None:
+    def do_POST(self) -> None:
         # rfile is buffered: read(n) returns n bytes, or fewer only when the client hangs up.
         chunked = "chunked" in self.headers.get("Transfer-Encoding", "").lower()
         body = self._read_chunked() if chunked else self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -112,9 +101,8 @@ class _Handler(BaseHTTPRequestHandler):
         if fmt is None or self.command != "POST":
             return self._fail(ex, req, 404, error=unknown_route(self.command, path))
         try:
-            # Refused at a depth of its own, as a provider's parser does: Python's reader goes
-            # deeper on 3.13 than on 3.11, and the fake's walkers would fail past it (a dropped
-            # connection), so the same body would be answered differently by version.
+            # Refused at a depth of its own, as a provider's parser does: Python's reader goes deeper on
+            # 3.13 than on 3.11, and past it the fake's walkers would drop the connection on one only.
             if deeper_than(body.decode("utf-8", "replace")):
                 raise ValueError(f"nested more than {MAX_NESTING} levels deep")
             payload = json.loads(body) if body else {}
@@ -123,8 +111,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             return self._fail(ex, req, 400, f"Invalid JSON body: {exc}")
         ex = replace(ex, payload=payload)
-        refusal = fmt.refuse(ex)
-        if refusal is not None:
+        if (refusal := fmt.refuse(ex)) is not None:
             return self._fail(ex, req, 400, error=refusal)
         try:
             reply = fake._next_reply(req, n)
@@ -144,6 +131,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send_stream(ex, answer)
         self._send_json(ex, 200, answer, drop=reply.stream_failure == "drop")
 
+    do_GET = do_PUT = do_PATCH = do_DELETE = do_POST
+
     def _fail(self, ex: Exchange, req: RecordedRequest, status: int, message: str | None = None, *,
               error: tuple[dict[str, Any], str] | None = None, failure: str | None = None) -> None:
         """Answer ``status`` with ``error`` (body, type), by default the format's for ``message``."""
@@ -152,39 +141,31 @@ class _Handler(BaseHTTPRequestHandler):
                                                 error_type=error_type, failure=failure))
         self._send_json(ex, status, body, error_type=error_type)
 
-    def _start(self, ex: Exchange, status: int, content_type: str, error_type: str | None,
-               more: list[tuple[str, str]]) -> None:
-        """The status line and the headers: Content-Type, the format's own, then ``more``."""
+    def _start(self, ex: Exchange, status: int, content_type: str, error_type: str | None, more: Headers) -> None:
         self.send_response(status)
         for name, value in [("Content-Type", content_type), *ex.format.headers(ex, status, error_type), *more]:
             self.send_header(name, value)
         self.end_headers()
 
-    def _send_json(
-        self, ex: Exchange, status: int, obj: Any, *, drop: bool = False, error_type: str | None = None
-    ) -> None:
+    def _send_json(self, ex: Exchange, status: int, obj: Any, *, drop: bool = False,
+                   error_type: str | None = None) -> None:
         data = ex.format.json.dumps(obj)
         self._start(ex, status, ex.format.json.content_type, error_type, [("Content-Length", str(len(data)))])
         self.wfile.write(data[: len(data) // 2] if drop else data)
-        if drop:
-            self._drop()
+        if drop:  # cut mid-body, as a crashed upstream or a broken proxy does: closed once this returns
+            self.close_connection = True
 
-    def _send_stream(self, ex: Exchange, events: list[Event | Drop]) -> None:
-        """Write events one by one, one HTTP chunk each, so clients see a genuinely
-        incremental stream (and can tell a cut connection from the end of the body)."""
+    def _send_stream(self, ex: Exchange, events: list[Event | None]) -> None:
+        """One HTTP chunk an event: clients see a stream really arrive, and tell a cut one from its end."""
         framing = ex.format.framing
         self._start(ex, 200, framing.content_type, None, [*framing.headers, ("Transfer-Encoding", "chunked")])
         for item in events:
-            if isinstance(item, Drop):
-                return self._drop()
+            if item is None:  # the drop, as above
+                self.close_connection = True
+                return
             frame = framing.frame(*item)
             self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
         self.wfile.write(b"0\r\n\r\n")
-
-    def _drop(self) -> None:
-        """Cut the connection mid-body, as a crashed upstream or a broken proxy does: the server
-        closes it once this answer returns."""
-        self.close_connection = True
 
 
 class FakeLLM:
@@ -196,7 +177,13 @@ class FakeLLM:
     ``seed`` makes the ids reproducible: two servers with the same seed answer the same requests
     with the same ids (to compare a run with ctxguard and one without).
 
-    usage: with FakeLLM() as llm: client = openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0)
+    Usage::
+
+        with FakeLLM() as llm:
+            llm.script("hello", Reply(status=429))
+            client = openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0)
+            r = client.chat.completions.create(model="m", messages=[...])
+            assert llm.bodies("/chat/completions")[0]["model"] == "m" and r.id == llm.responses[0].id
     """
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
@@ -204,8 +191,7 @@ class FakeLLM:
         if host not in ("127.0.0.1", "::1", "localhost"):
             # A fake that answers anyone on the network is a liability.
             raise ValueError(f"FakeLLM binds to loopback only, not {host!r}")
-        self._host = "127.0.0.1" if host == "localhost" else host
-        self._port = port
+        self._address = ("127.0.0.1" if host == "localhost" else host, port)
         self._reply_fn = reply
         self._lock = threading.Lock()
         self._script: deque[Reply] = deque()
@@ -215,15 +201,12 @@ class FakeLLM:
         self._serial = 0
         self.requests: list[RecordedRequest] = []
         self.responses: list[ServedResponse] = []
-        #: The context window, in the fake's tokens, each API named here holds a prompt to (by its
-        #: ``WireFormat`` name), as its server does: its module says how it cuts a longer prompt, and
-        #: ``ServedResponse.truncated_tokens`` what it cut. A format may give a default (``ollama.chat``).
+        #: Each API's context window in the fake's tokens, by ``WireFormat`` name (defaults: ``server_window``).
         self.windows: dict[str, int] = {name: window for name, window in SERVER_WINDOWS.values()}
 
     def __getattr__(self, name: str) -> Any:
-        """What each wire format declares (``registry``): the address its SDK is pointed at
-        (``base_url``, ``anthropic_base_url``, ``mistral_base_url``: the origin and the format's
-        path prefix), and its server's default window (``ollama_num_ctx``), which can be set."""
+        """What each wire format declares (``registry``): its SDK's address (``base_url``: the origin and
+        the format's path prefix), and its server's default window, which can be set (``ollama_num_ctx``)."""
         if name in ADDRESSES:
             return self.origin + ADDRESSES[name]
         if name in SERVER_WINDOWS:
@@ -240,25 +223,22 @@ class FakeLLM:
         """Bind and serve in a background thread; returns self for chaining."""
         if self._server is not None:
             return self
-        self._server = _Server((self._host, self._port), self)
+        self._server = _Server(self._address, self)
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                          name=f"FakeLLM:{self.port}", daemon=True).start()
         return self
 
     def stop(self) -> None:
-        """Shut down (returning once the serving thread has stopped), sever live connections; safe
-        to call repeatedly."""
+        """Shut down (once the serving thread has stopped) and sever live connections; safe to repeat."""
         server, self._server = self._server, None
         if server is not None:
             server.shutdown()
-            server.sever_connections()
             server.server_close()
 
     def __enter__(self) -> FakeLLM:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     @property
@@ -270,7 +250,7 @@ class FakeLLM:
 
     @property
     def origin(self) -> str:
-        host = f"[{self._host}]" if ":" in self._host else self._host
+        host = f"[{self._address[0]}]" if ":" in self._address[0] else self._address[0]
         return f"http://{host}:{self.port}"
 
     def script(self, *replies: Reply | str) -> None:
@@ -311,7 +291,3 @@ class FakeLLM:
             # Called outside the lock so a callable may inspect self.requests.
             return coerce(self._reply_fn(req))
         return Reply(text=f"ok {n}")
-
-    def __repr__(self) -> str:
-        state = self.origin if self._server is not None else "stopped"
-        return f"<FakeLLM {state} requests={len(self.requests)}>"

@@ -1,48 +1,32 @@
 """The fake's token estimate: what the model reads of a request, and what it says.
 
-Usage grows with what the model reads (message text, instructions, tool results and arguments,
-tool and output schemas, a few tokens of framing per message) and with what it writes, never with
-JSON punctuation or parameters the model does not read. A deterministic approximation (about a
-token per five letters of a word, one per punctuation mark), not a tokenizer: ctxguard's own
-estimate must not agree with it by construction. Each wire format says which parts of its
-request are read (its ``prompt_tokens``) and how its provider prices a picture (``media``).
+Usage grows with what the model reads and writes, never with JSON punctuation or parameters the
+model does not read. A deterministic approximation (about a token per five letters of a word, one
+per punctuation mark), not a tokenizer: ctxguard's own estimate must not agree with it by construction.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
-from .media import FLAT
+from .media import flat
 
-# Per message (role, separators) and once more for the reply's own header, as
-# OpenAI's cookbook counts chat framing.
+# Per message (role, separators) and once for the reply's own header, as OpenAI's cookbook counts.
 FRAME_TOKENS = 3
-#: What a media part costs: a picture by its size as its provider prices it (``media``), audio, a
-#: file or a picture it cannot read a flat ``media.FLAT``.
-Price = Callable[[Any], int]
 
 
-class Reading(NamedTuple):
-    """What a wire format's model reads of a message, by key (``reading``): keys whose values it
-    never reads as text (ids, roles, block types, cache hints, signatures), keys holding a picture,
-    audio or a file (``Price``d once a part), and keys whose JSON it reads keys and all (tool
-    arguments and results given as objects; as a JSON string they read the same)."""
+class Reading:
+    """What a wire format's model reads of a message, by key (space-separated): keys it never reads (ids, cache
+    hints, signatures; no API reads a block's ``type``, ``role`` or ``id``), keys holding a picture, audio or a
+    file (priced once a part), and keys whose JSON it reads keys and all (tool arguments and results as objects)."""
 
-    unread: frozenset[str]
-    media: frozenset[str]
-    structured: frozenset[str]
+    def __init__(self, unread: str = "", media: str = "", structured: str = "") -> None:
+        self.unread = frozenset({"type", "role", "id", *unread.split()})
+        self.media = frozenset(media.split())
+        self.structured = frozenset(structured.split())
 
-
-def reading(unread: str = "", media: str = "", structured: str = "") -> Reading:
-    """A ``Reading`` from space-separated keys; no API reads a block's ``type``, ``role`` or ``id``."""
-    return Reading(frozenset({"type", "role", "id", *unread.split()}), frozenset(media.split()),
-                   frozenset(structured.split()))
-
-
-#: Tool definitions and output formats are read names and all: no key is unread or a picture.
-SCHEMA = reading()
 
 _PIECES = re.compile(r"[^\W\d_]+|\d{1,3}|[^\s]")
 
@@ -51,21 +35,14 @@ def text_tokens(text: str) -> int:
     """Digits go in threes, a non-ASCII word costs a token per ~3 UTF-8 bytes."""
     n = 0
     for piece in _PIECES.findall(text):
-        if piece.isascii():
-            n += 1 + (len(piece) - 1) // 5
-        else:
-            n += -(-len(piece.encode()) // 3)
+        n += 1 + (len(piece) - 1) // 5 if piece.isascii() else -(-len(piece.encode()) // 3)
     return n
 
 
-def flat(part: Any) -> int:
-    return FLAT
-
-
-def read_tokens(value: Any, reads: Reading, *, keys: bool = False, price: Price = flat) -> int:
+def read_tokens(value: Any, reads: Reading, *, keys: bool = False, price: Callable[[Any], int] = flat) -> int:
     """Tokens of what the model reads in a message, part or schema (``reads``: its API's keys;
     ``keys``: names count too; ``price``: what a part holding a picture, audio or a file costs, once
-    per part)."""
+    per part: a picture by its size as its provider prices it, ``media``)."""
     if isinstance(value, str):
         return text_tokens(value)
     if isinstance(value, (bool, int, float)):
@@ -79,13 +56,9 @@ def read_tokens(value: Any, reads: Reading, *, keys: bool = False, price: Price 
         return n
     if not isinstance(value, dict):
         return 0
-    n, priced = 0, False
+    n = price(value) if not keys and not reads.media.isdisjoint(value) else 0
     for key, v in value.items():
-        if key in reads.media and not keys:
-            if not priced:
-                n += price(value)
-                priced = True
-        elif keys or key not in reads.unread:
+        if keys or (key not in reads.unread and key not in reads.media):
             n += (text_tokens(str(key)) if keys else 0) + read_tokens(
                 v, reads, keys=keys or key in reads.structured, price=price)
     return n
@@ -97,11 +70,11 @@ def schemas_tokens(*schemas: Any) -> int:
     for schema in schemas:
         for item in schema if isinstance(schema, list) else [schema]:
             if isinstance(item, dict) and item.get("type") != "text":
-                n += read_tokens(item, SCHEMA, keys=True)
+                n += read_tokens(item, Reading(), keys=True)
     return n
 
 
-def messages_tokens(messages: Any, reads: Reading, price: Price = flat) -> int:
+def messages_tokens(messages: Any, reads: Reading, price: Callable[[Any], int] = flat) -> int:
     if not isinstance(messages, list):
         return 0
     return sum(FRAME_TOKENS + read_tokens(m, reads, price=price) for m in messages)

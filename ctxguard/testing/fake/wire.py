@@ -1,5 +1,5 @@
-"""What a wire format is made of: the ``WireFormat`` record its module declares, and the ``Exchange``
-(one request, the reply it is answered with, what follows from both) its hooks read."""
+"""What a wire format is made of: the ``WireFormat`` record its module declares, its writers (``Json``,
+a stream's ``Framing``), and the ``Exchange`` its hooks read: a request, its reply, what follows from both."""
 
 from __future__ import annotations
 
@@ -12,42 +12,60 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from http.client import responses
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
-from .framing import Framing, Json
 from .script import RecordedRequest, Reply, ServedResponse
 from .tokens import FRAME_TOKENS, text_tokens
 
 ALNUM = string.ascii_letters + string.digits
-BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
-BASE64URL = ALNUM + "-_"
 HEX = "0123456789abcdef"
-
-
-class Drop:
-    """Marks where a scripted ``stream_failure="drop"`` cuts the connection."""
-
-
-DROP = Drop()
-#: A stream's event: its name (None: unnamed) and its data.
+#: A stream's event: its name (None: unnamed) and its data. In a stream's list, None marks where a
+#: scripted ``stream_failure="drop"`` cuts the connection.
 Event = tuple[str | None, Any]
 Headers = list[tuple[str, str]]
 
 
+class Json(NamedTuple):
+    """A JSON body: its content type and its encoder."""
+
+    content_type: str
+    dumps: Callable[[Any], bytes]
+
+
+class Framing(NamedTuple):
+    """A stream: its content type, one event's bytes (``frame(name, data)``, an HTTP chunk), its own headers."""
+
+    content_type: str
+    frame: Callable[[str | None, Any], bytes]
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+#: OpenAI and Gemini indent their JSON bodies; Mistral, Cohere and Bedrock write them compact.
+INDENTED = Json("application/json", lambda obj: json.dumps(obj, ensure_ascii=False, indent=2).encode())
+COMPACT = Json("application/json", lambda obj: json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def sse(separators: tuple[str, str] = (",", ":")) -> Framing:
+    """``event: name`` (when named) and ``data: …`` lines; a string ``data`` (``[DONE]``) goes as is."""
+
+    def frame(event: str | None, data: Any) -> bytes:
+        text = data if isinstance(data, str) else json.dumps(data, separators=separators, ensure_ascii=False)
+        return (f"event: {event}\ndata: {text}\n\n" if event else f"data: {text}\n\n").encode()
+
+    return Framing("text/event-stream; charset=utf-8", frame, (("Cache-Control", "no-cache"),))
+
+
 @dataclass(frozen=True)
 class WireFormat:
-    """One API as the fake speaks it: everything that differs between APIs is one of these hooks,
-    which the server calls the same whatever the API.
+    """One API as the fake speaks it: all that differs between APIs is a hook, called the same for each API.
 
-    usage: FORMAT = WireFormat(name="cohere.chat", path=re.compile(r".*/v2/chat"), streamed=asks_to_stream, ...)
+    usage: FORMAT = WireFormat(name="cohere.chat", path=re.compile(r".*/v2/chat"), prompt_tokens=..., ...)
     """
 
     #: How the registry and its tests name it (``openai.chat``, ``bedrock.converse``).
     name: str
     #: The routes it answers: a request path (query and trailing ``/`` cut) this matches whole.
     path: re.Pattern[str]
-    #: Whether the answer streams: the body asks for it, or the route says so.
-    streamed: Callable[[Exchange], bool]
     #: What the model reads of the request, in the estimate's unit (``tokens``).
     prompt_tokens: Callable[[Exchange], int]
     #: The answer's id (None: the API gives none), the request's, a tool call's (None: none).
@@ -60,7 +78,7 @@ class WireFormat:
     usage: Callable[[Exchange], Mapping[str, Any] | None]
     #: The JSON answer; a streamed one's events (``Events.cut`` ends them as a scripted failure does).
     body: Callable[[Exchange], dict[str, Any]]
-    stream: Callable[[Exchange], list[Event | Drop]]
+    stream: Callable[[Exchange], list[Event | None]]
     #: The error body for a status (the scripted message, else the API's own words), and the type it names.
     error: Callable[[Exchange, int, str | None], tuple[dict[str, Any], str]]
     #: The status a scripted ``stream_failure="error"`` comes as when nothing streams.
@@ -68,6 +86,8 @@ class WireFormat:
     #: How its bodies and streams are written.
     json: Json
     framing: Framing
+    #: Whether the answer streams: the body asks for it (by default), or the route says so.
+    streamed: Callable[[Exchange], bool] = lambda exchange: exchange.payload.get("stream") is True
     #: Headers after Content-Type, given the status and the error type (None: no error).
     headers: Callable[[Exchange, int, str | None], Headers] = lambda exchange, status, error_type: []
     #: The model a route names, for an API whose body does not.
@@ -78,20 +98,13 @@ class WireFormat:
     broken: str | None = None
     #: Prompt tokens the server drops to fit its context window; it reports what it kept, never more.
     truncated_tokens: Callable[[Exchange], int] = lambda exchange: 0
-    #: Where its SDK is pointed: the ``FakeLLM`` attribute naming it and its path after the origin
-    #: (None: another format's address reaches it too).
+    #: Where its SDK is pointed: a ``FakeLLM`` attribute and its path after the origin (None: another format's).
     address: tuple[str, str] | None = None
-    #: The window its server holds a request that sets none to (``FakeLLM.windows``), and the
-    #: ``FakeLLM`` attribute that reads and sets it.
+    #: The ``FakeLLM`` attribute that reads and sets its server's window for a request setting none, and that window.
     server_window: tuple[str, int] | None = None
 
 
-def asks_to_stream(exchange: Exchange) -> bool:
-    return exchange.payload.get("stream") is True
-
-
 def request_id_header(name: str) -> Callable[[Exchange, int, str | None], Headers]:
-    """The request id under ``name``, on every answer."""
     return lambda exchange, status, error_type: [(name, exchange.request_id)]
 
 
@@ -120,8 +133,7 @@ def split(text: str, parts: int = 3) -> list[str]:
     return [text[a:b] for a, b in pairwise(cuts)]
 
 
-@dataclass(frozen=True)
-class ScriptedCall:
+class ScriptedCall(NamedTuple):
     """A scripted tool call, its id in the style of the API answering (``Exchange.calls``)."""
 
     id: str
@@ -138,8 +150,7 @@ class ScriptedCall:
 
 
 class Events:
-    """A stream's events, and the point where a scripted failure cuts it: after the
-    first delta, or after the opening event when nothing is said."""
+    """A stream's events, cut by a scripted failure after the first delta (or the opening event if none)."""
 
     def __init__(self) -> None:
         self.items: list[Event] = []
@@ -150,13 +161,13 @@ class Events:
         if delta and self._cut is None:
             self._cut = len(self.items)
 
-    def cut(self, exchange: Exchange, failure: list[Event]) -> list[Event | Drop]:
+    def cut(self, exchange: Exchange, failure: list[Event]) -> list[Event | None]:
         """All the events, or those before a scripted failure and then ``failure`` (or the drop)."""
         if exchange.reply.stream_failure is None:
             return list(self.items)
-        kept: list[Event | Drop] = list(self.items[: self._cut or 1])
+        kept: list[Event | None] = list(self.items[: self._cut or 1])
         if exchange.reply.stream_failure == "drop":
-            return [*kept, DROP]
+            return [*kept, None]
         return kept + list(failure)
 
 
@@ -181,7 +192,6 @@ class Exchange:
 
     @property
     def requested_model(self) -> str:
-        """The model the request names, in its body or its path ("" if neither)."""
         return str(self.payload.get("model") or self.format.model_in_path(self.route))
 
     @property
@@ -241,8 +251,7 @@ class Exchange:
 
     def served(self, request: RecordedRequest) -> ServedResponse:
         """The record of a 200 answer; a scripted failure keeps it from reporting its end."""
-        fmt, failure = self.format, self.reply.stream_failure
-        truncated = fmt.truncated_tokens(self) if self.reply.input_tokens is None else 0
+        fmt, reply, failure = self.format, self.reply, self.reply.stream_failure
         error_type = None
         finish_reasons = () if failure else (fmt.finish(self),)
         if failure == "error" and fmt.broken is not None:
@@ -250,14 +259,12 @@ class Exchange:
             error_type, finish_reasons = fmt.broken, (fmt.broken,)
         elif failure == "error":
             error_type = fmt.error(self, fmt.failure_status, None)[1]
+        ended = failure is None
         return ServedResponse(
-            request=request, status=200, request_id=self.request_id, id=self.id, model=self.model,
-            stream=self.stream, finish_reasons=finish_reasons, usage=None if failure else fmt.usage(self),
-            input_tokens=None if failure else self.input_tokens,
-            output_tokens=None if failure else self.output_tokens,
-            cached_tokens=self.reply.cached_tokens, cache_write_tokens=self.reply.cache_write_tokens,
-            reasoning_tokens=self.reasoning_tokens,
+            request=request, status=200, request_id=self.request_id, id=self.id, model=self.model, stream=self.stream,
+            finish_reasons=finish_reasons, usage=fmt.usage(self) if ended else None,
+            input_tokens=self.input_tokens if ended else None, output_tokens=self.output_tokens if ended else None,
+            cached_tokens=reply.cached_tokens, cache_write_tokens=reply.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens, error_type=error_type, failure=failure,
             tool_call_ids=tuple(c.id for c in self.calls) if fmt.call_id else (),
-            error_type=error_type, failure=failure,
-            truncated_tokens=truncated,
-        )
+            truncated_tokens=fmt.truncated_tokens(self) if reply.input_tokens is None else 0)
