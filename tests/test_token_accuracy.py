@@ -65,8 +65,6 @@ OUTSIDE: dict[str, dict[str, tuple[tuple[float, float], str]]] = {
     "openai": {
         "pydai-responses-image-url": (
             (200.0, 250.0), "an image by URL, never fetched: charged the most its model charges for one"),
-        "n0isy-chat-long-tool-call-result": (
-            (25.0, 35.0), "a tool call's arguments pretty-printed (2-space JSON), which OpenAI counts compacted"),
     },
     "mistral": {
         "pydai-mistral-model-sees-multiple-images-mistral-1": (
@@ -89,12 +87,25 @@ OUTSIDE: dict[str, dict[str, tuple[tuple[float, float], str]]] = {
 }
 
 
+#: Requests a rule of their provider's accounting brought into the target (docs/budget.md), each held
+#: to a tighter band than the target's, with the rule: without it, each is outside the target again.
+PINNED: dict[str, dict[str, tuple[tuple[float, float], str]]] = {
+    "openai": {
+        "n0isy-chat-long-tool-call-result": (
+            (-5.0, 5.0), "a tool call's arguments as OpenAI reads them, compact JSON (+28.9% as sent, pretty-printed)"),
+        "otel-chat-tools-2": (
+            (-10.0, 10.0), "two parallel calls as one multi_tool_use.parallel call (-21.2% as two, compacted)"),
+    },
+}
+
+
 @pytest.mark.parametrize("provider", list(OUTSIDE))
 def test_each_recorded_request_is_within_its_band(provider):
     """Every recorded request of the provider is counted within the target of what was reported, or
-    within the band of the known reason it is not; a median within ±10% too."""
+    within the band of the known reason it is not (or of the rule that brought it in); a median within
+    ±10% too."""
     rows = accuracy.measure(providers=(provider,))
-    outside = OUTSIDE[provider]
+    outside = {**OUTSIDE[provider], **PINNED.get(provider, {})}
     assert set(outside) <= {row.id for row in rows}
     wrong = []
     for row in rows:
