@@ -11,8 +11,10 @@ accounting of the API the record reached (``adapter``: a Gemini record's ``host`
 ``Measurer.measure`` with a fresh ``Calibration`` (no correction learnt from earlier
 answers), and prints one row per request (counted, reported, error), then per provider and
 per model family: how many requests, the median error, the worst under-count and the worst
-over-count. A request the adapter gives up on (``unreadable``: Bedrock ``invoke_model``
-bodies other than Anthropic's) is counted as ctxguard counts it, next to nothing, and marked.
+over-count. A request the adapter gives up on (``unreadable``: the Bedrock ``invoke_model``
+bodies of formats ctxguard does not read) has no count in ctxguard (the span says why, issue 39
+point 3): its row shows no count and no error, and it is left out of every error figure (median,
+worst under, worst over, within ±10%); the ``not read`` column counts such requests.
 
 ``--estimate`` counts with the 4-characters-a-token estimator instead of tiktoken (what an
 install without ``ctxguard[tiktoken]`` gets). ``reported`` is what ``Answer.input_tokens``
@@ -189,9 +191,14 @@ def measure_after(reports: int, corpus: Path = CORPUS, *, providers: tuple[str, 
 
 
 def summary(rows: list[Row]) -> dict[str, float]:
-    errors = [row.error for row in rows]
-    return {"requests": len(rows), "median": statistics.median(errors), "worst_under": min(errors),
-            "worst_over": max(errors), "within_10": sum(abs(e) <= 10 for e in errors) / len(errors),
+    """n, the median error, the worst under- and over-count and the share within ±10% of the rows
+    ctxguard counts; the requests it does not read (no count: ``Row.unread``) are in ``requests``
+    and ``unread`` only (their error figures NaN when no row of the group is read)."""
+    errors = [row.error for row in rows if not row.unread]
+    nan = float("nan")
+    return {"requests": len(rows), "median": statistics.median(errors) if errors else nan,
+            "worst_under": min(errors, default=nan), "worst_over": max(errors, default=nan),
+            "within_10": sum(abs(e) <= 10 for e in errors) / len(errors) if errors else nan,
             "unread": sum(row.unread for row in rows)}
 
 
@@ -234,8 +241,10 @@ def report(rows: list[Row], markdown: bool) -> str:
     for (provider, family), subset in groups(rows).items():
         s = summary(subset)
         name = family or "(all)"
-        cells = (provider if not family else "", name, f"{s['requests']}", f"{s['median']:+.1f}%",
-                 f"{s['worst_under']:+.1f}%", f"{s['worst_over']:+.1f}%", f"{s['within_10']:.0%}", f"{s['unread']}")
+        read = s["requests"] > s["unread"]
+        cells = (provider if not family else "", name, f"{s['requests']}",
+                 *((f"{s['median']:+.1f}%", f"{s['worst_under']:+.1f}%", f"{s['worst_over']:+.1f}%",
+                    f"{s['within_10']:.0%}") if read else ("—",) * 4), f"{s['unread']}")
         if markdown:
             lines.append("| " + " | ".join(cells) + " |")
         else:
@@ -245,17 +254,19 @@ def report(rows: list[Row], markdown: bool) -> str:
 
 
 def table(rows: list[Row], markdown: bool) -> str:
+    """One row a request; a request not read shows no count and no error (ctxguard has none)."""
     header = ("record", "provider", "model", "kind", "counted", "reported", "error")
     lines = []
     if markdown:
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * 3 + "---|---:|---:|---:|"]
-        lines += [f"| {r.id} | {r.provider} | {r.model} | {r.kind} | {r.counted:,} | {r.reported:,} | {r.error:+.1f}%"
-                  f"{' (not read)' if r.unread else ''} |" for r in rows]
+        lines += [f"| {r.id} | {r.provider} | {r.model} | {r.kind} | {'—' if r.unread else f'{r.counted:,}'} | "
+                  f"{r.reported:,} | {'not read' if r.unread else f'{r.error:+.1f}%'} |" for r in rows]
     else:
         lines.append(f"{header[0]:<52} {header[1]:<12} {header[2]:<28} {header[3]:<32} {header[4]:>8} {header[5]:>8} "
                      f"{header[6]:>8}")
-        lines += [f"{r.id[:52]:<52} {r.provider:<12} {r.model[:28]:<28} {r.kind[:32]:<32} {r.counted:>8,} "
-                  f"{r.reported:>8,} {r.error:>+7.1f}%{' not read' if r.unread else ''}" for r in rows]
+        lines += [f"{r.id[:52]:<52} {r.provider:<12} {r.model[:28]:<28} {r.kind[:32]:<32} "
+                  f"{'—' if r.unread else f'{r.counted:,}':>8} {r.reported:>8,} "
+                  f"{'not read' if r.unread else f'{r.error:+.1f}%':>8}" for r in rows]
     return "\n".join(lines)
 
 

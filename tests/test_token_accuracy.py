@@ -65,8 +65,6 @@ OUTSIDE: dict[str, dict[str, tuple[tuple[float, float], str]]] = {
     "openai": {
         "pydai-responses-image-url": (
             (200.0, 250.0), "an image by URL, never fetched: charged the most its model charges for one"),
-        "n0isy-chat-long-tool-call-result": (
-            (25.0, 35.0), "a tool call's arguments pretty-printed (2-space JSON), which OpenAI counts compacted"),
     },
     "mistral": {
         "pydai-mistral-model-sees-multiple-images-mistral-1": (
@@ -89,12 +87,25 @@ OUTSIDE: dict[str, dict[str, tuple[tuple[float, float], str]]] = {
 }
 
 
+#: Requests a rule of their provider's accounting brought into the target (docs/budget.md), each held
+#: to a tighter band than the target's, with the rule: without it, each is outside the target again.
+PINNED: dict[str, dict[str, tuple[tuple[float, float], str]]] = {
+    "openai": {
+        "n0isy-chat-long-tool-call-result": (
+            (-5.0, 5.0), "a tool call's arguments as OpenAI reads them, compact JSON (+28.9% as sent, pretty-printed)"),
+        "otel-chat-tools-2": (
+            (-10.0, 10.0), "two parallel calls as one multi_tool_use.parallel call (-21.2% as two, compacted)"),
+    },
+}
+
+
 @pytest.mark.parametrize("provider", list(OUTSIDE))
 def test_each_recorded_request_is_within_its_band(provider):
     """Every recorded request of the provider is counted within the target of what was reported, or
-    within the band of the known reason it is not; a median within ±10% too."""
+    within the band of the known reason it is not (or of the rule that brought it in); a median within
+    ±10% too."""
     rows = accuracy.measure(providers=(provider,))
-    outside = OUTSIDE[provider]
+    outside = {**OUTSIDE[provider], **PINNED.get(provider, {})}
     assert set(outside) <= {row.id for row in rows}
     wrong = []
     for row in rows:
@@ -164,7 +175,6 @@ BAND = (-20.0, 25.0)
 #: the band leaves this list (the test fails on a stale entry).
 BEDROCK_MISSES = {
     # Claude: the Anthropic module's accounting (providers/anthropic.py), shared by Converse and invoke_model.
-    "otel-bedrock-invoke-model-with-response-stream-close-before-consumption-a-2": "Claude 2, 11 tokens: framing",
     "pydai-bedrock-bedrock-cache-point-adds-cache-control-claude-sonnet-4-5": "all-caps text: Claude's tokenizer",
     "pydai-bedrock-bedrock-single-tool-choice-preserves-cache-anthropic": "all-caps text: Claude's tokenizer",
     "pydai-bedrock-bedrock-anthropic-message-history-starting-with-response": "an assistant-first history: +13",
@@ -177,19 +187,32 @@ BEDROCK_MISSES = {
     "pydai-bedrock-bedrock-inference-profile-converse": "an application inference profile names no model",
     # Families with no template here: OpenAI Chat's framing.
     "pydai-bedrock-bedrock-native-output-minimax": "MiniMax M2: no template here (its default system prompt)",
-    "pydai-bedrock-bedrock-native-output-nvidia": "Nemotron Nano: no template here",
     "pydai-bedrock-bedrock-writer-tool-result-followed-by-text-accepted": "Palmyra X4: no template published",
-    # invoke_model bodies not read: no count at all (the bench counts them as next to nothing).
+}
+#: The Bedrock families (and request formats) whose median misses ±10%, and why.
+BEDROCK_FAMILY_MISSES = {
+    "minimax converse": "no template here", "writer-palmyra converse": "no template published",
+    "zai-glm converse": "no template here",
+    "unknown converse": "an application inference profile names no model",
+}
+#: The Bedrock ``invoke_model`` bodies ctxguard does not read (``_not_read``): no count at all, so no
+#: error either; the bench shows them apart (its ``not read`` column) and leaves them out of its error
+#: figures, so the families of no other request (AI21, an imported model) have no median.
+BEDROCK_NOT_READ = {
     "openllmetry-bedrock-ai21-j2-completion-string-content": "AI21 Jurassic's body is not read",
     "openllmetry-bedrock-anthropic-2-completion": "Claude 2's text completion is not read",
     "openllmetry-bedrock-imported-model-completion": "an imported model's body is not read",
 }
-#: The Bedrock families (and request formats) whose median misses ±10%, and why.
-BEDROCK_FAMILY_MISSES = {
-    "minimax converse": "no template here", "nvidia-nemotron converse": "no template here",
-    "writer-palmyra converse": "no template published", "zai-glm converse": "no template here",
-    "unknown converse": "an application inference profile names no model",
-    "ai21 invoke_model": "not read", "imported-model invoke_model": "not read",
+
+
+#: Bedrock requests a rule of their family's format brought into the band, each held to a tighter one,
+#: with the rule: without it, each is outside the band again.
+BEDROCK_PINNED: dict[str, tuple[tuple[float, float], str]] = {
+    "otel-bedrock-invoke-model-with-response-stream-close-before-consumption-a-2": (
+        (-5.0, 5.0), "Claude 2's Human:/Assistant: prompt, 4 tokens a turn and 5 to start the reply (-21.4% "
+                     "with Claude 3's framing)"),
+    "pydai-bedrock-bedrock-native-output-nvidia": (
+        (-10.0, 10.0), "Nemotron Nano 2's template, its system turn written always (-27.3% with OpenAI Chat's)"),
 }
 
 
@@ -198,14 +221,21 @@ def test_each_bedrock_request_is_within_its_band():
     calibration), is within the band, but the listed misses, each for its reason."""
     rows = accuracy.measure(providers=("bedrock",))
     assert len(rows) >= 160
-    outside = {row.id: f"{row.error:+.1f}%" for row in rows if not BAND[0] <= row.error <= BAND[1]}
+    assert {row.id for row in rows if row.unread} == set(BEDROCK_NOT_READ)
+    outside = {row.id: f"{row.error:+.1f}%" for row in rows
+               if not row.unread and not BAND[0] <= row.error <= BAND[1]}
     assert {i: e for i, e in outside.items() if i not in BEDROCK_MISSES} == {}, accuracy.table(rows, markdown=False)
     assert set(BEDROCK_MISSES) - set(outside) == set()  # a miss brought into the band leaves the list
+    errors = {row.id: row.error for row in rows}
+    wrong = {i: f"{errors[i]:+.1f}% ({why})" for i, ((low, high), why) in BEDROCK_PINNED.items()
+             if not low <= errors[i] <= high}
+    assert wrong == {}
 
 
 def test_each_bedrock_family_meets_the_median():
     groups = accuracy.groups(accuracy.measure(providers=("bedrock",)))
-    medians = {family: accuracy.summary(rows)["median"] for (_, family), rows in groups.items() if family}
+    medians = {family: accuracy.summary(rows)["median"] for (_, family), rows in groups.items()
+               if family and not all(row.unread for row in rows)}
     missed = {family: f"{median:+.1f}%" for family, median in medians.items() if not -10 <= median <= 10}
     assert set(missed) == set(BEDROCK_FAMILY_MISSES), missed
     assert -10 <= accuracy.summary(groups["bedrock", ""])["median"] <= 10
@@ -221,3 +251,20 @@ def test_after_five_reports_of_a_model_every_providers_median_is_within_five_per
     for provider in sorted(providers):
         median = accuracy.summary([row for row in rows if row.provider == provider])["median"]
         assert -5 <= median <= 5, f"{provider}: {median:+.1f}%"
+
+
+def test_a_request_not_read_is_in_no_error_figure():
+    """A body ctxguard does not read has no count (issue 39, point 3): the bench shows it as not read,
+    with no count and no error, and leaves it out of the median and the worst under- and over-count
+    (a measured -88% it would otherwise show)."""
+    rows = accuracy.measure(providers=("bedrock",))
+    unread = [row for row in rows if row.unread]
+    assert unread
+    s = accuracy.summary(rows)
+    read = [row.error for row in rows if not row.unread]
+    assert (s["worst_under"], s["worst_over"], s["unread"]) == (min(read), max(read), len(unread))
+    assert s["worst_under"] > min(row.error for row in unread)
+    printed = accuracy.table(unread, markdown=False)
+    assert printed.count("not read") == len(unread) and "%" not in printed
+    ai21 = [row for row in unread if row.family == "ai21"]
+    assert "—" in accuracy.report(ai21, markdown=False).splitlines()[1]

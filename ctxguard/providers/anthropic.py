@@ -90,6 +90,32 @@ THINKING_PROMPT = 29
 TOOL_BLOCK_MARKUP = 31
 
 
+#: Claude 2 and Claude Instant (retired from Anthropic's API; on Bedrock ``anthropic.claude-v2``,
+#: ``anthropic.claude-instant-v1``) read a Messages request as their text-completion prompt:
+#: ``{system}\n\nHuman: {user}\n\nAssistant: {answer}`` … ``\n\nAssistant:``. In their tokenizer
+#: (the one the anthropic SDK shipped as ``tokenizer.json`` until 0.38) a turn's marker is 4 tokens
+#: (``\n``, ``\n``, ``Human``, ``:``), the system text has none, and the prompt begins with one more:
+#: "Say this is a test" is 5 tokens and 14 reported; with a system prompt and three turns, 37 (the
+#: prompt's 36 and that one).
+CLAUDE_2_TURN = 4
+CLAUDE_2_START = 1
+_CLAUDE_2 = re.compile(r"claude-(?:2|v2|instant)")
+
+
+def claude_2(model: str | None) -> bool:
+    """``model`` is Claude 2 or Claude Instant (a Bedrock id too), which read the ``Human:`` /
+    ``Assistant:`` prompt."""
+    return isinstance(model, str) and _CLAUDE_2.search(model.lower()) is not None
+
+
+def claude_2_framing(view: RequestView) -> None:
+    """Claude 2's prompt format on a request read: a marker a turn, none for the system text (taken
+    off the reply's marker, which the request count carries), and the prompt's first token."""
+    view.message_framing = CLAUDE_2_TURN
+    system = bool(view.items) and view.items[0][0] == "system"
+    view.reply_priming = CLAUDE_2_START + (0 if system else CLAUDE_2_TURN)
+
+
 def _model(model: str | None) -> tuple[tuple[int, int], tuple[int, int]]:
     name = model.lower() if isinstance(model, str) else ""
     start = name.find("claude")  # Bedrock ("us.anthropic.claude-...") and gateway prefixes
@@ -256,6 +282,8 @@ class AnthropicAdapter(Translation):
                 view.items.append(("system", text, tuple(refs), "instructions", cost))
         messages = _get(kwargs, "messages")
         items(messages, _message_item, view, name="messages", noun="message", plain_first=True, memo=memo)
+        if claude_2(view.model):
+            claude_2_framing(view)
         return view
 
     def read_response(self, api: str, result: Any) -> Answer | None:

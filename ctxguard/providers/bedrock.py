@@ -50,7 +50,14 @@ from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
 from .anthropic import ADAPTER as ANTHROPIC
-from .anthropic import STRUCTURED_OUTPUT_PROMPT, THINKING_PROMPT, image_tokens, tool_prompt_tokens
+from .anthropic import (
+    STRUCTURED_OUTPUT_PROMPT,
+    THINKING_PROMPT,
+    claude_2,
+    claude_2_framing,
+    image_tokens,
+    tool_prompt_tokens,
+)
 from .base import CallSite, Identity, Pending, Provider, SharedDispatch, Translation, WireRoute
 from .bedrock_families import ANTHROPIC as CLAUDE
 from .bedrock_families import Family, digit_surplus, family
@@ -284,6 +291,8 @@ def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> Request
     if fam.drops_earlier_thinking:
         _drop_earlier_thinking(view)
     _frame(view, fam)
+    if fam is CLAUDE and claude_2(view.model):
+        claude_2_framing(view)
     return view
 
 

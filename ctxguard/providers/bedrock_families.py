@@ -230,6 +230,13 @@ FAMILIES: dict[str, Family] = {
     "gpt-oss": Family("gpt-oss", message=4, request=HARMONY_SYSTEM + 2, assistant=2),
     # Kimi K2: <|im_user|>user<|im_middle|> ... <|im_end|>, the reply <|im_assistant|>assistant<|im_middle|>.
     "kimi": Family("kimi", message=4, request=3, tool_call=8, tool_result=8),
+    # Nemotron Nano 2 (Nemotron-H): <SPECIAL_10>System\n ... \n, <SPECIAL_11>User\n ... \n; the reply
+    # <SPECIAL_11>Assistant\n<think>\n (or <think></think>: thinking off), after the begin-of-text token; an
+    # answer <SPECIAL_11>Assistant\n ... \n<SPECIAL_12>\n.
+    # The system turn is written whether or not the request has a system prompt (its header and
+    # newline: 3). Its template, as llama.cpp's chat renderer and NVIDIA's Megatron SFT tokenizer write
+    # it (<SPECIAL_1x>, <think> and </think> one token each).
+    "nemotron": Family("nemotron", message=4, request=6, no_system=3, assistant=2),
 }
 
 
@@ -275,7 +282,7 @@ _BY_NAME: tuple[tuple[str, str, str], ...] = (
     ("amazon", "nova-2", "nova2"), ("amazon", "nova", "nova"), ("amazon", "titan-text", "titan"),
     ("mistral", "", "mistral"), ("cohere", "command", "cohere"), ("qwen", "qwen3", "qwen"),
     ("deepseek", "r1", "deepseek"), ("google", "gemma", "gemma"), ("openai", "gpt-oss", "gpt-oss"),
-    ("moonshot", "kimi", "kimi"), ("moonshotai", "kimi", "kimi"),
+    ("moonshot", "kimi", "kimi"), ("moonshotai", "kimi", "kimi"), ("nvidia", "nemotron-nano", "nemotron"),
 )
 
 

@@ -62,8 +62,11 @@ DOCUMENT = "document"
 
 #: Cohere's image rule (docs.cohere.com, "Image Inputs"): ``low`` detail is one 512-px image of
 #: 256 tokens; ``high`` splits it into 512-px tiles of 256 tokens each (at most 12, Command A
-#: Vision's processor) plus a 256-token thumbnail; ``auto`` (the default) is ``high`` for an image
-#: larger than 768 px on a side, else ``low``.
+#: Vision's processor) plus a 256-token thumbnail of the whole image when there is more than one
+#: tile (the processor Cohere published, transformers' ``Cohere2VisionImageProcessorFast``, adds it
+#: only then: ``use_thumbnail and len(processed_images) != 1``; a 1x1 image at ``high`` was reported
+#: 259, one tile and 3); ``auto`` (the default) is ``high`` for an image larger than 768 px on a side,
+#: else ``low``.
 _TILE = 512
 _TILE_TOKENS = 256
 _MAX_TILES = 12
@@ -80,7 +83,7 @@ def image_tokens(size: Size | None, detail: str | None = None) -> int:
     if detail == "low" or (detail != "high" and max(width, height) <= _AUTO_HIGH):
         return _TILE_TOKENS
     tiles = min(_MAX_TILES, math.ceil(width / _TILE) * math.ceil(height / _TILE))
-    return (tiles + 1) * _TILE_TOKENS
+    return (tiles + (1 if tiles > 1 else 0)) * _TILE_TOKENS
 
 
 # How Cohere's API reads a request (docs/budget.md, "Cohere"): it renders the messages into its model's

@@ -128,20 +128,62 @@ def _parts(content: Any, texts: list[str], refs: list[str], model: str | None) -
 TOOL_CALL_FRAMING = 7
 
 
+def arguments_as_read(arguments: str) -> str:
+    """A tool call's arguments as the model reads them: OpenAI parses the JSON an app gives back and
+    renders it compact, so whitespace between its tokens costs nothing (a call's arguments
+    pretty-printed with two spaces, 464 tokens to cl100k, are 353 compact, and the API reported the
+    request's 380 where 490 were counted with them as sent: n0isy/openai-tokens-count, which fits its
+    counts to the API, renders them without that whitespace too). Arguments that are not JSON are
+    read as sent. Most are compact already (what the model wrote) and are returned untouched."""
+    if "\n" not in arguments and ": " not in arguments and ", " not in arguments:
+        return arguments
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return arguments
+    return json.dumps(parsed, ensure_ascii=False, separators=(",", ":"))
+
+
+def _arguments(function: Any) -> str:
+    arguments = _get(function, "arguments")
+    return arguments_as_read(arguments) if isinstance(arguments, str) else _text(arguments or "")
+
+
+def _parallel(calls: list[Any] | tuple[Any, ...]) -> str:
+    """Several tool calls of one message as the model reads them: one call to the
+    ``multi_tool_use.parallel`` wrapper the Chat models are given for parallel calls, its
+    ``tool_uses`` naming each function (``functions.NAME``) and its arguments, compact. Counted so,
+    a recorded request with two parallel calls (otel-chat-tools-2, gpt-4o-mini) is 94 for the 99
+    reported, where a call apiece was 78 (n0isy/openai-tokens-count, fitted to the API, charges a
+    message of several calls ~13 tokens more than as many single calls as well)."""
+    uses = []
+    for call in calls:
+        function = _get(call, "function")
+        name = _text(_get(function, "name") or "") if function is not None else ""
+        arguments = _arguments(function) if function is not None else ""
+        uses.append(f'{{"recipient_name":"functions.{name}","parameters":{arguments or "{}"}}}')
+    return 'multi_tool_use.parallel {"tool_uses":[' + ",".join(uses) + "]}"
+
+
 def _chat_item(message: Any, model: str | None) -> Item:
     texts: list[str] = []
     refs: list[str] = []
     cost = _parts(_get(message, "content"), texts, refs, model)
-    for call in elements(_get(message, "tool_calls"), "tool_calls"):
+    calls = elements(_get(message, "tool_calls"), "tool_calls")
+    if len(calls) > 1:
         cost += TOOL_CALL_FRAMING
+        texts.append(_parallel(calls))
+    for call in calls:
         function = _get(call, "function")
-        if function is not None:
-            texts.append(f"{_text(_get(function, 'name') or '')} {_text(_get(function, 'arguments') or '')}")
+        if len(calls) == 1:
+            cost += TOOL_CALL_FRAMING
+            if function is not None:
+                texts.append(f"{_text(_get(function, 'name') or '')} {_arguments(function)}")
         refs.append(tool_ref(TOOL_CALL, _str(_get(call, "id"))))
     function_call = _get(message, "function_call")
     if function_call is not None:
         called = _text(_get(function_call, "name") or "")
-        texts.append(f"{called} {_text(_get(function_call, 'arguments') or '')}")
+        texts.append(f"{called} {_arguments(function_call)}")
         refs.append(tool_ref(TOOL_CALL, None, called))  # legacy function calling: paired by name
     role = _role(_get(message, "role"), "other")
     # Only with their key: a bare ``{"role": "tool", "content": ...}`` reads as the plain message it
@@ -186,7 +228,7 @@ def _response_item(item: Any, model: str | None) -> Item:
     for key in ("name", "arguments", "input", "action"):
         value = _get(item, key)
         if isinstance(value, str):
-            texts.append(value)
+            texts.append(arguments_as_read(value) if key == "arguments" else value)
     output = _get(item, "output")
     cost = _parts(output, texts, refs, model) if output is not None else 0
     kind_name = kind if isinstance(kind, str) else "item"

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(default_counter().name != "tiktoken", reason="co
 
 #: A chat template's special tokens (one token each in the model's own vocabulary).
 _SPECIAL = re.compile(r"<\|[a-z_]+\|>|\[/?INST\]|\[/?AVAILABLE_TOOLS\]|<s>|</s>|<bos>|<start_of_turn>|<end_of_turn>"
-                      r"|</?think>|</?tool_call>|</?tool_response>")
+                      r"|</?think>|</?tool_call>|</?tool_response>|<SPECIAL_\d+>")
 
 
 def rendered(text: str) -> int:
@@ -72,6 +72,7 @@ def test_each_template_text_costs_the_tokens_written_beside_it(name):
     ("google.gemma-3-27b-it", "gemma"),
     ("openai.gpt-oss-120b-1:0", "gpt-oss"),
     ("moonshot.kimi-k2-thinking", "kimi"),
+    ("nvidia.nemotron-nano-12b-v2", "nemotron"),
     ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", "anthropic"),
     ("arn:aws:bedrock:us-east-1:123456789012:foundation-model/anthropic.claude-3-haiku-20240307-v1:0", "anthropic"),
     # An application inference profile names no model; other vendors have no template here.
@@ -113,6 +114,9 @@ def test_llama_4_writes_its_tools_into_the_first_user_message():
     ("openai.gpt-oss-120b-1:0", families.HARMONY_SYSTEM_TEXT + "<|start|>user<|message|>Hi there<|end|>"
                                 "<|start|>assistant<|channel|>final<|message|>Hello<|end|>"
                                 "<|start|>user<|message|>Bye<|end|><|start|>assistant"),
+    # The system turn is written without a system prompt too.
+    ("nvidia.nemotron-nano-12b-v2", "<s><SPECIAL_10>System\n\n<SPECIAL_11>User\nHi there\n<SPECIAL_11>Assistant\n"
+                                    "Hello\n<SPECIAL_12>\n<SPECIAL_11>User\nBye\n<SPECIAL_11>Assistant\n<think>\n"),
 ])
 def test_a_conversation_costs_what_its_chat_template_renders(model, prompt):
     assert counted(model, messages=[user("Hi there"), assistant("Hello"), user("Bye")]) == rendered(prompt)

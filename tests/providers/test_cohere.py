@@ -417,7 +417,8 @@ def test_an_image_costs_what_cohere_charges():
 
     assert image_tokens((1, 1)) == image_tokens((768, 768)) == 256  # auto: small images are low detail
     assert image_tokens((769, 512)) == (2 * 1 + 1) * 256  # auto: high, two tiles and the thumbnail
-    assert image_tokens((1, 1), "high") == 2 * 256
+    assert image_tokens((1, 1), "high") == image_tokens((512, 512), "high") == 256  # one tile: no thumbnail
+    assert image_tokens((513, 512), "high") == (2 + 1) * 256  # two tiles and the thumbnail
     assert image_tokens((4096, 4096), "high") == (12 + 1) * 256  # at most 12 tiles
     assert image_tokens((4096, 4096), "low") == image_tokens(None, "low") == 256
     assert image_tokens(None) == (12 + 1) * 256  # not known: the most it can cost
@@ -429,7 +430,7 @@ def test_an_image_costs_what_cohere_charges():
         return view.items[0][4]
 
     assert cost(f"data:image/png;base64,{PNG}") == 256
-    assert cost(f"data:image/png;base64,{PNG}", "high") == 512
+    assert cost(f"data:image/png;base64,{PNG}", "high") == 256  # one tile, no thumbnail
     assert cost("https://example.com/parcel.png") == 13 * 256
 
 
@@ -534,8 +535,6 @@ MISSES = {
     "lc-cohere-cohere-invoke-with-multiple-images": "an image by URL is charged the most an image costs (3,328)",
     "lc-cohere-cohere-astream-with-vision": "an image by URL is charged the most an image costs (3,328)",
     "lc-cohere-cohere-stream-with-vision": "an image by URL is charged the most an image costs (3,328)",
-    "lc-cohere-cohere-invoke-with-vision-base64": "a 1x1 image at detail high: the documented preview tile "
-                                                  "(512 tokens), Cohere charged one tile (259)",
     "lc-cohere-cohere-documents": "Command R 03-2024's v2 RAG prompt is ~165 tokens longer than the published one",
     "lc-cohere-cohere-who-founded-cohere-with-custom-documents": "Command R 03-2024's v2 RAG prompt is ~165 tokens "
                                                                  "longer than the published one",

@@ -12,8 +12,8 @@ only; the image is decoded here (a fake may), only its header read.
 * Gemini ("Image understanding", Technical details): 258 when both sides are at most 384 px, else
   258 a tile, a tile's side the shorter side / 1.5 kept within 256-768 px; Gemini 3, 1,120.
 * Mistral (Pixtral, "Vision"): a token per 16-px patch and one more per row, within 1,024 px a side.
-* Cohere (Command A Vision, "Image inputs"): ``low`` 256; else 256 per 512-px tile plus a 256-token
-  thumbnail, within 2,048 px a side.
+* Cohere (Command A Vision, "Image inputs"): ``low`` 256; else 256 per 512-px tile plus, when there
+  is more than one tile, a 256-token thumbnail, within 2,048 px a side.
 * Ollama: what the model's vision encoder makes of any image (576 for LLaVA's 24 x 24 grid, 256 for
   Gemma 3's), not the size.
 
@@ -216,14 +216,16 @@ def mistral(model: str, part: Any) -> int:
 
 
 def cohere(model: str, part: Any) -> int:
-    """Cohere: ``low`` 256; else 256 a 512-px tile and a 256-token thumbnail, within 2,048 px a side."""
+    """Cohere: ``low`` 256; else 256 a 512-px tile and, for more than one tile, a 256-token thumbnail,
+    within 2,048 px a side."""
     size = _part_size(part)
     if size is None:
         return FLAT
     if _detail(part) == "low":
         return 256
     w, h = _fit(*size, 2048)
-    return 256 * math.ceil(w / 512) * math.ceil(h / 512) + 256
+    tiles = math.ceil(w / 512) * math.ceil(h / 512)
+    return 256 * tiles + (256 if tiles > 1 else 0)
 
 
 def ollama(model: str, part: Any) -> int:

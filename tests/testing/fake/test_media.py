@@ -118,6 +118,8 @@ def test_other_providers_formulas() -> None:
     assert media.mistral("pixtral-12b", part) == 64 * 64 + 64  # a token a 16-px patch, one a row
     assert media.cohere("command-a-vision", part) == 256 * 4 + 256
     assert media.cohere("command-a-vision", {**part, "image_url": {**part["image_url"], "detail": "low"}}) == 256
+    one = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64(png(1, 1))}", "detail": "high"}}
+    assert media.cohere("command-a-vision", one) == 256  # one tile: no thumbnail
     assert media.ollama("llava:7b", b64(png(1024, 1024))) == 576
     pdf = {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{b64(b'%PDF-1.7' * 8)}"}}
     assert media.openai("gpt-4o", pdf) == FLAT
