@@ -170,15 +170,14 @@ def _chat_item(message: Any, model: str | None) -> Item:
     refs: list[str] = []
     cost = _parts(_get(message, "content"), texts, refs, model)
     calls = elements(_get(message, "tool_calls"), "tool_calls")
-    if len(calls) > 1:
+    if calls:  # one call, or several as one call of the parallel wrapper
         cost += TOOL_CALL_FRAMING
-        texts.append(_parallel(calls))
+        function = _get(calls[0], "function")
+        if len(calls) > 1:
+            texts.append(_parallel(calls))
+        elif function is not None:
+            texts.append(f"{_text(_get(function, 'name') or '')} {_arguments(function)}")
     for call in calls:
-        function = _get(call, "function")
-        if len(calls) == 1:
-            cost += TOOL_CALL_FRAMING
-            if function is not None:
-                texts.append(f"{_text(_get(function, 'name') or '')} {_arguments(function)}")
         refs.append(tool_ref(TOOL_CALL, _str(_get(call, "id"))))
     function_call = _get(message, "function_call")
     if function_call is not None:

@@ -158,11 +158,22 @@ def test_a_json_object_format_adds_no_schema(harness, llm, client):
 
 
 @pytest.mark.parametrize("calls", [1, 3])
-def test_each_chat_tool_call_is_charged_its_message_framing(calls):
+def test_a_messages_tool_calls_are_charged_as_the_model_reads_them(calls):
+    """One call: its framing, its name and arguments. Several: one call of the parallel wrapper
+    (its framing once), naming each function with its arguments, compact (otel-chat-tools-2 in the
+    recorded corpus: 94 counted so for 99 reported, 78 with a framing a call)."""
     message = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in range(calls)]}
+        {"id": f"c{i}", "type": "function", "function": {"name": f"f{i}", "arguments": '{"n": %d}' % i}}
+        for i in range(calls)]}
     view = openai_provider.ADAPTER.normalise("chat.completions", {"model": "gpt-4o", "messages": [message]})
-    assert view.items[0][4] == calls * openai_provider.TOOL_CALL_FRAMING
+    role, text, refs, _, cost = view.items[0]
+    assert cost == openai_provider.TOOL_CALL_FRAMING
+    if calls == 1:
+        assert text == 'f0 {"n":0}'
+    else:
+        assert text.startswith("multi_tool_use.parallel ")
+        assert all(f'"recipient_name":"functions.f{i}","parameters":{{"n":{i}}}' in text for i in range(calls))
+    assert len(refs) == calls  # each call still pairs with its result
 
 
 # -- Anthropic ------------------------------------------------------------------------
