@@ -163,10 +163,10 @@ def test_a_messages_tool_calls_are_charged_as_the_model_reads_them(calls):
     (its framing once), naming each function with its arguments, compact (otel-chat-tools-2 in the
     recorded corpus: 94 counted so for 99 reported, 78 with a framing a call)."""
     message = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": f"c{i}", "type": "function", "function": {"name": f"f{i}", "arguments": '{"n": %d}' % i}}
+        {"id": f"c{i}", "type": "function", "function": {"name": f"f{i}", "arguments": f'{{"n": {i}}}'}}
         for i in range(calls)]}
     view = openai_provider.ADAPTER.normalise("chat.completions", {"model": "gpt-4o", "messages": [message]})
-    role, text, refs, _, cost = view.items[0]
+    _, text, refs, _, cost = view.items[0]
     assert cost == openai_provider.TOOL_CALL_FRAMING
     if calls == 1:
         assert text == 'f0 {"n":0}'
