@@ -55,7 +55,6 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.metrics import CallbackOptions, Histogram, Meter, MeterProvider, Observation
-from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
 
 from .. import forksafe
 from . import sinks
@@ -83,10 +82,10 @@ INSTRUMENTS: dict[str, tuple[str, str]] = {
 }
 
 # The GenAI client metrics by the names of the pinned revision (docs/operations.md, "GenAI
-# conventions": mid-rename upstream, these are the names backends chart today), from the
-# opentelemetry-semantic-conventions package's constants.
-GENAI_TOKEN_USAGE = gen_ai_metrics.GEN_AI_CLIENT_TOKEN_USAGE
-GENAI_DURATION = gen_ai_metrics.GEN_AI_CLIENT_OPERATION_DURATION
+# conventions": mid-rename upstream, these are the names backends chart today); written out as
+# spans.py's attribute names are, and held equal to the package's constants by the same test.
+GENAI_TOKEN_USAGE = "gen_ai.client.token.usage"
+GENAI_DURATION = "gen_ai.client.operation.duration"
 #: The bucket boundaries the GenAI semantic conventions advise for the two client metrics.
 _TOKEN_USAGE_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 _DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)

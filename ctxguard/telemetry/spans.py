@@ -11,8 +11,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _gen_ai
-from opentelemetry.semconv.attributes import error_attributes, server_attributes
 from opentelemetry.trace import Span
 
 from ..payload import Answer, Message
@@ -20,53 +18,45 @@ from ..violations import Violation
 
 __all__ = ["MESSAGE_ATTR_CAP", "set_attributes"]
 
-# OpenTelemetry GenAI semantic conventions, at the revision docs/operations.md names ("GenAI
-# conventions"): the constants of the opentelemetry-semantic-conventions package where it has them;
-# the oldest release accepted (0.51b0, beside opentelemetry 1.30) lacks the newer ones, which then
-# take the revision's spelling (tests/telemetry/test_genai_conventions.py holds the two equal).
-
-
-def _convention(constant: str, name: str) -> str:
-    """The package's ``constant`` if it has it, else ``name``."""
-    value = getattr(_gen_ai, constant, name)
-    return value if isinstance(value, str) else name
-
-
-OPERATION = _convention("GEN_AI_OPERATION_NAME", "gen_ai.operation.name")
-PROVIDER = _convention("GEN_AI_PROVIDER_NAME", "gen_ai.provider.name")
-SERVER_ADDRESS = server_attributes.SERVER_ADDRESS
-SERVER_PORT = server_attributes.SERVER_PORT
-REQUEST_MODEL = _convention("GEN_AI_REQUEST_MODEL", "gen_ai.request.model")
-REQUEST_MAX_TOKENS = _convention("GEN_AI_REQUEST_MAX_TOKENS", "gen_ai.request.max_tokens")
-REQUEST_STREAM = _convention("GEN_AI_REQUEST_STREAM", "gen_ai.request.stream")
-RESPONSE_MODEL = _convention("GEN_AI_RESPONSE_MODEL", "gen_ai.response.model")
-RESPONSE_ID = _convention("GEN_AI_RESPONSE_ID", "gen_ai.response.id")
-FINISH_REASONS = _convention("GEN_AI_RESPONSE_FINISH_REASONS", "gen_ai.response.finish_reasons")
-TIME_TO_FIRST_CHUNK = _convention("GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK", "gen_ai.response.time_to_first_chunk")
-INPUT_TOKENS = _convention("GEN_AI_USAGE_INPUT_TOKENS", "gen_ai.usage.input_tokens")
-OUTPUT_TOKENS = _convention("GEN_AI_USAGE_OUTPUT_TOKENS", "gen_ai.usage.output_tokens")
-CACHE_READ_TOKENS = _convention("GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS", "gen_ai.usage.cache_read.input_tokens")
-CACHE_WRITE_TOKENS = _convention("GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS",
-                                 "gen_ai.usage.cache_creation.input_tokens")
-REASONING_TOKENS = _convention("GEN_AI_USAGE_REASONING_OUTPUT_TOKENS", "gen_ai.usage.reasoning.output_tokens")
-TOKEN_TYPE = _convention("GEN_AI_TOKEN_TYPE", "gen_ai.token.type")
-CONVERSATION_ID = _convention("GEN_AI_CONVERSATION_ID", "gen_ai.conversation.id")
-ERROR_TYPE = error_attributes.ERROR_TYPE
-INPUT_MESSAGES = _convention("GEN_AI_INPUT_MESSAGES", "gen_ai.input.messages")
-OUTPUT_MESSAGES = _convention("GEN_AI_OUTPUT_MESSAGES", "gen_ai.output.messages")
-SYSTEM_INSTRUCTIONS = _convention("GEN_AI_SYSTEM_INSTRUCTIONS", "gen_ai.system_instructions")
-TOOL_DEFINITIONS = _convention("GEN_AI_TOOL_DEFINITIONS", "gen_ai.tool.definitions")
+# OpenTelemetry GenAI semantic conventions, spelled as the revision docs/operations.md names ("GenAI
+# conventions"). Written out, not imported: the opentelemetry-semantic-conventions modules that hold
+# them are large (importing the two ctxguard would read, for 30 strings, cost ~0.8 MB of RSS at
+# instrument(), bench/footprint.py), and the oldest release accepted (0.51b0) lacks the newer names.
+# tests/telemetry/test_genai_conventions.py holds each equal to the installed package's constant.
+OPERATION = "gen_ai.operation.name"
+PROVIDER = "gen_ai.provider.name"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
+REQUEST_MODEL = "gen_ai.request.model"
+REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+REQUEST_STREAM = "gen_ai.request.stream"
+RESPONSE_MODEL = "gen_ai.response.model"
+RESPONSE_ID = "gen_ai.response.id"
+FINISH_REASONS = "gen_ai.response.finish_reasons"
+TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
+INPUT_TOKENS = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+CACHE_WRITE_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
+REASONING_TOKENS = "gen_ai.usage.reasoning.output_tokens"
+TOKEN_TYPE = "gen_ai.token.type"
+CONVERSATION_ID = "gen_ai.conversation.id"
+ERROR_TYPE = "error.type"
+INPUT_MESSAGES = "gen_ai.input.messages"
+OUTPUT_MESSAGES = "gen_ai.output.messages"
+SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+TOOL_DEFINITIONS = "gen_ai.tool.definitions"
 #: ``RequestView.settings`` names -> the span's keys.
 REQUEST_SETTINGS = {
-    "temperature": _convention("GEN_AI_REQUEST_TEMPERATURE", "gen_ai.request.temperature"),
-    "top_p": _convention("GEN_AI_REQUEST_TOP_P", "gen_ai.request.top_p"),
-    "top_k": _convention("GEN_AI_REQUEST_TOP_K", "gen_ai.request.top_k"),
-    "stop_sequences": _convention("GEN_AI_REQUEST_STOP_SEQUENCES", "gen_ai.request.stop_sequences"),
-    "seed": _convention("GEN_AI_REQUEST_SEED", "gen_ai.request.seed"),
-    "choice.count": _convention("GEN_AI_REQUEST_CHOICE_COUNT", "gen_ai.request.choice.count"),
-    "frequency_penalty": _convention("GEN_AI_REQUEST_FREQUENCY_PENALTY", "gen_ai.request.frequency_penalty"),
-    "presence_penalty": _convention("GEN_AI_REQUEST_PRESENCE_PENALTY", "gen_ai.request.presence_penalty"),
-    "output.type": _convention("GEN_AI_OUTPUT_TYPE", "gen_ai.output.type"),
+    "temperature": "gen_ai.request.temperature",
+    "top_p": "gen_ai.request.top_p",
+    "top_k": "gen_ai.request.top_k",
+    "stop_sequences": "gen_ai.request.stop_sequences",
+    "seed": "gen_ai.request.seed",
+    "choice.count": "gen_ai.request.choice.count",
+    "frequency_penalty": "gen_ai.request.frequency_penalty",
+    "presence_penalty": "gen_ai.request.presence_penalty",
+    "output.type": "gen_ai.output.type",
     # Newer than the pinned revision (docs/operations.md): no constant yet.
     "previous_response.id": "gen_ai.request.previous_response.id",
 }
@@ -79,9 +69,9 @@ CONTEXT_WINDOW_SIZE = "gen_ai.context.window_size"
 CONTEXT_UTILIZATION = "gen_ai.context.utilization"
 #: The conventions' evaluation event: one per check judged (docs/operations.md says which).
 EVALUATION_EVENT = "gen_ai.evaluation.result"
-EVALUATION_NAME = _convention("GEN_AI_EVALUATION_NAME", "gen_ai.evaluation.name")
-EVALUATION_LABEL = _convention("GEN_AI_EVALUATION_SCORE_LABEL", "gen_ai.evaluation.score.label")
-EVALUATION_EXPLANATION = _convention("GEN_AI_EVALUATION_EXPLANATION", "gen_ai.evaluation.explanation")
+EVALUATION_NAME = "gen_ai.evaluation.name"
+EVALUATION_LABEL = "gen_ai.evaluation.score.label"
+EVALUATION_EXPLANATION = "gen_ai.evaluation.explanation"
 
 # ctxguard's own.
 PAYLOAD_HASH = "ctxguard.payload.hash"

@@ -76,8 +76,18 @@ def assert_server(a: dict[str, Any], llm: FakeLLM) -> None:
 
 
 def test_the_names_are_the_packages_where_it_has_them() -> None:
-    """The package's constants are used where it has them; a literal stands only for a name the
-    installed opentelemetry-semantic-conventions lacks, and equals the revision's spelling."""
+    """Every name ctxguard writes out is the installed opentelemetry-semantic-conventions package's
+    constant where it has one (ctxguard does not import those large modules); only the names newer
+    than the pinned revision are ctxguard's spelling alone."""
+    from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
+    from opentelemetry.semconv.attributes import error_attributes, server_attributes
+
+    from ctxguard.telemetry import meter
+
+    assert (meter.GENAI_TOKEN_USAGE, meter.GENAI_DURATION) == (
+        gen_ai_metrics.GEN_AI_CLIENT_TOKEN_USAGE, gen_ai_metrics.GEN_AI_CLIENT_OPERATION_DURATION)
+    assert (attr.SERVER_ADDRESS, attr.SERVER_PORT, attr.ERROR_TYPE) == (
+        server_attributes.SERVER_ADDRESS, server_attributes.SERVER_PORT, error_attributes.ERROR_TYPE)
     names = {v for k, v in vars(gen_ai_attributes).items() if k.startswith("GEN_AI_") and isinstance(v, str)}
     ours = {v for k, v in vars(attr).items() if isinstance(v, str) and v.startswith("gen_ai.")}
     ours |= set(attr.REQUEST_SETTINGS.values())
