@@ -94,6 +94,11 @@ return arrival
 BLOCK_MS = 1_000
 #: Entries per read.
 PAGE = 500
+#: After a read that brought entries the reader waits this long (s) before it reads again, so that
+#: a burst of values recorded across the fleet comes in one read instead of waking every worker's
+#: reader once per value (a wake costs a worker a round trip to Redis, and its call thread the
+#: GIL). A value recorded in another process is found in this one's payloads up to this much later.
+COALESCE_S = 0.2
 #: The reader's connection gives up on a silent Redis this long after its wait ends (s).
 READ_MARGIN_S = 1.0
 #: After a failed read the reader waits this long, doubled per failure up to RETRY_MAX_S (s).
@@ -434,7 +439,9 @@ class SharedValuesReader:
                     while self._take(self._client.xread({self._ledger.stream_key: self.last_id}, count=PAGE)) == PAGE:
                         pass  # the backlog, without waiting: caught up when a page is not full
                     self.live = True
-                self._take(self._client.xread({self._ledger.stream_key: self.last_id}, count=PAGE, block=BLOCK_MS))
+                if self._take(self._client.xread({self._ledger.stream_key: self.last_id}, count=PAGE,
+                                                 block=BLOCK_MS)):
+                    stopping.wait(COALESCE_S)
                 retry = FIRST_RETRY_S
             except Exception as exc:
                 if stopping.is_set():
