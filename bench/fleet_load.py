@@ -21,7 +21,12 @@ Per run, from ``/proc`` and Redis, after a warm-up of ``--warmup`` requests (oth
 * Redis commands per request: ``INFO commandstats`` before and after (``info`` itself left out),
   and, for the difference with ctxguard, the commands that make it;
 * the resident set of each worker, sampled every ``--sample-every`` requests, so the growth and
-  its plateau show; and the throughput.
+  its plateau show; and the throughput;
+* worker CPU by thread (``/proc/<pid>/task/<tid>/schedstat``: the main thread, and ctxguard's
+  reader, which Python 3.11 leaves named ``python``), and the main thread's CPU in nested parts of
+  a request (``time.thread_time`` around the WSGI request, the model call, ctxguard's hooks, the
+  ledger read, the app's own Redis writes): direct measurements, which the load does not blur
+  as it blurs a difference of two runs.
 
 Reported: medians over the rounds (and the spread), per concurrency, with ctxguard, without, and
 the difference; then RSS over time. ``--cache-bytes`` sets ``CTXGUARD_CACHE_BYTES`` for the runs
@@ -29,7 +34,8 @@ with ctxguard. ``--profile``: one more pair of runs (with, without; not in the t
 cProfile on in every worker while measured, and where the worker CPU goes, a request, by area
 (ctxguard's modules, the SDK, the HTTP client, Flask, redis-py, ...) with and without: the
 profiler's own cost inflates every area, by the function calls it sees, so read the split as
-proportions.
+proportions. ``--py-spy``: one more pair, with ``py-spy record`` (non-blocking, 500 Hz) on every
+worker, each main-thread sample charged to its innermost frame of ctxguard or of the host (``HOST``).
 
     .venv/bin/python bench/fleet_load.py [--requests 2000] [--concurrency 8,32] [--rounds 3]
                                          [--workers 4] [--turns 16] [--history 10-40]
