@@ -21,7 +21,12 @@ Per run, from ``/proc`` and Redis, after a warm-up of ``--warmup`` requests (oth
 * Redis commands per request: ``INFO commandstats`` before and after (``info`` itself left out),
   and, for the difference with ctxguard, the commands that make it;
 * the resident set of each worker, sampled every ``--sample-every`` requests, so the growth and
-  its plateau show; and the throughput.
+  its plateau show; and the throughput;
+* worker CPU by thread (``/proc/<pid>/task/<tid>/schedstat``: the main thread, and ctxguard's
+  reader, which Python 3.11 leaves named ``python``), and the main thread's CPU in nested parts of
+  a request (``time.thread_time`` around the WSGI request, the model call, ctxguard's hooks, the
+  ledger read, the app's own Redis writes): direct measurements, which the load does not blur
+  as it blurs a difference of two runs.
 
 Reported: medians over the rounds (and the spread), per concurrency, with ctxguard, without, and
 the difference; then RSS over time. ``--cache-bytes`` sets ``CTXGUARD_CACHE_BYTES`` for the runs
@@ -29,7 +34,8 @@ with ctxguard. ``--profile``: one more pair of runs (with, without; not in the t
 cProfile on in every worker while measured, and where the worker CPU goes, a request, by area
 (ctxguard's modules, the SDK, the HTTP client, Flask, redis-py, ...) with and without: the
 profiler's own cost inflates every area, by the function calls it sees, so read the split as
-proportions.
+proportions. ``--py-spy``: one more pair, with ``py-spy record`` (non-blocking, 500 Hz) on every
+worker, each main-thread sample charged to its innermost frame of ctxguard or of the host (``HOST``).
 
     .venv/bin/python bench/fleet_load.py [--requests 2000] [--concurrency 8,32] [--rounds 3]
                                          [--workers 4] [--turns 16] [--history 10-40]
@@ -115,7 +121,7 @@ def _gc_timing(phase, info):
 
 def _gc_stats():
     with open(os.path.join(os.environ["FLEET_BENCH_READY"], f"{os.getpid()}.gc"), "w") as f:
-        json.dump(_gc, f)
+        json.dump({**_gc, "parts": _parts}, f)
 
 gc.callbacks.append(_gc_timing)
 
@@ -125,10 +131,42 @@ def _push(key, message):
 
 fleet._push = _push
 app = fleet.app
+
+# Thread CPU spent in parts of a request (time.thread_time, not the profiler's per-call cost), nested:
+# the WSGI request, the app's model call (the SDK, and ctxguard around it), ctxguard's hooks before
+# the call and on its answer, the app's own Redis writes.
+_parts = {}
+
+def _timed(name, function):
+    def timed(*args, **kwargs):
+        began = time.thread_time()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _parts[name] = _parts.get(name, 0.0) + time.thread_time() - began
+    return timed
+
+app.wsgi_app = _timed("request", app.wsgi_app)
+fleet.client.chat.completions.create = _timed("model call", fleet.client.chat.completions.create)
+fleet._push = _timed("app's history writes", _push)
+try:
+    from ctxguard import intercept
+    _installed = intercept.active()
+except Exception:
+    _installed = None
+if _installed is not None:
+    _installed.guard.before = _timed("ctxguard before", _installed.guard.before)
+    intercept.observe_answer = _timed("ctxguard answer", intercept.observe_answer)
+    import ctxguard.facts.redis as _redis
+    _redis.RedisLedger.state = _timed("ctxguard ledger read", _redis.RedisLedger.state)
+    from ctxguard.intercept import wire as _wire
+    _wire._observe = _timed("ctxguard wire: sent", _wire._observe)
+    _wire._answered = _timed("ctxguard wire: answer", _wire._answered)
 _profile = []
 
 def _gc_reset(*_):  # the bench's signal at the start of what it measures
     _gc["collections"], _gc["seconds"] = [0, 0, 0], [0.0, 0.0, 0.0]
+    _parts.clear()
     if os.environ.get("FLEET_BENCH_PROFILE") and not _profile:
         import cProfile
         _profile.append(cProfile.Profile(time.thread_time))  # CPU, not the wait for the next request
@@ -165,6 +203,30 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """Each thread of ``pid``: its name and the CPU seconds it ran (``schedstat``: nanoseconds, where
+    ``stat``'s clock ticks are 10 ms, coarse for a thread that runs 0.1 ms a request)."""
+    threads = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with suppress(FileNotFoundError, ProcessLookupError):
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                threads[int(tid)] = (name, int(f.read().split()[0]) / 1e9)
+    return threads
+
+
+def by_thread(pids: list[int], before: dict[int, dict[int, tuple[str, float]]],
+              after: dict[int, dict[int, tuple[str, float]]]) -> Counter[str]:
+    """CPU seconds over the run by thread: "main" (the worker's own), else the thread's name (a
+    thread started during the run counted from 0)."""
+    spent: Counter[str] = Counter()
+    for pid in pids:
+        for tid, (name, seconds) in after[pid].items():
+            spent["main" if tid == pid else name] += seconds - before[pid].get(tid, (name, 0.0))[1]
+    return spent
 
 
 def children(pid: int) -> list[int]:
@@ -204,6 +266,12 @@ class Run:
     #: With ``--profile``: the workers' profiled seconds by area, and ctxguard's functions by self time.
     areas: Counter[str] = field(default_factory=Counter)
     functions: list[tuple[float, int, str]] = field(default_factory=list)
+    #: Main-thread CPU ms a request in parts of the request (the wrapper's ``_parts``).
+    parts: Counter[str] = field(default_factory=Counter)
+    #: Worker CPU ms a request by thread ("main", or the thread's name), from ``schedstat``.
+    threads: dict[str, float] = field(default_factory=dict)
+    #: With ``--py-spy``: the main threads' samples (stacks, outermost first, and their count).
+    stacks: Counter[tuple[str, ...]] = field(default_factory=Counter)
 
 
 class Fleet:
@@ -334,12 +402,16 @@ def one_run(tmp: Path, variant: str, concurrency: int, args: argparse.Namespace,
         run.samples.append((0, {w: (0, rss(w)) for w in fleet.pids}))
         for pid in fleet.pids:
             os.kill(pid, signal.SIGRTMIN)  # the wrapper's GC timing starts again
+        spies = py_spies(fleet, tmp / tag) if env.get("FLEET_BENCH_PY_SPY") else {}
         cpu0 = {pid: cpu_seconds(pid) for pid in fleet.pids}
+        threads0 = {pid: thread_cpu(pid) for pid in fleet.pids}
         redis0, commands0 = cpu_seconds(redis_pid), commandstats(store)
         started = time.perf_counter()
         drive(fleet, plan, concurrency, rng, run, args.sample_every)
         run.seconds = time.perf_counter() - started
         cpu1 = {pid: cpu_seconds(pid) for pid in fleet.pids}
+        threads1 = {pid: thread_cpu(pid) for pid in fleet.pids}
+        run.stacks = stop_spies(spies)
         redis1, commands1 = cpu_seconds(redis_pid), commandstats(store)
         run.requests = sum(run.served.values())
         if run.samples[-1][0] != run.requests:
@@ -349,6 +421,8 @@ def one_run(tmp: Path, variant: str, concurrency: int, args: argparse.Namespace,
     run.cpu_ms = {pid: 1000 * (cpu1[pid] - cpu0[pid]) / max(1, run.served[pid]) for pid in fleet.pids}
     run.cpu_per_request_ms = 1000 * sum(cpu1[p] - cpu0[p] for p in fleet.pids) / run.requests
     run.redis_cpu_us = 1e6 * (redis1 - redis0) / run.requests
+    run.threads = {name: 1000 * seconds / run.requests
+                   for name, seconds in by_thread(fleet.pids, threads0, threads1).items()}
     run.commands = commands1 - commands0
     run.commands.pop("info", None)
     stats = [json.loads((tmp / tag / "ready" / f"{pid}.gc").read_text()) for pid in fleet.pids
@@ -357,12 +431,110 @@ def one_run(tmp: Path, variant: str, concurrency: int, args: argparse.Namespace,
         run.gc_ms = 1000 * sum(sum(g["seconds"]) for g in stats) / run.requests
         run.gc_full = 1000 * sum(g["collections"][2] for g in stats) / run.requests
         run.gc_collections = [1000 * sum(g["collections"][n] for g in stats) / run.requests for n in range(3)]
+        run.parts = Counter()
+        for g in stats:
+            run.parts.update({name: 1000 * seconds / run.requests for name, seconds in g["parts"].items()})
     profiles = [tmp / tag / "ready" / f"{pid}.prof" for pid in fleet.pids]
     if env.get("FLEET_BENCH_PROFILE") and all(p.exists() for p in profiles):
         run.areas, run.functions = where_it_goes(profiles)
     if not args.keep:
         shutil.rmtree(tmp / tag / "prometheus", ignore_errors=True)
     return run
+
+
+PY_SPY = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+PY_SPY_RATE = 500  # samples a second of each worker
+
+
+def py_spies(fleet: Fleet, tmp: Path) -> dict[int, tuple[subprocess.Popen[bytes], Path]]:
+    """A ``py-spy record`` on each worker (non-blocking: it reads the worker's memory without stopping
+    it), each thread's stacks, idle ones left out, until ``stop_spies``."""
+    spies = {}
+    for pid in fleet.pids:
+        out = tmp / f"{pid}.py-spy"
+        spies[pid] = (subprocess.Popen(
+            [PY_SPY, "record", "--pid", str(pid), "--rate", str(PY_SPY_RATE), "--format", "raw", "--threads",
+             "--nonblocking", "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE), out)
+    time.sleep(1.0)  # attached (no wait here is a timing claim: samples before the run are not read)
+    for proc, _ in spies.values():
+        if proc.poll() is not None:
+            raise RuntimeError(f"py-spy failed: {proc.stderr.read().decode() if proc.stderr else ''}")
+    return spies
+
+
+def stop_spies(spies: dict[int, tuple[subprocess.Popen[bytes], Path]]) -> Counter[tuple[str, ...]]:
+    """SIGINT to each py-spy (it writes its file then); the workers' main threads' stacks, summed."""
+    for proc, _ in spies.values():
+        proc.send_signal(signal.SIGINT)
+    stacks: Counter[tuple[str, ...]] = Counter()
+    for pid, (proc, out) in spies.items():
+        proc.wait(timeout=HANG_GUARD)
+        for line in out.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            thread, *frames = stack.split(";")
+            if thread.startswith(f"thread ({pid})"):  # the main thread's tid is the pid
+                stacks[tuple(frames)] += int(count)
+    return stacks
+
+
+#: Where a sample's time is the host's own: the SDK, its HTTP client, the web framework, the app.
+HOST = frozenset({"openai", "httpx", "httpx2", "httpcore", "httpcore2", "flask", "werkzeug", "gunicorn", "app",
+                  "fleet_bench_app"})
+
+
+def frame_area(frame: str) -> str:
+    """A py-spy frame's area: ``name (path:line)``, its path relative to ``sys.path`` -> ctxguard's
+    module (or package), else the path's top-level name (a distribution, a standard library module)."""
+    parts = Path(frame.rpartition(" (")[2].rpartition(":")[0]).parts
+    if not parts:
+        return "?"
+    if parts[0] == "ctxguard":
+        return "/".join(parts[:2])
+    return parts[0].removesuffix(".py")
+
+
+def owner(stack: tuple[str, ...]) -> str:
+    """Whose work a sample is: the area of its innermost frame that is ctxguard's or the host's (what
+    the standard library, redis-py, OpenTelemetry or prometheus-client do is their caller's)."""
+    for frame in reversed(stack):
+        area = frame_area(frame)
+        if area.startswith("ctxguard") or area in HOST:
+            return area
+    return frame_area(stack[-1]) if stack else "?"
+
+
+def report_py_spy(pair: list[Run]) -> None:
+    """The main threads' samples by whose work they are (``owner``), as ms a request of the main
+    thread's CPU: the share of the samples times the thread's ``schedstat`` time."""
+    print(f"\n### Where the workers' main threads go, sampled (py-spy at {PY_SPY_RATE} Hz, non-blocking, "
+          f"{pair[0].concurrency} clients, {pair[0].requests:,} requests)\n")
+    for run in pair:
+        total = sum(run.stacks.values())
+        if not total:
+            print(f"{run.variant}: no samples")
+            continue
+        ms = run.threads.get("main", 0.0) / total
+        owners: Counter[str] = Counter()
+        leaves: Counter[str] = Counter()
+        for stack, n in run.stacks.items():
+            owners[whose := owner(stack)] += n
+            if whose.startswith("ctxguard"):
+                leaves[frame_area(stack[-1])] += n
+        ours = sum(n for area, n in owners.items() if area.startswith("ctxguard"))
+        print(f"{run.variant}: {total:,} samples; CPU ms a request: main thread {run.threads.get('main', 0.0):.2f}, "
+              + ", ".join(f"{k} {v:.3f}" for k, v in sorted(run.threads.items()) if k != "main")
+              + f"; ctxguard's work {100 * ours / total:.1f}% of the main thread's samples ({ours * ms:.2f} ms)")
+        if ours:
+            print("    ctxguard's, by the innermost frame's area: "
+                  + ", ".join(f"{a} {n * ms:.3f}" for a, n in leaves.most_common(16)))
+        run.areas = Counter({a: n * ms for a, n in owners.items()})
+    if all(r.areas for r in pair):
+        a, b = pair[0].areas, pair[1].areas
+        print("\n| whose work (innermost ctxguard or host frame) | with ms | without ms | difference ms |")
+        print("|---|---:|---:|---:|")
+        for k in sorted(set(a) | set(b), key=lambda k: -abs(a[k] - b[k])):
+            if max(a[k], b[k]) >= 0.005:
+                print(f"| {k} | {a[k]:.3f} | {b[k]:.3f} | {a[k] - b[k]:+.3f} |")
 
 
 def area_of(filename: str) -> str:
@@ -473,6 +645,19 @@ def report(runs: list[Run], args: argparse.Namespace) -> None:
                     added[name] += (a.commands[name] / a.requests - b.commands[name] / b.requests) / args.rounds
             print(f"\nRedis commands a request, {variant} - without (mean of rounds): " + ", ".join(
                 f"{name} {v:+.3f}" for name, v in sorted(added.items(), key=lambda kv: -abs(kv[1])) if abs(v) >= 0.001))
+        print("\nWorker CPU ms a request by thread (schedstat; median of rounds; Python 3.11 names no OS "
+              "thread, so ctxguard's reader is 'python'): " + "; ".join(
+                  f"{variant} " + ", ".join(f"{name} {statistics.median(r.threads.get(name, 0.0) for r in group):.3f}"
+                                            for name in sorted({n for r in group for n in r.threads},
+                                                               key=lambda n: n != "main"))
+                  for variant, group in groups.items()))
+        names = sorted({n for r in runs for n in r.parts}, key=lambda n: -max(r.parts[n] for r in runs))
+        print("\nMain-thread CPU ms a request in parts of it (time.thread_time, nested; median of rounds):\n")
+        print("| | " + " | ".join(names) + " | main thread outside requests |")
+        print("|---|" + "---:|" * (len(names) + 1))
+        for variant, group in groups.items():
+            print(f"| {variant} | " + " | ".join(f"{statistics.median(r.parts[n] for r in group):.3f}" for n in names)
+                  + f" | {statistics.median(r.threads.get('main', 0.0) - r.parts['request'] for r in group):.3f} |")
         print("\nGC collections per 1,000 requests, generations 0/1/2 (median of rounds): " + ", ".join(
             f"{variant} " + "/".join(f"{statistics.median(r.gc_collections[n] for r in group if r.gc_collections):.1f}"
                                      for n in range(3)) for variant, group in groups.items()))
@@ -514,12 +699,17 @@ def main() -> None:
     parser.add_argument("--variants", default="with,without",
                         help=f"runs a round, of {', '.join(VARIANTS)} (default with,without)")
     parser.add_argument("--profile", action="store_true", help="one more pair of runs, profiled: where the CPU goes")
+    parser.add_argument("--py-spy", action="store_true",
+                        help="one more pair of runs, py-spy attached to each worker: the main threads' samples "
+                             "with a ctxguard frame (needs py-spy: the bench extra)")
     parser.add_argument("--keep", metavar="DIR", help="keep logs (and profiles) under DIR")
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     args.variants = args.variants.split(",")
     if unknown := set(args.variants) - set(VARIANTS):
         parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
+    if args.py_spy and not Path(PY_SPY).exists():
+        parser.error(f"--py-spy: no py-spy at {PY_SPY} (pip install py-spy, or the bench extra)")
     redis_bin = shutil.which("redis-server") or "/usr/bin/redis-server"
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CTXGUARD_", "OTEL_", "OPENAI_"))}
@@ -559,10 +749,21 @@ def main() -> None:
                 assert fake.stdin is not None
                 fake.stdin.write("clear\n")
                 fake.stdin.flush()
+        spied = []
+        if args.py_spy:
+            for variant in ("with", "without"):
+                tag = f"py-spy-c{args.concurrency[0]}-{variant}"
+                spied.append(one_run(tmp, variant, args.concurrency[0], args, store, server.proc.pid,
+                                     {**env, "FLEET_BENCH_PY_SPY": "1"}, tag))
+                assert fake.stdin is not None
+                fake.stdin.write("clear\n")
+                fake.stdin.flush()
     if runs:
         report(runs, args)
     if profiled:
         report_profile(profiled)
+    if spied:
+        report_py_spy(spied)
 
 
 if __name__ == "__main__":

@@ -72,6 +72,8 @@ _CHAIN_REST = (rf"(?<=[0-9(])(?=[0-9() .\-]{{{NUMBER_MIN_DIGITS - 1}}})(?:(?<=\(
                rf"(?:{_GAP}(?!{_DATE}){_GROUP})*")
 _NUMBER = re.compile(rf"[0-9(](?:(?P<date>{_DATE_REST})|(?P<iban>{_IBAN_REST})|{_CHAIN_REST})")
 _ANY_DIGIT = re.compile(r"\d")
+#: A text of fewer digits than a grouped number has holds none (most chat messages).
+_ENOUGH_DIGITS = re.compile(rf"(?:[^0-9]*[0-9]){{{NUMBER_MIN_DIGITS}}}")
 _NOT_ALNUM = re.compile(r"[^0-9A-Za-z]")
 
 
@@ -120,7 +122,10 @@ def numbers(text: str) -> frozenset[str]:
     """
     if not _ANY_DIGIT.search(text):
         return frozenset()
-    return frozenset(found for _, _, found in _numbers_in(unicodedata.normalize("NFKC", text)))
+    text = unicodedata.normalize("NFKC", text)
+    if not _ENOUGH_DIGITS.match(text):
+        return frozenset()
+    return frozenset(found for _, _, found in _numbers_in(text))
 
 
 def number_key(value: str) -> str | None:
