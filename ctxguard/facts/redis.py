@@ -219,8 +219,6 @@ class RedisLedger:
         self._append = client.register_script(_APPEND_LUA)
         self._reader: SharedValuesReader | None = None
         self._reads = self._client_timing_out_at(read_timeout)
-        self._pool_takes_no_name = _pool_takes_no_name()
-        self._plain = _plain_execute()
 
     def __repr__(self) -> str:  # no url: it may carry a password
         return f"RedisLedger(prefix={self.prefix!r}, max_revisions={self.max_revisions})"
@@ -247,35 +245,12 @@ class RedisLedger:
         """Reduce the scope's stored events; read afresh each time (other workers append), waiting
         at most ``read_timeout`` for Redis (``LedgerSlow`` past it)."""
         try:
-            # An app's subclass of the client, or an instrumented redis-py, sees the command.
-            key, reads = self.key(scope), self._reads
-            items = self._lrange(key) if type(reads).execute_command is self._plain else reads.lrange(key, 0, -1)
+            items = self._reads.lrange(self.key(scope), 0, -1)
         except redis_timeout() as exc:
             raise LedgerSlow(f"the fact ledger did not answer within {self.read_timeout * 1000:g} ms") from exc
         if not items:
             return FactState()
         return reduce([FactEvent.from_json(json.loads(item)) for item in items], now)
-
-    def _lrange(self, key: str) -> list[Any]:
-        """The whole list at ``key`` on a connection of the reads' pool, as redis-py's client reads it
-        but without the layers a read on every call does not need (retries, response callbacks,
-        command packing: ``LRANGE key 0 -1`` written as RESP here): 27 µs of CPU instead of 41 on
-        loopback (docs/performance.md, "The fleet example under load"). A read that failed leaves no
-        reply for the next one: its connection is dropped (redis-py's ``read_response`` drops it
-        on a timeout already; here on any error)."""
-        pool = self._reads.connection_pool
-        connection = pool.get_connection() if self._pool_takes_no_name else pool.get_connection("LRANGE")
-        try:
-            name = key.encode()
-            connection.send_packed_command([b"*4\r\n$6\r\nLRANGE\r\n$%d\r\n%b\r\n$1\r\n0\r\n$2\r\n-1\r\n"
-                                            % (len(name), name)])
-            items: list[Any] = connection.read_response()
-        except BaseException:
-            connection.disconnect()
-            raise
-        finally:
-            pool.release(connection)
-        return items
 
     def share(self, digester: Digester) -> SharedValuesReader:
         """Share recorded values with the other processes, as keyed digests, and follow theirs
@@ -329,30 +304,6 @@ class RedisLedger:
 
 #: Connection settings that need RESP3 (redis-py >= 5; the last two >= 8).
 _RESP3_ONLY = frozenset({"cache", "cache_config", "maint_notifications_config", "maint_notifications_pool_handler"})
-
-
-def _plain_execute() -> Any:
-    """redis-py's own ``Redis.execute_command``, if no instrumentation wrapped it (OpenTelemetry's
-    wraps it in place, with wrapt): while a client's class has it, no one watches its commands, and
-    the ledger reads below the client (``RedisLedger._lrange``)."""
-    import redis
-
-    method = redis.Redis.execute_command
-    return None if hasattr(method, "__wrapped__") else method
-
-
-def _pool_takes_no_name() -> bool:
-    """Whether ``ConnectionPool.get_connection`` is called without a command name: redis-py 5 needs
-    one, later versions warn that it is deprecated."""
-    import inspect
-
-    import redis
-
-    try:
-        parameter = inspect.signature(redis.ConnectionPool.get_connection).parameters.get("command_name")
-    except (TypeError, ValueError):
-        return True
-    return parameter is None or parameter.default is not inspect.Parameter.empty
 
 
 def _no_setinfo() -> dict[str, Any]:
