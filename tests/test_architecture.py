@@ -142,7 +142,8 @@ def _contents(container: object) -> object:
     return sorted(id(x) for x in list(container))  # type: ignore[call-overload]
 
 
-def test_module_level_state_mutated_at_run_time_is_only_the_processes(harness, llm, client, tmp_path, monkeypatch):
+def test_module_level_state_mutated_at_run_time_is_only_the_processes(harness, llm, client, tmp_path, monkeypatch,
+                                                                      request):
     """Instrument, make calls (OpenAI plain, streamed, with tools and facts, through the builder;
     Anthropic plain and streamed; model requests no SDK sent, guarded from the wire through httpx
     and http.client), capture, uninstrument and instrument again: the module-level containers whose
@@ -159,7 +160,7 @@ def test_module_level_state_mutated_at_run_time_is_only_the_processes(harness, l
     import httpx
 
     from ctxguard import guard as guard_module
-    from ctxguard.budget import add_model_windows
+    from ctxguard.budget import MODEL_WINDOWS, add_model_windows
     from ctxguard.telemetry.ids import ExportedIds
 
     ids_made = []
@@ -176,6 +177,7 @@ def test_module_level_state_mutated_at_run_time_is_only_the_processes(harness, l
     containers = _containers()
     before = {name: _contents(c) for name, c in containers.items()}
     add_model_windows({"acme-arch-test": 8_192})
+    request.addfinalizer(lambda: MODEL_WINDOWS.pop("acme-arch-test", None))  # the later tests read the table
     guards = []
     body = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "Ship to Lyon"}]}).encode()
     for _ in range(2):
