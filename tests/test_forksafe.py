@@ -125,7 +125,7 @@ def test_a_ledger_whose_pool_lock_was_held_at_the_fork_answers_in_the_child(redi
     """A thread holds the lock of one of the ledger's connection pools while the process forks:
     the child's ledger still reads and writes (redis-py before 8.2 resets an inherited pool under
     that lock; the ledger gives the child pools of its own)."""
-    ledger = ctxguard.RedisLedger(redis_url, prefix=f"forkpool{os.getpid()}")
+    ledger = ctxguard.RedisLedger(redis_url, prefix=f"forkpool{os.getpid()}", read_timeout=5.0)  # not a timing test
     ledger.state(("warm", None), datetime.now(timezone.utc))  # both pools have a connection
     held, release = threading.Event(), threading.Event()
 
