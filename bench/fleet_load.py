@@ -740,24 +740,19 @@ def main() -> None:
                     print(f"{tag}: {run.requests / run.seconds:.0f} req/s, {run.cpu_per_request_ms:.3f} ms CPU a "
                           f"request, {sum(run.commands.values()) / run.requests:.2f} Redis commands a request, RSS "
                           f"{statistics.median(v[1] for v in run.samples[-1][1].values()) / MiB:.1f} MiB", flush=True)
-        profiled = []
-        if args.profile:
+        def pair(flag: str, name: str) -> list[Run]:
+            """One more run with and one without ctxguard, the workers told ``flag``; not in the table."""
+            made = []
             for variant in ("with", "without"):
-                tag = f"profile-c{args.concurrency[0]}-{variant}"
-                profiled.append(one_run(tmp, variant, args.concurrency[0], args, store, server.proc.pid,
-                                        {**env, "FLEET_BENCH_PROFILE": "1"}, tag))
+                made.append(one_run(tmp, variant, args.concurrency[0], args, store, server.proc.pid,
+                                    {**env, flag: "1"}, f"{name}-c{args.concurrency[0]}-{variant}"))
                 assert fake.stdin is not None
                 fake.stdin.write("clear\n")
                 fake.stdin.flush()
-        spied = []
-        if args.py_spy:
-            for variant in ("with", "without"):
-                tag = f"py-spy-c{args.concurrency[0]}-{variant}"
-                spied.append(one_run(tmp, variant, args.concurrency[0], args, store, server.proc.pid,
-                                     {**env, "FLEET_BENCH_PY_SPY": "1"}, tag))
-                assert fake.stdin is not None
-                fake.stdin.write("clear\n")
-                fake.stdin.flush()
+            return made
+
+        profiled = pair("FLEET_BENCH_PROFILE", "profile") if args.profile else []
+        spied = pair("FLEET_BENCH_PY_SPY", "py-spy") if args.py_spy else []
     if runs:
         report(runs, args)
     if profiled:
