@@ -133,13 +133,14 @@ def arguments_as_read(arguments: str) -> str:
     renders it compact, so whitespace between its tokens costs nothing (a call's arguments
     pretty-printed with two spaces, 464 tokens to cl100k, are 353 compact, and the API reported the
     request's 380 where 490 were counted with them as sent: n0isy/openai-tokens-count, which fits its
-    counts to the API, renders them without that whitespace too). Arguments that are not JSON are
-    read as sent. Most are compact already (what the model wrote) and are returned untouched."""
+    counts to the API, renders them without that whitespace too). Arguments that are not JSON, or
+    nest deeper than Python's parser goes, are read as sent. Most are compact already (what the
+    model wrote) and are returned untouched."""
     if "\n" not in arguments and ": " not in arguments and ", " not in arguments:
         return arguments
     try:
         parsed = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):
         return arguments
     return json.dumps(parsed, ensure_ascii=False, separators=(",", ":"))
 

@@ -176,6 +176,16 @@ def test_a_messages_tool_calls_are_charged_as_the_model_reads_them(calls):
     assert len(refs) == calls  # each call still pairs with its result
 
 
+def test_tool_call_arguments_are_read_compact_and_as_sent_when_they_cannot_be_parsed():
+    """Pretty-printed arguments are counted as OpenAI reads them, compact; arguments that are not
+    JSON, or nest past the parser's recursion limit, are read as sent (no error of ctxguard's)."""
+    pretty = '{\n  "city": "Lyon",\n  "items": [1, 2]\n}'
+    deep = "[" * 50_000 + "1, 2" + "]" * 50_000
+    assert openai_provider.arguments_as_read(pretty) == '{"city":"Lyon","items":[1,2]}'
+    assert openai_provider.arguments_as_read("{not json, really}") == "{not json, really}"
+    assert openai_provider.arguments_as_read(deep) == deep
+
+
 # -- Anthropic ------------------------------------------------------------------------
 
 ORDER_TOOL = {"name": "lookup_order", "description": "Find an order",
