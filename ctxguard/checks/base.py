@@ -80,10 +80,10 @@ class Outcome:
 SETTLED_MAX = 256
 
 
-class OutcomesOf(dict[str | None, Outcome]):
-    """One check's pass (key None) and skips, by reason, each made at its first use: they carry
-    nothing of their call, so one instance per (check, reason) serves every call, no new object on
-    the common path. Outcomes are read-only. An empty reason is a skip another check explains:
+class OutcomesOf(dict[str, Outcome]):
+    """One check's skip outcomes, by reason, each made at its first use (its pass is made once,
+    ``checks._PASSED``): they carry nothing of their call, so one instance per (check, reason)
+    serves every call, no new object on the common path. Outcomes are read-only. An empty reason is a skip another check explains:
     counted, not listed on the span. A look-up here costs ~400 instructions where a
     ``functools.lru_cache`` keyed by (check, reason) costs ~935: five skips a call without facts,
     3,500 fewer instructions a call (bench/instructions.py's guarded-own child at 20 messages,
@@ -93,10 +93,10 @@ class OutcomesOf(dict[str | None, Outcome]):
         super().__init__()
         self.name = name
 
-    def __missing__(self, reason: str | None) -> Outcome:
+    def __missing__(self, reason: str) -> Outcome:
         if len(self) >= SETTLED_MAX:
             self.clear()
-        found = self[reason] = Outcome(self.name, "pass" if reason is None else "skip", (), reason or None)
+        found = self[reason] = Outcome(self.name, "skip", (), reason or None)
         return found
 
 
