@@ -83,8 +83,8 @@ SETTLED_MAX = 256
 class OutcomesOf(dict[str, Outcome]):
     """One check's skip outcomes, by reason, each made at its first use (its pass is made once,
     ``checks._PASSED``): they carry nothing of their call, so one instance per (check, reason)
-    serves every call, no new object on the common path. Outcomes are read-only. An empty reason is a skip another check explains:
-    counted, not listed on the span. A look-up here costs ~400 instructions where a
+    serves every call, no new object on the common path. Outcomes are read-only. An empty reason
+    is a skip another check explains: counted, not listed on the span. A look-up here costs ~400 instructions where a
     ``functools.lru_cache`` keyed by (check, reason) costs ~935: five skips a call without facts,
     3,500 fewer instructions a call (bench/instructions.py's guarded-own child at 20 messages,
     649,411 -> 645,894). Bounded: skip reasons can name a model; emptied when full."""
