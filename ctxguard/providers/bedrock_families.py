@@ -65,6 +65,11 @@ def qwen_tool(spec: Mapping[str, Any]) -> str:
     return "\n" + json.dumps(_function(spec), default=jsonable, ensure_ascii=False)
 
 
+def minimax_tool(spec: Mapping[str, Any]) -> str:
+    """MiniMax M2 writes each tool as ``<tool>{{ tool.function | tojson }}</tool>`` on its own line."""
+    return "<tool>" + json.dumps(_function(spec)["function"], default=jsonable, ensure_ascii=False) + "</tool>\n"
+
+
 def mistral_tool(spec: Mapping[str, Any]) -> str:
     """Mistral writes its tools as one JSON list between ``[AVAILABLE_TOOLS]`` markers."""
     return json.dumps(_function(spec), default=jsonable, ensure_ascii=False)
@@ -194,6 +199,23 @@ HARMONY_SYSTEM_TEXT = (
 )
 HARMONY_SYSTEM = 62
 
+#: MiniMax M2: the system turn is always written, with this identity when the request has no system
+#: prompt (MiniMax-M2's ``chat_template.jinja``, ``model_identity``); M2.1 and later name themselves
+#: in it ("... Your name is MiniMax-M2.7 and is built by MiniMax.", their templates).
+MINIMAX_IDENTITY_TEXT = "You are a helpful assistant."
+MINIMAX_IDENTITY = 6
+MINIMAX_NAMED_IDENTITY_TEXT = "You are a helpful assistant. Your name is MiniMax-M2.1 and is built by MiniMax."
+MINIMAX_NAMED_IDENTITY = 22
+#: With tools, its system turn holds this text around them (``<minimax:tool_call>`` and
+#: ``</minimax:tool_call>`` one token each), each tool ``minimax_tool``.
+MINIMAX_TOOLS_TEXT = (
+    "\n\n# Tools\nYou may call one or more tools to assist with the user query.\nHere are the tools available in "
+    "JSONSchema format:\n\n<tools>\n</tools>\n\nWhen making tool calls, use XML format to invoke tools and pass "
+    'parameters:\n\n<minimax:tool_call>\n<invoke name="tool-name-1">\n<parameter name="param-key-1">param-value-1'
+    '</parameter>\n<parameter name="param-key-2">param-value-2</parameter>\n...\n</invoke>\n</minimax:tool_call>'
+)
+MINIMAX_TOOLS = 97
+
 #: The families whose ``invoke_model`` body is a prompt string.
 _PROMPT = frozenset({"prompt"})
 
@@ -237,6 +259,17 @@ FAMILIES: dict[str, Family] = {
     # newline: 3). Its template, as llama.cpp's chat renderer and NVIDIA's Megatron SFT tokenizer write
     # it (<SPECIAL_1x>, <think> and </think> one token each).
     "nemotron": Family("nemotron", message=4, request=6, no_system=3, assistant=2),
+    # MiniMax M2: ]~!b[ (begin-of-text), then ]~b]role\n ... [e~[\n around each turn (]~b] and [e~[ one
+    # token each), the system turn always (its identity without a system prompt: its framing and text);
+    # the reply ]~b]ai\n<think>\n. An outputConfig schema is decoded to, not written (the recorded
+    # request reports its text and this framing exactly). A call <minimax:tool_call>\n<invoke name="...">
+    # with a <parameter> per argument; a result ]~b]tool\n<response>...\n</response> in place of a user
+    # turn. An answer's thinking before the last user message is not written.
+    "minimax": Family("minimax", message=5, request=1 + 5, no_system=5 + MINIMAX_IDENTITY, tool_call=12,
+                      tool_result=7, tool_prompt=MINIMAX_TOOLS, tool_text=minimax_tool, drops_earlier_thinking=True),
+    "minimax-m2.x": Family("minimax-m2.x", message=5, request=1 + 5, no_system=5 + MINIMAX_NAMED_IDENTITY,
+                           tool_call=12, tool_result=7, tool_prompt=MINIMAX_TOOLS, tool_text=minimax_tool,
+                           drops_earlier_thinking=True),
 }
 
 
@@ -283,6 +316,7 @@ _BY_NAME: tuple[tuple[str, str, str], ...] = (
     ("mistral", "", "mistral"), ("cohere", "command", "cohere"), ("qwen", "qwen3", "qwen"),
     ("deepseek", "r1", "deepseek"), ("google", "gemma", "gemma"), ("openai", "gpt-oss", "gpt-oss"),
     ("moonshot", "kimi", "kimi"), ("moonshotai", "kimi", "kimi"), ("nvidia", "nemotron-nano", "nemotron"),
+    ("minimax", "minimax-m2.", "minimax-m2.x"), ("minimax", "minimax-m2", "minimax"),
 )
 
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(default_counter().name != "tiktoken", reason="co
 
 #: A chat template's special tokens (one token each in the model's own vocabulary).
 _SPECIAL = re.compile(r"<\|[a-z_]+\|>|\[/?INST\]|\[/?AVAILABLE_TOOLS\]|<s>|</s>|<bos>|<start_of_turn>|<end_of_turn>"
-                      r"|</?think>|</?tool_call>|</?tool_response>|<SPECIAL_\d+>")
+                      r"|</?think>|</?tool_call>|</?tool_response>|<SPECIAL_\d+>|\]~!b\[|\]~b\]|\[e~\[|</?minimax:tool_call>")
 
 
 def rendered(text: str) -> int:
@@ -49,7 +49,8 @@ FUNCTION = {"type": "function", "function": {"name": "get_weather", "description
                                              "parameters": TOOL["toolSpec"]["inputSchema"]["json"]}}
 
 
-@pytest.mark.parametrize("name", ["LLAMA_DATE", "LLAMA_IPYTHON", "LLAMA_TOOLS", "QWEN_TOOLS", "HARMONY_SYSTEM"])
+@pytest.mark.parametrize("name", ["LLAMA_DATE", "LLAMA_IPYTHON", "LLAMA_TOOLS", "QWEN_TOOLS", "HARMONY_SYSTEM",
+                                  "MINIMAX_IDENTITY", "MINIMAX_NAMED_IDENTITY", "MINIMAX_TOOLS"])
 def test_each_template_text_costs_the_tokens_written_beside_it(name):
     assert rendered(getattr(families, f"{name}_TEXT")) == getattr(families, name)
 
@@ -73,6 +74,8 @@ def test_each_template_text_costs_the_tokens_written_beside_it(name):
     ("openai.gpt-oss-120b-1:0", "gpt-oss"),
     ("moonshot.kimi-k2-thinking", "kimi"),
     ("nvidia.nemotron-nano-12b-v2", "nemotron"),
+    ("minimax.minimax-m2", "minimax"),
+    ("minimax.minimax-m2.1", "minimax-m2.x"),
     ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", "anthropic"),
     ("arn:aws:bedrock:us-east-1:123456789012:foundation-model/anthropic.claude-3-haiku-20240307-v1:0", "anthropic"),
     # An application inference profile names no model; other vendors have no template here.
@@ -117,9 +120,24 @@ def test_llama_4_writes_its_tools_into_the_first_user_message():
     # The system turn is written without a system prompt too.
     ("nvidia.nemotron-nano-12b-v2", "<s><SPECIAL_10>System\n\n<SPECIAL_11>User\nHi there\n<SPECIAL_11>Assistant\n"
                                     "Hello\n<SPECIAL_12>\n<SPECIAL_11>User\nBye\n<SPECIAL_11>Assistant\n<think>\n"),
+    # The system turn is written without a system prompt too, with the template's identity.
+    ("minimax.minimax-m2", "]~!b[]~b]system\n" + families.MINIMAX_IDENTITY_TEXT + "[e~[\n]~b]user\nHi there[e~[\n"
+                           "]~b]ai\nHello[e~[\n]~b]user\nBye[e~[\n]~b]ai\n<think>\n"),
+    ("minimax.minimax-m2.1", "]~!b[]~b]system\n" + families.MINIMAX_NAMED_IDENTITY_TEXT + "[e~[\n]~b]user\n"
+                             "Hi there[e~[\n]~b]ai\nHello[e~[\n]~b]user\nBye[e~[\n]~b]ai\n<think>\n"),
 ])
 def test_a_conversation_costs_what_its_chat_template_renders(model, prompt):
     assert counted(model, messages=[user("Hi there"), assistant("Hello"), user("Bye")]) == rendered(prompt)
+
+
+def test_minimax_writes_its_system_turn_and_tools_as_its_template_does():
+    """MiniMax M2's template: the app's system prompt in place of its identity; the tools in the system
+    turn, each ``<tool>{function}</tool>``, inside its tools text."""
+    tools = families.MINIMAX_TOOLS_TEXT.replace("<tools>\n", "<tools>\n<tool>" + json.dumps(FUNCTION["function"])
+                                                + "</tool>\n")
+    prompt = ("]~!b[]~b]system\nBe brief." + tools + "[e~[\n]~b]user\nWeather in Paris?[e~[\n]~b]ai\n<think>\n")
+    assert abs(counted("minimax.minimax-m2", system=[{"text": "Be brief."}], toolConfig={"tools": [TOOL]},
+                       messages=[user("Weather in Paris?")]) - rendered(prompt)) <= 1  # texts may merge where they join
 
 
 def test_qwen_writes_its_tools_calls_and_results_as_its_template_does():
