@@ -11,7 +11,7 @@ is Llama 3.1's), and ``Family`` holds its numbers; ``bedrock.py`` puts them on t
 ``cost`` of tool calls and results).
 
 Where a model card publishes its chat template (Hugging Face ``tokenizer_config.json``
-``chat_template``: Llama, Mistral, Qwen, Gemma, DeepSeek, gpt-oss's harmony format), the numbers
+``chat_template``: Llama, Mistral, Qwen, Gemma, DeepSeek, MiniMax, gpt-oss's harmony format), the numbers
 are that template's tokens; the fixed texts it adds are kept here as text (``*_TEXT``) and their
 ``cl100k_base`` counts next to them (tests/providers/test_bedrock_families.py recounts them).
 Amazon's own models (Nova, Titan) publish no template: their numbers are measured on the
@@ -263,12 +263,13 @@ FAMILIES: dict[str, Family] = {
     # token each), the system turn always (its identity without a system prompt: its framing and text);
     # the reply ]~b]ai\n<think>\n. An outputConfig schema is decoded to, not written (the recorded
     # request reports its text and this framing exactly). A call <minimax:tool_call>\n<invoke name="...">
-    # with a <parameter> per argument; a result ]~b]tool\n<response>...\n</response> in place of a user
-    # turn. An answer's thinking before the last user message is not written.
-    "minimax": Family("minimax", message=5, request=1 + 5, no_system=5 + MINIMAX_IDENTITY, tool_call=12,
+    # with a <parameter name="..."> per argument (16 beyond its name and JSON with one argument); a
+    # result ]~b]tool\n<response>...\n</response> in place of a user turn. An answer's thinking before the
+    # last user message is not written.
+    "minimax": Family("minimax", message=5, request=1 + 5, no_system=5 + MINIMAX_IDENTITY, tool_call=16,
                       tool_result=7, tool_prompt=MINIMAX_TOOLS, tool_text=minimax_tool, drops_earlier_thinking=True),
     "minimax-m2.x": Family("minimax-m2.x", message=5, request=1 + 5, no_system=5 + MINIMAX_NAMED_IDENTITY,
-                           tool_call=12, tool_result=7, tool_prompt=MINIMAX_TOOLS, tool_text=minimax_tool,
+                           tool_call=16, tool_result=7, tool_prompt=MINIMAX_TOOLS, tool_text=minimax_tool,
                            drops_earlier_thinking=True),
 }
 

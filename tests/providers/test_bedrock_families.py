@@ -140,6 +140,22 @@ def test_minimax_writes_its_system_turn_and_tools_as_its_template_does():
                        messages=[user("Weather in Paris?")]) - rendered(prompt)) <= 1  # texts may merge where they join
 
 
+def test_minimax_writes_its_tool_calls_and_results_as_its_template_does():
+    call = {"toolUse": {"toolUseId": "t1", "name": "get_weather", "input": {"city": "Paris"}}}
+    result = {"toolResult": {"toolUseId": "t1", "content": [{"text": "30C"}]}}
+    tools = families.MINIMAX_TOOLS_TEXT.replace("<tools>\n", "<tools>\n<tool>" + json.dumps(FUNCTION["function"])
+                                                + "</tool>\n")
+    head = "]~!b[]~b]system\n" + families.MINIMAX_IDENTITY_TEXT + tools + "[e~[\n]~b]user\nWeather in Paris?[e~[\n"
+    exchange = (']~b]ai\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+                "</invoke>\n</minimax:tool_call>[e~[\n]~b]tool\n<response>30C\n</response>[e~[\n")
+    asked = [user("Weather in Paris?")]
+    answered = [*asked, {"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
+    model, config = "minimax.minimax-m2", {"tools": [TOOL]}
+    costs = counted(model, toolConfig=config, messages=answered) - counted(model, toolConfig=config, messages=asked)
+    written = rendered(head + exchange + "]~b]ai\n<think>\n") - rendered(head + "]~b]ai\n<think>\n")
+    assert abs(costs - written) <= 1  # where the texts join, a token may merge
+
+
 def test_qwen_writes_its_tools_calls_and_results_as_its_template_does():
     call = {"toolUse": {"toolUseId": "t1", "name": "get_weather", "input": {"city": "Paris"}}}
     result = {"toolResult": {"toolUseId": "t1", "content": [{"text": "30C"}]}}
@@ -165,6 +181,7 @@ def test_qwen_and_deepseek_drop_an_earlier_answers_thinking_as_their_templates_d
     assert counted("qwen.qwen3-32b-v1:0", messages=messages) == rendered(prompt)
     plain = [user("Reply with ok"), assistant("ok"), user("Again")]
     assert counted("us.deepseek.r1-v1:0", messages=messages) == counted("us.deepseek.r1-v1:0", messages=plain)
+    assert counted("minimax.minimax-m2", messages=messages) == counted("minimax.minimax-m2", messages=plain)
 
 
 def test_qwen_keeps_the_thinking_of_an_agent_loop_since_the_last_query():
