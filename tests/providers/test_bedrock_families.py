@@ -18,7 +18,8 @@ pytestmark = pytest.mark.skipif(default_counter().name != "tiktoken", reason="co
 
 #: A chat template's special tokens (one token each in the model's own vocabulary).
 _SPECIAL = re.compile(r"<\|[a-z_]+\|>|\[/?INST\]|\[/?AVAILABLE_TOOLS\]|<s>|</s>|<bos>|<start_of_turn>|<end_of_turn>"
-                      r"|</?think>|</?tool_call>|</?tool_response>|<SPECIAL_\d+>|\]~!b\[|\]~b\]|\[e~\[|</?minimax:tool_call>")
+                      r"|</?think>|</?tool_call>|</?tool_response>|<SPECIAL_\d+>"
+                      r"|\]~!b\[|\]~b\]|\[e~\[|</?minimax:tool_call>")
 
 
 def rendered(text: str) -> int:
