@@ -79,8 +79,11 @@ def test_each_template_text_costs_the_tokens_written_beside_it(name):
     ("minimax.minimax-m2.1", "minimax-m2.x"),
     ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", "anthropic"),
     ("arn:aws:bedrock:us-east-1:123456789012:foundation-model/anthropic.claude-3-haiku-20240307-v1:0", "anthropic"),
-    # An application inference profile names no model; other vendors have no template here.
-    ("arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/mi1dadi0g15f", "other"),
+    # An application inference profile, provisioned throughput, an imported model: the ARN names no model.
+    ("arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/mi1dadi0g15f", "unnamed"),
+    ("arn:aws:bedrock:us-east-1:123456789012:provisioned-model/abcdefghijkl", "unnamed"),
+    ("arn:aws:bedrock:us-east-1:123456789012:imported-model/abcdefghijkl", "unnamed"),
+    # Other vendors have no template here.
     ("writer.palmyra-x4-v1:0", "other"),
     ("ai21.jamba-1-5-large-v1:0", "other"),
     (None, "other"),
@@ -238,6 +241,25 @@ def test_nova_counts_a_single_turn_as_its_text_and_adds_its_tool_prompt():
 def test_a_model_of_no_family_keeps_openai_chats_framing():
     counter = default_counter()
     assert counted("writer.palmyra-x4-v1:0", messages=[user("Hi there")]) == counter.count("Hi there") + 3 + 3
+
+
+PROFILE = "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/mi1dadi0g15f"
+
+
+@pytest.mark.parametrize(("behind", "reported"), [("Nova Micro, as recorded", 8), ("Claude", 15), ("Qwen3", 20)])
+def test_a_profile_that_names_no_model_never_calibrates_a_long_prompt_below_its_text(behind, reported):
+    """An application inference profile's ARN names no model, so its framing is the least any family
+    adds (none): calibration learns the text's ratio once the fixed tokens are off each report, so
+    after short prompts a long one is counted at least as its text, whichever model the profile copies
+    (OpenAI Chat's 6 fixed tokens on the recorded Nova profile, 8 reported for 8 of text, showed a
+    1,001-token prompt as 256)."""
+    measurer = Measurer(Digester(b"k"), default_counter(), Calibration())
+    short = ADAPTER.normalise("converse", {"modelId": PROFILE, "messages": [user('Say "hello" and nothing else.')]})
+    for _ in range(6):
+        measurer.observe(measurer.measure(short), reported)
+    text = "The quick brown fox jumps over the lazy dog. " * 100
+    long = measurer.measure(ADAPTER.normalise("converse", {"modelId": PROFILE, "messages": [user(text)]}))
+    assert long.tokens >= default_counter().count(text), behind
 
 
 @pytest.mark.parametrize(("size", "tokens"), [((3008, 2000), 1800), ((800, 400), 800), ((900, 900), 1300),
