@@ -11,7 +11,7 @@ from typing import Any
 
 from ..cache import ENTRY_BYTES, TwoGenerationCache, str_bytes
 from ..memo import Memo
-from ..payload import Item, RequestView
+from ..payload import TOOL_RESULT, Item, RequestView
 
 #: Type names of the SDKs' "not given" sentinels: Stainless's (openai, anthropic) and
 #: Speakeasy's (mistralai's ``UNSET``); a field holding one is read as absent.
@@ -99,6 +99,18 @@ def family(model: object, table: Mapping[str, Any], suffix: re.Pattern[str] = AN
         if name.startswith(key) and (best is None or len(key) > len(best)) and suffix.fullmatch(name, len(key)):
             best = key
     return best
+
+
+def last_query(items: list[Item]) -> int:
+    """The index of the last user query of ``items``: a user message that is not tool results (0 if
+    there is none). The answers before it are earlier turns; those after it, the agent loop it
+    started, are the current one (Qwen3's template's ``last_query_index``, Anthropic's "current
+    assistant turn")."""
+    for i in range(len(items) - 1, -1, -1):
+        role, _, refs, _, _ = items[i]
+        if role == "user" and not any(ref.startswith(TOOL_RESULT) for ref in refs):
+            return i
+    return 0
 
 
 class Unread(Exception):

@@ -45,7 +45,7 @@ from ..tokens import NON_TEXT_PART
 from ._image import size_of_base64, size_of_bytes
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, elements, items, settings, tool_definitions
+from ._read import canonical, elements, items, last_query, settings, tool_definitions
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
@@ -289,25 +289,24 @@ def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> Request
     items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True,
           memo=memo)
     if fam.drops_earlier_thinking:
-        _drop_earlier_thinking(view)
+        _earlier_thinking_not_read(view)
     _frame(view, fam)
     if fam is CLAUDE and claude_2(view.model):
         claude_2_framing(view)
     return view
 
 
-def _drop_earlier_thinking(view: RequestView) -> None:
-    """The assistant turns before the last user query without their thinking (the text up to the
-    last ``</think>``), as the family's template writes them. The query is a user message that is not
-    only tool results (Qwen3's ``last_query_index``): the turns of an agent loop since then keep
-    theirs. DeepSeek-R1 drops it from every answer; from the earlier ones only, here, errs on the
-    safe side."""
-    queries = [i for i, (role, _, refs, _, _) in enumerate(view.items)
-               if role == "user" and not any(ref.startswith(TOOL_RESULT) for ref in refs)]
-    for i in range(queries[-1] if queries else 0):
-        role, text, refs, kind, cost = view.items[i]
+def _earlier_thinking_not_read(view: RequestView) -> None:
+    """The assistant turns before the last user query are read without their thinking (the text up
+    to the last ``</think>``), as the family's template writes them (``RequestView.not_read``: the
+    messages stay as sent). The turns of an agent loop since that query keep theirs (Qwen3's
+    ``last_query_index``). DeepSeek-R1 drops it from every answer; from the earlier ones only, here,
+    errs on the safe side."""
+    for i in range(last_query(view.items)):
+        role, text, _, _, _ = view.items[i]
         if role == "assistant" and "</think>" in text:
-            view.items[i] = (role, text.split("</think>")[-1].lstrip("\n"), refs, kind, cost)
+            kept = text.split("</think>")[-1].lstrip("\n")
+            view.not_read[i] = text[: len(text) - len(kept)]
 
 
 def _body(value: Any) -> tuple[dict[str, Any] | None, str | None]:
