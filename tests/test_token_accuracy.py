@@ -81,8 +81,6 @@ OUTSIDE: dict[str, dict[str, tuple[tuple[float, float], str]]] = {
     "anthropic": {
         "pydai-anthropic-image-url": (
             (400.0, 450.0), "an image by URL, never fetched: charged the most its model charges for one"),
-        "pydai-anthropic-thinking-2": (
-            (25.0, 40.0), "an earlier turn's thinking blocks, which Anthropic drops from the context, are counted"),
     },
 }
 
@@ -95,6 +93,13 @@ PINNED: dict[str, dict[str, tuple[tuple[float, float], str]]] = {
             (-5.0, 5.0), "a tool call's arguments as OpenAI reads them, compact JSON (+28.9% as sent, pretty-printed)"),
         "otel-chat-tools-2": (
             (-10.0, 10.0), "two parallel calls as one multi_tool_use.parallel call (-21.2% as two, compacted)"),
+    },
+    "anthropic": {
+        "pydai-anthropic-thinking-2": (
+            (-10.0, 0.0), "an earlier answer's thinking, which Claude 3.7 does not read, not counted (+36.1% counted)"),
+        "pydai-anthropic-tool-thinking-2": (
+            (-5.0, 5.0), "the thinking of the tool loop since the last query, which Claude Sonnet 4 reads, counted "
+                         "(-14.1% left out as an earlier turn's)"),
     },
 }
 
