@@ -106,6 +106,9 @@ import atexit, gc, json, os, signal, time
 if os.environ.get("FLEET_BENCH_LEDGER") == "memory":  # instrument(ledger=None): the in-process ledger
     import ctxguard
     ctxguard.RedisLedger = lambda *args, **kwargs: None
+if os.environ.get("FLEET_BENCH_FACTS") == "off":  # the app records no fact: ctxguard's floor without them
+    import ctxguard
+    ctxguard.record_fact = lambda *args, **kwargs: None
 
 import app as fleet
 
@@ -190,6 +193,8 @@ VARIANTS: dict[str, dict[str, str]] = {
     "without": {"CTXGUARD_DISABLED": "1"},
     # ctxguard with its in-process ledger (the app records the same facts): no Redis on the call path.
     "memory-ledger": {"FLEET_BENCH_LEDGER": "memory"},
+    # ctxguard with no fact recorded (and the in-process ledger): every check but the fact checks'.
+    "no-facts": {"FLEET_BENCH_LEDGER": "memory", "FLEET_BENCH_FACTS": "off"},
 }
 
 

@@ -69,11 +69,21 @@ OUTSIDE: dict[str, dict[str, tuple[tuple[float, float], str]]] = {
     "mistral": {
         "pydai-mistral-model-sees-multiple-images-mistral-1": (
             (300.0, 400.0), "an image by URL, never fetched: charged the most its model's encoder makes of one"),
+        # Not a document by URL: pydantic-ai fetched it (its cassette's first interaction is the GET)
+        # and sent its text inline. Mistral's Tekken (mistral-common's tekken_240911.json) counts the
+        # request at exactly the 2,297 reported, cl100k 1,685: Tekken splits capital-letter names
+        # (" SIGN" is " S", "IGN"), 2,281 tokens of the document's text to cl100k's 1,669.
         "pydai-mistral-text-document-url-input": (
             (-30.0, -20.0), "a table of codes and capitals: Mistral's tokenizer makes a third more tokens of it than "
                             "cl100k, which no framing can say"),
+        # Recorded 2024-08-27 (the answer's created and Date), when mistral-small-latest named Mistral
+        # Small 24.02 (24.09 came in September 2024): every mistral-common tokenizer, v3 to Tekken,
+        # counts these two at exactly 24 and 26, as reported, with no model settings (and the third
+        # request of the set, with a tool, at 96 with SentencePiece v3, 92 with Tekken: 96 reported).
+        # Re-recorded 2026-02-25, the second still read 26; on 2026-07-20 the alias read 28 for a
+        # 16-token prompt (pydantic-ai): Mistral Small 4, whose v15 template writes 11 tokens of them.
         "openinference-mistral-asynchronous-streaming-chat-completions-emits-expected-span": (
-            (25.0, 40.0), "recorded when mistral-small-latest was Mistral Small 3, without tokenizer v15's "
+            (25.0, 40.0), "recorded when mistral-small-latest was Mistral Small 24.02, without tokenizer v15's "
                           "model settings (11 tokens) the alias writes now"),
         "openinference-mistral-synchronous-streaming-chat-completions-emits-expected-span-f": (
             (25.0, 40.0), "the same"),
@@ -101,6 +111,20 @@ PINNED: dict[str, dict[str, tuple[tuple[float, float], str]]] = {
             (-5.0, 5.0), "the thinking of the tool loop since the last query, which Claude Sonnet 4 reads, counted "
                          "(-14.1% left out as an earlier turn's)"),
     },
+    "google_genai": {
+        "pydai-google-genai-google-model-structured-output": (
+            (-10.0, 10.0), "Gemini 2.0 counts a declaration's parameters_json_schema as the SDK's local tokenizer "
+                           "reads it, not at all (+33.3% with its texts counted)"),
+        "pydai-google-genai-google-model-structured-output-1": (
+            (-10.0, 10.0), "the same declarations, and the call and result that followed (+24.2% with them counted)"),
+    },
+    "cohere": {
+        "lc-cohere-cohere-documents": (
+            (-2.0, 2.0), "Command R's RAG prompt as the API renders it, 163 tokens beyond the published one "
+                         "(-23.5% without them)"),
+        "lc-cohere-cohere-who-founded-cohere-with-custom-documents": (
+            (-2.0, 2.0), "the same, with three documents (-22.3% without them)"),
+    },
 }
 
 
@@ -120,6 +144,18 @@ def test_each_recorded_request_is_within_its_band(provider):
                          f"not within [{low:+.0f}%, {high:+.0f}%]")
     assert not wrong, "\n".join(wrong)
     assert -10 <= accuracy.summary(rows)["median"] <= 10
+
+
+@pytest.mark.parametrize("provider", sorted(set(PINNED) - set(OUTSIDE)))
+def test_each_pinned_request_is_within_its_band(provider):
+    """The requests a rule brought into the target, of the providers whose other requests are held
+    elsewhere (Gemini's by tests/providers/test_google_genai_tokens.py, Cohere's by
+    tests/providers/test_cohere.py): each within its tighter band, which it leaves without its rule."""
+    errors = {row.id: row for row in accuracy.measure(providers=(provider,))}
+    assert set(PINNED[provider]) <= set(errors)
+    wrong = [f"{i}: {errors[i].counted} counted, {errors[i].reported} reported, {errors[i].error:+.1f}% ({why})"
+             for i, ((low, high), why) in PINNED[provider].items() if not low <= errors[i].error <= high]
+    assert not wrong, "\n".join(wrong)
 
 
 def _not_read(record: dict) -> bool:
@@ -189,17 +225,13 @@ BEDROCK_MISSES = {
     # Amazon's tokenizers.
     "pydai-bedrock-bedrock-cache-point-adds-cache-control-nova-lite": "all-caps text: Nova's tokenizer",
     "openllmetry-bedrock-guardrail-invoke-stream": "the guardrail blocked the input: 6 reported for 8 tokens",
-    # What the request does not show.
-    "pydai-bedrock-bedrock-inference-profile-converse": "an application inference profile names no model",
     # Families with no template here: OpenAI Chat's framing.
-    "pydai-bedrock-bedrock-native-output-minimax": "MiniMax M2: no template here (its default system prompt)",
     "pydai-bedrock-bedrock-writer-tool-result-followed-by-text-accepted": "Palmyra X4: no template published",
 }
 #: The Bedrock families (and request formats) whose median misses ±10%, and why.
 BEDROCK_FAMILY_MISSES = {
-    "minimax converse": "no template here", "writer-palmyra converse": "no template published",
+    "writer-palmyra converse": "no template published",
     "zai-glm converse": "no template here",
-    "unknown converse": "an application inference profile names no model",
 }
 #: The Bedrock ``invoke_model`` bodies ctxguard does not read (``_not_read``): no count at all, so no
 #: error either; the bench shows them apart (its ``not read`` column) and leaves them out of its error
@@ -219,6 +251,12 @@ BEDROCK_PINNED: dict[str, tuple[tuple[float, float], str]] = {
                      "with Claude 3's framing)"),
     "pydai-bedrock-bedrock-native-output-nvidia": (
         (-10.0, 10.0), "Nemotron Nano 2's template, its system turn written always (-27.3% with OpenAI Chat's)"),
+    "pydai-bedrock-bedrock-native-output-minimax": (
+        (-5.0, 5.0), "MiniMax M2's template: its system turn with its identity written always, ]~b]role markers, "
+                     "the reply's <think>; the output schema not written (-40.0% with OpenAI Chat's)"),
+    "pydai-bedrock-bedrock-inference-profile-converse": (
+        (-5.0, 5.0), "an ARN that names no model framed as the least family (none) so calibration cannot learn a "
+                     "text ratio below 1 (+75.0% with OpenAI Chat's framing)"),
 }
 
 

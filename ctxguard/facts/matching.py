@@ -74,6 +74,11 @@ _NUMBER = re.compile(rf"[0-9(](?:(?P<date>{_DATE_REST})|(?P<iban>{_IBAN_REST})|{
 _ANY_DIGIT = re.compile(r"\d")
 #: A text of fewer digits than a grouped number has holds none (most chat messages).
 _ENOUGH_DIGITS = re.compile(rf"(?:[^0-9]*[0-9]){{{NUMBER_MIN_DIGITS}}}")
+#: Nor does a text without the first seven characters of a chain (a digit or "(", then digits,
+#: parentheses, spaces, dots or dashes: ``_CHAIN_REST``'s look-ahead) or an IBAN's country and check
+#: digits (``_IBAN_REST``'s look-behind): a message whose digits are an order number and a turn count
+#: is not read by ``_NUMBER``. Written to start with one character set, which the engine skips to.
+_MAY_HOLD = re.compile(rf"[0-9(](?:[0-9() .\-]{{{NUMBER_MIN_DIGITS - 1}}}|(?<=[A-Za-z]{{2}}[0-9])[0-9])")
 _NOT_ALNUM = re.compile(r"[^0-9A-Za-z]")
 
 
@@ -123,7 +128,7 @@ def numbers(text: str) -> frozenset[str]:
     if not _ANY_DIGIT.search(text):
         return frozenset()
     text = unicodedata.normalize("NFKC", text)
-    if not _ENOUGH_DIGITS.match(text):
+    if not _ENOUGH_DIGITS.match(text) or not _MAY_HOLD.search(text):
         return frozenset()
     return frozenset(found for _, _, found in _numbers_in(text))
 

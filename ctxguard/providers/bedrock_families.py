@@ -11,13 +11,13 @@ is Llama 3.1's), and ``Family`` holds its numbers; ``bedrock.py`` puts them on t
 ``cost`` of tool calls and results).
 
 Where a model card publishes its chat template (Hugging Face ``tokenizer_config.json``
-``chat_template``: Llama, Mistral, Qwen, Gemma, DeepSeek, gpt-oss's harmony format), the numbers
+``chat_template``: Llama, Mistral, Qwen, Gemma, DeepSeek, MiniMax, gpt-oss's harmony format), the numbers
 are that template's tokens; the fixed texts it adds are kept here as text (``*_TEXT``) and their
 ``cl100k_base`` counts next to them (tests/providers/test_bedrock_families.py recounts them).
 Amazon's own models (Nova, Titan) publish no template: their numbers are measured on the
 recorded corpus (tests/data/recorded/), fitted on one half of it and checked on the other
 (docs/budget.md, "Bedrock"). A model id of no family here is counted with OpenAI Chat's framing,
-as before.
+as before; an ARN that names no model (an application inference profile's) with none.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from ._read import canonical, jsonable
 from .anthropic import TOOL_BLOCK_MARKUP
 from .mistral import image_tokens as pixtral_tokens
 
-__all__ = ["ANTHROPIC", "FAMILIES", "OTHER", "Family", "digit_surplus", "family", "nova_image_tokens"]
+__all__ = ["ANTHROPIC", "FAMILIES", "OTHER", "UNNAMED", "Family", "digit_surplus", "family", "nova_image_tokens"]
 
 
 def spec_json(spec: Mapping[str, Any]) -> str:
@@ -63,6 +63,11 @@ def llama_tool(spec: Mapping[str, Any]) -> str:
 def qwen_tool(spec: Mapping[str, Any]) -> str:
     """Qwen3 writes each tool as ``tool | tojson`` on its own line inside ``<tools>``."""
     return "\n" + json.dumps(_function(spec), default=jsonable, ensure_ascii=False)
+
+
+def minimax_tool(spec: Mapping[str, Any]) -> str:
+    """MiniMax M2 writes each tool as ``<tool>{{ tool.function | tojson }}</tool>`` on its own line."""
+    return "<tool>" + json.dumps(_function(spec)["function"], default=jsonable, ensure_ascii=False) + "</tool>\n"
 
 
 def mistral_tool(spec: Mapping[str, Any]) -> str:
@@ -194,6 +199,23 @@ HARMONY_SYSTEM_TEXT = (
 )
 HARMONY_SYSTEM = 62
 
+#: MiniMax M2: the system turn is always written, with this identity when the request has no system
+#: prompt (MiniMax-M2's ``chat_template.jinja``, ``model_identity``); M2.1 and later name themselves
+#: in it ("... Your name is MiniMax-M2.7 and is built by MiniMax.", their templates).
+MINIMAX_IDENTITY_TEXT = "You are a helpful assistant."
+MINIMAX_IDENTITY = 6
+MINIMAX_NAMED_IDENTITY_TEXT = "You are a helpful assistant. Your name is MiniMax-M2.1 and is built by MiniMax."
+MINIMAX_NAMED_IDENTITY = 22
+#: With tools, its system turn holds this text around them (``<minimax:tool_call>`` and
+#: ``</minimax:tool_call>`` one token each), each tool ``minimax_tool``.
+MINIMAX_TOOLS_TEXT = (
+    "\n\n# Tools\nYou may call one or more tools to assist with the user query.\nHere are the tools available in "
+    "JSONSchema format:\n\n<tools>\n</tools>\n\nWhen making tool calls, use XML format to invoke tools and pass "
+    'parameters:\n\n<minimax:tool_call>\n<invoke name="tool-name-1">\n<parameter name="param-key-1">param-value-1'
+    '</parameter>\n<parameter name="param-key-2">param-value-2</parameter>\n...\n</invoke>\n</minimax:tool_call>'
+)
+MINIMAX_TOOLS = 97
+
 #: The families whose ``invoke_model`` body is a prompt string.
 _PROMPT = frozenset({"prompt"})
 
@@ -237,6 +259,18 @@ FAMILIES: dict[str, Family] = {
     # newline: 3). Its template, as llama.cpp's chat renderer and NVIDIA's Megatron SFT tokenizer write
     # it (<SPECIAL_1x>, <think> and </think> one token each).
     "nemotron": Family("nemotron", message=4, request=6, no_system=3, assistant=2),
+    # MiniMax M2: ]~!b[ (begin-of-text), then ]~b]role\n ... [e~[\n around each turn (]~b] and [e~[ one
+    # token each), the system turn always (its identity without a system prompt: its framing and text);
+    # the reply ]~b]ai\n<think>\n. An outputConfig schema is decoded to, not written (the recorded
+    # request reports its text and this framing exactly). A call <minimax:tool_call>\n<invoke name="...">
+    # with a <parameter name="..."> per argument (16 beyond its name and JSON with one argument); a
+    # result ]~b]tool\n<response>...\n</response> in place of a user turn. An answer's thinking before the
+    # last user message is not written.
+    "minimax": Family("minimax", message=5, request=1 + 5, no_system=5 + MINIMAX_IDENTITY, tool_call=16,
+                      tool_result=7, tool_prompt=MINIMAX_TOOLS, tool_text=minimax_tool, drops_earlier_thinking=True),
+    "minimax-m2.x": Family("minimax-m2.x", message=5, request=1 + 5, no_system=5 + MINIMAX_NAMED_IDENTITY,
+                           tool_call=16, tool_result=7, tool_prompt=MINIMAX_TOOLS, tool_text=minimax_tool,
+                           drops_earlier_thinking=True),
 }
 
 
@@ -272,6 +306,16 @@ FAMILIES.update({
 ANTHROPIC = Family("anthropic", tool_call=TOOL_BLOCK_MARKUP, tool_result=TOOL_BLOCK_MARKUP)
 #: A model of no family here: OpenAI Chat's framing, as every provider had before its own.
 OTHER = Family("other")
+#: A model id that names no model: an application inference profile's ARN, provisioned throughput's,
+#: an imported model's. Which model answers is set where the resource was made (only the control
+#: plane says), so its framing is the least any family adds (Nova's, none): calibration learns the
+#: text's ratio once the fixed tokens are taken off each report, and fixed tokens above the model's
+#: own make that ratio too low, so a long prompt's calibrated count falls below what the model reads
+#: (OpenAI Chat's 6 on a Nova profile's 8-token prompts: a 1,001-token prompt shown as 256); fixed
+#: tokens below the model's err the other way, over (docs/budget.md, "Bedrock").
+UNNAMED = Family("unnamed", message=0, request=0)
+#: The ARN resources that name no model.
+_UNNAMED = re.compile(r":(?:application-inference-profile|provisioned-model|imported-model)/")
 
 #: A Bedrock model id: an ARN's resource, a cross-region profile's geography, the vendor, the model.
 _ID = re.compile(r"^(?:(?:us|eu|apac|global|us-gov|jp|au|ca)\.)?([a-z0-9-]+)\.(.+)$")
@@ -283,14 +327,17 @@ _BY_NAME: tuple[tuple[str, str, str], ...] = (
     ("mistral", "", "mistral"), ("cohere", "command", "cohere"), ("qwen", "qwen3", "qwen"),
     ("deepseek", "r1", "deepseek"), ("google", "gemma", "gemma"), ("openai", "gpt-oss", "gpt-oss"),
     ("moonshot", "kimi", "kimi"), ("moonshotai", "kimi", "kimi"), ("nvidia", "nemotron-nano", "nemotron"),
+    ("minimax", "minimax-m2.", "minimax-m2.x"), ("minimax", "minimax-m2", "minimax"),
 )
 
 
 @functools.lru_cache(maxsize=256)
 def family(model: str | None) -> Family:
     """The prompt format of the model behind a Bedrock model id (an ARN, a cross-region profile, a
-    foundation model id), ``ANTHROPIC`` for Claude, ``OTHER`` for a model of no family here (an
-    application inference profile's ARN names no model)."""
+    foundation model id), ``ANTHROPIC`` for Claude, ``UNNAMED`` for an ARN that names no model (an
+    application inference profile's), ``OTHER`` for a model of no family here."""
+    if _UNNAMED.search((model or "").lower()):
+        return UNNAMED
     name = (model or "").lower().rsplit("/", 1)[-1]
     match = _ID.match(name)
     if match is None:

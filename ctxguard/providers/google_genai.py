@@ -316,15 +316,19 @@ def _schema_strings(schema: Any, out: list[str]) -> None:
 
 def _declaration(declaration: Mapping[str, Any], as_json: bool) -> str:
     """A function declaration as its model reads it: its JSON (name, description, parameters,
-    response), else its texts."""
+    response), else its texts. Read as texts, a declaration's JSON Schema parameters and response
+    (``parameters_json_schema``, ``response_json_schema``) count nothing: only Gemini's own
+    ``parameters`` and ``response`` schemas do, as the SDK's local tokenizer reads a declaration
+    (``_TextsAccumulator._function_declaration_traverse``), and as Gemini 2.0 reported them
+    (docs/budget.md, "Gemini")."""
     parameters = _field(declaration, "parameters")
-    if parameters is None:
-        parameters = _field(declaration, "parameters_json_schema")
     response = _field(declaration, "response")
-    if response is None:
-        response = _field(declaration, "response_json_schema")
     name, description = declaration.get("name"), declaration.get("description")
     if as_json:
+        if parameters is None:
+            parameters = _field(declaration, "parameters_json_schema")
+        if response is None:
+            response = _field(declaration, "response_json_schema")
         shown = {"name": name, "description": description, "parameters": parameters, "response": response}
         return _compact({key: value for key, value in shown.items() if value})
     pieces = [str(name or "")]

@@ -4,9 +4,12 @@ and what is never read as one. The checks that use it are tested end to end in t
 from __future__ import annotations
 
 import itertools
+import random
+import unicodedata
 
 import pytest
 
+from ctxguard.facts import matching
 from ctxguard.facts.matching import LARGE_TEXT, Chunked, match_key, normalise, number_key, numbers
 
 FULL_WIDTH = "".join(chr(0xFF10 + int(ch)) if ch.isdigit() else ch for ch in "06 12 34 56 78")
@@ -77,3 +80,30 @@ def test_the_numbers_of_a_large_text_are_those_of_the_whole_text():
     assert not large.has_number("1234567") and not large.has_number("06123456")
     cut = Chunked(text.replace("06 12 34 56 78", "06 12 34 56 78 9"))
     assert not cut.has_number("0612345678")
+
+
+def _read_whole(text: str) -> frozenset[str]:
+    """``numbers`` without its shortcuts: every run the number pattern matches, read."""
+    return frozenset(found for _, _, found in matching._numbers_in(unicodedata.normalize("NFKC", text)))
+
+
+def test_the_shortcut_past_texts_without_a_number_loses_no_number():
+    # Texts built of what numbers are made of (digit groups, separators, parentheses, letters that
+    # begin an IBAN) around and between every family's forms: the shortcut's answer is the whole read's.
+    rng = random.Random(43)
+    pieces = [*(form for forms in FAMILIES.values() for form in forms), "A-01234", "c17", "FR7", "(4", "12 34",
+              "2026-12-03", " ", "-", ".", "(", ")", "ab", "GB", "7", "123456", "x",
+              "XK05 ABCD EF12 GH34 IJ56"]  # an IBAN with no seven characters of a chain
+    found = 0
+    for _ in range(3_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 6)))
+        assert numbers(text) == _read_whole(text), text
+        found += bool(numbers(text))
+    assert found > 500  # the generated texts hold numbers, not only near misses
+
+
+def test_a_message_with_digits_but_no_number_start_is_not_read(monkeypatch):
+    # An order number, a turn and a conversation's number: seven digits, none of them a number's start.
+    text = "about order A-01234: where is it? (turn 3 of conversation c17)"
+    monkeypatch.setattr(matching, "_numbers_in", lambda *args: pytest.fail("read"))
+    assert numbers(text) == frozenset()

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.skipif(default_counter().name != "tiktoken", reason="co
 
 #: A chat template's special tokens (one token each in the model's own vocabulary).
 _SPECIAL = re.compile(r"<\|[a-z_]+\|>|\[/?INST\]|\[/?AVAILABLE_TOOLS\]|<s>|</s>|<bos>|<start_of_turn>|<end_of_turn>"
-                      r"|</?think>|</?tool_call>|</?tool_response>|<SPECIAL_\d+>")
+                      r"|</?think>|</?tool_call>|</?tool_response>|<SPECIAL_\d+>"
+                      r"|\]~!b\[|\]~b\]|\[e~\[|</?minimax:tool_call>")
 
 
 def rendered(text: str) -> int:
@@ -49,7 +50,8 @@ FUNCTION = {"type": "function", "function": {"name": "get_weather", "description
                                              "parameters": TOOL["toolSpec"]["inputSchema"]["json"]}}
 
 
-@pytest.mark.parametrize("name", ["LLAMA_DATE", "LLAMA_IPYTHON", "LLAMA_TOOLS", "QWEN_TOOLS", "HARMONY_SYSTEM"])
+@pytest.mark.parametrize("name", ["LLAMA_DATE", "LLAMA_IPYTHON", "LLAMA_TOOLS", "QWEN_TOOLS", "HARMONY_SYSTEM",
+                                  "MINIMAX_IDENTITY", "MINIMAX_NAMED_IDENTITY", "MINIMAX_TOOLS"])
 def test_each_template_text_costs_the_tokens_written_beside_it(name):
     assert rendered(getattr(families, f"{name}_TEXT")) == getattr(families, name)
 
@@ -73,10 +75,15 @@ def test_each_template_text_costs_the_tokens_written_beside_it(name):
     ("openai.gpt-oss-120b-1:0", "gpt-oss"),
     ("moonshot.kimi-k2-thinking", "kimi"),
     ("nvidia.nemotron-nano-12b-v2", "nemotron"),
+    ("minimax.minimax-m2", "minimax"),
+    ("minimax.minimax-m2.1", "minimax-m2.x"),
     ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", "anthropic"),
     ("arn:aws:bedrock:us-east-1:123456789012:foundation-model/anthropic.claude-3-haiku-20240307-v1:0", "anthropic"),
-    # An application inference profile names no model; other vendors have no template here.
-    ("arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/mi1dadi0g15f", "other"),
+    # An application inference profile, provisioned throughput, an imported model: the ARN names no model.
+    ("arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/mi1dadi0g15f", "unnamed"),
+    ("arn:aws:bedrock:us-east-1:123456789012:provisioned-model/abcdefghijkl", "unnamed"),
+    ("arn:aws:bedrock:us-east-1:123456789012:imported-model/abcdefghijkl", "unnamed"),
+    # Other vendors have no template here.
     ("writer.palmyra-x4-v1:0", "other"),
     ("ai21.jamba-1-5-large-v1:0", "other"),
     (None, "other"),
@@ -117,9 +124,40 @@ def test_llama_4_writes_its_tools_into_the_first_user_message():
     # The system turn is written without a system prompt too.
     ("nvidia.nemotron-nano-12b-v2", "<s><SPECIAL_10>System\n\n<SPECIAL_11>User\nHi there\n<SPECIAL_11>Assistant\n"
                                     "Hello\n<SPECIAL_12>\n<SPECIAL_11>User\nBye\n<SPECIAL_11>Assistant\n<think>\n"),
+    # The system turn is written without a system prompt too, with the template's identity.
+    ("minimax.minimax-m2", "]~!b[]~b]system\n" + families.MINIMAX_IDENTITY_TEXT + "[e~[\n]~b]user\nHi there[e~[\n"
+                           "]~b]ai\nHello[e~[\n]~b]user\nBye[e~[\n]~b]ai\n<think>\n"),
+    ("minimax.minimax-m2.1", "]~!b[]~b]system\n" + families.MINIMAX_NAMED_IDENTITY_TEXT + "[e~[\n]~b]user\n"
+                             "Hi there[e~[\n]~b]ai\nHello[e~[\n]~b]user\nBye[e~[\n]~b]ai\n<think>\n"),
 ])
 def test_a_conversation_costs_what_its_chat_template_renders(model, prompt):
     assert counted(model, messages=[user("Hi there"), assistant("Hello"), user("Bye")]) == rendered(prompt)
+
+
+def test_minimax_writes_its_system_turn_and_tools_as_its_template_does():
+    """MiniMax M2's template: the app's system prompt in place of its identity; the tools in the system
+    turn, each ``<tool>{function}</tool>``, inside its tools text."""
+    tools = families.MINIMAX_TOOLS_TEXT.replace("<tools>\n", "<tools>\n<tool>" + json.dumps(FUNCTION["function"])
+                                                + "</tool>\n")
+    prompt = ("]~!b[]~b]system\nBe brief." + tools + "[e~[\n]~b]user\nWeather in Paris?[e~[\n]~b]ai\n<think>\n")
+    assert abs(counted("minimax.minimax-m2", system=[{"text": "Be brief."}], toolConfig={"tools": [TOOL]},
+                       messages=[user("Weather in Paris?")]) - rendered(prompt)) <= 1  # texts may merge where they join
+
+
+def test_minimax_writes_its_tool_calls_and_results_as_its_template_does():
+    call = {"toolUse": {"toolUseId": "t1", "name": "get_weather", "input": {"city": "Paris"}}}
+    result = {"toolResult": {"toolUseId": "t1", "content": [{"text": "30C"}]}}
+    tools = families.MINIMAX_TOOLS_TEXT.replace("<tools>\n", "<tools>\n<tool>" + json.dumps(FUNCTION["function"])
+                                                + "</tool>\n")
+    head = "]~!b[]~b]system\n" + families.MINIMAX_IDENTITY_TEXT + tools + "[e~[\n]~b]user\nWeather in Paris?[e~[\n"
+    exchange = (']~b]ai\n<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+                "</invoke>\n</minimax:tool_call>[e~[\n]~b]tool\n<response>30C\n</response>[e~[\n")
+    asked = [user("Weather in Paris?")]
+    answered = [*asked, {"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
+    model, config = "minimax.minimax-m2", {"tools": [TOOL]}
+    costs = counted(model, toolConfig=config, messages=answered) - counted(model, toolConfig=config, messages=asked)
+    written = rendered(head + exchange + "]~b]ai\n<think>\n") - rendered(head + "]~b]ai\n<think>\n")
+    assert abs(costs - written) <= 1  # where the texts join, a token may merge
 
 
 def test_qwen_writes_its_tools_calls_and_results_as_its_template_does():
@@ -147,6 +185,7 @@ def test_qwen_and_deepseek_drop_an_earlier_answers_thinking_as_their_templates_d
     assert counted("qwen.qwen3-32b-v1:0", messages=messages) == rendered(prompt)
     plain = [user("Reply with ok"), assistant("ok"), user("Again")]
     assert counted("us.deepseek.r1-v1:0", messages=messages) == counted("us.deepseek.r1-v1:0", messages=plain)
+    assert counted("minimax.minimax-m2", messages=messages) == counted("minimax.minimax-m2", messages=plain)
 
 
 def test_qwen_keeps_the_thinking_of_an_agent_loop_since_the_last_query():
@@ -202,6 +241,25 @@ def test_nova_counts_a_single_turn_as_its_text_and_adds_its_tool_prompt():
 def test_a_model_of_no_family_keeps_openai_chats_framing():
     counter = default_counter()
     assert counted("writer.palmyra-x4-v1:0", messages=[user("Hi there")]) == counter.count("Hi there") + 3 + 3
+
+
+PROFILE = "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/mi1dadi0g15f"
+
+
+@pytest.mark.parametrize(("behind", "reported"), [("Nova Micro, as recorded", 8), ("Claude", 15), ("Qwen3", 20)])
+def test_a_profile_that_names_no_model_never_calibrates_a_long_prompt_below_its_text(behind, reported):
+    """An application inference profile's ARN names no model, so its framing is the least any family
+    adds (none): calibration learns the text's ratio once the fixed tokens are off each report, so
+    after short prompts a long one is counted at least as its text, whichever model the profile copies
+    (OpenAI Chat's 6 fixed tokens on the recorded Nova profile, 8 reported for 8 of text, showed a
+    1,001-token prompt as 256)."""
+    measurer = Measurer(Digester(b"k"), default_counter(), Calibration())
+    short = ADAPTER.normalise("converse", {"modelId": PROFILE, "messages": [user('Say "hello" and nothing else.')]})
+    for _ in range(6):
+        measurer.observe(measurer.measure(short), reported)
+    text = "The quick brown fox jumps over the lazy dog. " * 100
+    long = measurer.measure(ADAPTER.normalise("converse", {"modelId": PROFILE, "messages": [user(text)]}))
+    assert long.tokens >= default_counter().count(text), behind
 
 
 @pytest.mark.parametrize(("size", "tokens"), [((3008, 2000), 1800), ((800, 400), 800), ((900, 900), 1300),

@@ -535,9 +535,6 @@ MISSES = {
     "lc-cohere-cohere-invoke-with-multiple-images": "an image by URL is charged the most an image costs (3,328)",
     "lc-cohere-cohere-astream-with-vision": "an image by URL is charged the most an image costs (3,328)",
     "lc-cohere-cohere-stream-with-vision": "an image by URL is charged the most an image costs (3,328)",
-    "lc-cohere-cohere-documents": "Command R 03-2024's v2 RAG prompt is ~165 tokens longer than the published one",
-    "lc-cohere-cohere-who-founded-cohere-with-custom-documents": "Command R 03-2024's v2 RAG prompt is ~165 tokens "
-                                                                 "longer than the published one",
 }
 _COHERE = [r["id"] for r in accuracy.records() if r["provider"] == "cohere"]
 tiktoken_only = pytest.mark.skipif(default_counter().name != "tiktoken", reason="the target is for tiktoken counts")

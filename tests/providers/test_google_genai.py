@@ -182,6 +182,36 @@ def test_a_request_is_counted_as_the_api_its_client_reaches_counts_it(harness, l
         (GEMINI_API, developer["ctxguard.payload.tokens"]), (VERTEX_AI, vertex["ctxguard.payload.tokens"])]
 
 
+def test_a_json_schema_declaration_counts_its_name_and_description_only_on_gemini_2_0(harness, llm, gemini):
+    """Gemini 2.0 counts a declaration's texts as the SDK's local tokenizer reads them: its name, its
+    description, and the texts of Gemini's own ``parameters`` schema, not of a ``parameters_json_schema``
+    (docs/budget.md, "Gemini": pydantic-ai's requests so declared, +33% with those texts counted).
+    The same function declared three ways reaches the fake through the real SDK: as JSON Schema it is
+    counted as the one declared with no parameters; as Gemini's schema, its texts more; on Gemini 2.5,
+    which counts declarations as their JSON, the JSON Schema counts too."""
+    properties = {"city": {"type": "string", "description": "The city whose weather is wanted, as its name in English"},
+                  "date": {"type": "string", "description": "The day, as an ISO 8601 date; today when left out"}}
+    json_schema = {"type": "object", "properties": properties, "required": ["city"]}
+    schema = types.Schema.model_validate({**json_schema, "type": "OBJECT", "properties": {
+        name: {**value, "type": "STRING"} for name, value in properties.items()}})
+    described = {"name": "weather", "description": "The weather of a day in a city."}
+    declared = {"json": types.FunctionDeclaration(**described, parameters_json_schema=json_schema),
+                "none": types.FunctionDeclaration(**described),
+                "schema": types.FunctionDeclaration(**described, parameters=schema)}
+    harness.start(mode="observe")
+    for model in ("gemini-2.0-flash", "gemini-2.5-flash"):
+        for declaration in declared.values():
+            gemini.models.generate_content(model=model, contents="Weather in Lyon?", config=types.GenerateContentConfig(
+                system_instruction=SYSTEM, tools=[types.Tool(function_declarations=[declaration])]))
+    tokens = [s.attributes["ctxguard.payload.tokens"] for s in guard_spans(harness)]
+    (json_2_0, none_2_0, schema_2_0), (json_2_5, none_2_5, _) = tokens[:3], tokens[3:]
+    arrived = [body["tools"][0]["functionDeclarations"][0] for body in llm.bodies(":generateContent")]
+    assert {"parameters_json_schema", "parametersJsonSchema"} & set(arrived[0]) and "parameters" in arrived[2]
+    assert json_2_0 == none_2_0
+    assert schema_2_0 - none_2_0 >= 25  # the two descriptions and the names
+    assert json_2_5 - none_2_5 >= 40  # the JSON
+
+
 def test_missing_system_instruction_fails_and_enforce_sends_nothing(harness, llm, gemini):
     harness.start(mode="enforce")
     with pytest.raises(ctxguard.ContextViolation):

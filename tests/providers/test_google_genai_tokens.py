@@ -30,17 +30,21 @@ BAND = (-20.0, 25.0)
 
 #: Records held to a band of their own, and why.
 KNOWN: dict[str, tuple[tuple[float, float], str]] = {
-    # The URL names gemini-2.0-flash, yet the answer carried a thought signature, which Gemini 2.0
-    # does not make: another model answered, and counted more (the signature given back is not
-    # charged: only Gemini 3 on the Developer API is).
+    # The URL and the answers name gemini-2.0-flash, yet the answers of the cassette (recorded
+    # 2026-05-20, by their responseIds) report thoughtsTokenCount 89 and 267 and carry thought
+    # signatures, neither of which Gemini 2.0 makes: a thinking model answered, and counted more.
+    # Counted as Gemini 2.5 and later count (a token a content, declarations as their JSON), the
+    # first is 83 (-24%); the second, with its 528-character signature charged as Gemini 3 on the
+    # Developer API charges it, 242 (-18%): no rule of the request says so before it is sent.
     "openinference-google-genai-sub-agent-session-id-not-overwritten-by-adk-internal-uuid-2": (
         (-65.0, 25.0), "named gemini-2.0-flash, answered by a thinking model, its signature given back"),
     "openinference-google-genai-sub-agent-session-id-not-overwritten-by-adk-internal-uuid": (
         (-50.0, 25.0), "named gemini-2.0-flash, answered by a thinking model (see the next record)"),
+    # No $ref in the body (pydantic-ai inlines it, and its siblings, before sending); the answer's
+    # usage has promptTokenCount 154 and nothing else of the prompt (thoughts, 117, apart); the only
+    # request to Gemini 2.5 or later with mode ANY and no allowedFunctionNames in the corpus.
     "pydai-google-genai-ref-sibling-wire-contract-google-structured-dict": (
         (-35.0, 25.0), "a nested object parameter on Gemini 2.5 Flash, 46 tokens more than its JSON: not explained"),
-    "pydai-google-genai-google-model-structured-output": (
-        (-20.0, 40.0), "HTML-like tags in a tool description, which cl100k cuts finer than Gemini's tokenizer"),
 }
 
 
