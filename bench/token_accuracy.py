@@ -154,7 +154,7 @@ def measure(corpus: Path = CORPUS, *, estimate: bool = False, providers: tuple[s
         view = adapter(record).normalise(record["api"], call(record))
         payload = measurer.measure(view)
         rows.append(Row(record["id"], provider, str(record.get("model") or record["body"].get("model")), record["kind"],
-                        payload.raw_tokens, record["reported_input_tokens"], record["api"],
+                        payload.tokens, record["reported_input_tokens"], record["api"],
                         record.get("model_family", provider), view.unreadable is not None))
     return rows
 

@@ -199,11 +199,11 @@ class Inspector:
     def _budget(payload: Payload, policy: Policy, pinned_tokens: int) -> BudgetEval | str:
         system, scale = payload.system, payload.scale
         system_tokens, tools_tokens = (system.tokens if system is not None else 0), payload.tools_tokens
-        if scale != 1.0:  # a bound payload: its texts shown at its scale, its fixed tokens as they are
+        if scale != 1.0:  # a bound payload, or a count before calibration at its model's tokenizer's
+            # ratio (``RequestView.text_scale``): its texts shown at its scale, its fixed tokens as they are
             if system is not None:
                 system_tokens = shown(system_tokens, system.fixed, scale)
-            view = payload.view
-            tools_tokens = shown(tools_tokens, view.prompt_overhead if view is not None else 0, scale)
+            tools_tokens = shown(tools_tokens, payload.prompt_overhead, scale)
         return budget_mod.evaluate(
             policy.budget or _DEFAULT_BUDGET,
             model=payload.model,

@@ -371,7 +371,7 @@ class Measurer:
             server_edits=view.server_edits, loose_tool_counts=view.loose_tool_counts, server=view.server,
             basis=basis.counter.name, view=view if basis.counter is BOUND else None,
             bound=bound, ceiling=most, fixed=fixed, scale=scale, out_of_range=self.out_of_range(view.model),
-            settings=view.settings,
+            settings=view.settings, prompt_overhead=view.prompt_overhead,
         )
 
     def _current(self) -> _Basis:
@@ -387,12 +387,14 @@ class Measurer:
         """What a payload of ``raw`` counted tokens, whose messages' bounds sum to ``messages`` and
         ``fixed`` of whose tokens are not text, shows, its source, its bound, its ceiling
         (``ceiling``) and its text's scale (``shown``). A bound shows its text at its model's learnt
-        tokens a byte (four bytes a token before five reports) and its fixed tokens as they are; a
-        count shows its text calibrated and its fixed tokens as they are, never more than the
-        ceiling."""
+        tokens a byte (four bytes a token, times the view's ``text_scale``, before five reports) and
+        its fixed tokens as they are; a count shows its text calibrated (at the view's
+        ``text_scale`` before five reports: the model's documented tokenizer, the calibration's
+        prior, never applied on top of a learnt factor, which is learnt from the unscaled counts)
+        and its fixed tokens as they are, never more than the ceiling."""
         bounds = self.bounds.factor(view.model)
         if basis.counter is BOUND:
-            scale = BOUND_SCALE if bounds is None else bounds
+            scale = BOUND_SCALE * view.text_scale if bounds is None else bounds
             source = "estimate" if bounds is None else "calibrated"
             return shown(raw, fixed, scale), source, raw, ceiling(raw, fixed, bounds), scale
         tools = view.tools
@@ -401,7 +403,10 @@ class Measurer:
         most = ceiling(bound, fixed, bounds)
         factor = self.calibration.factor(view.model)
         if factor is None:
-            return raw, basis.counter.name, bound, most, 1.0
+            prior = view.text_scale
+            if prior == 1.0:
+                return raw, basis.counter.name, bound, most, 1.0
+            return min(shown(raw, fixed, prior), most), basis.counter.name, bound, most, prior
         return min(shown(raw, fixed, factor), most), "calibrated", bound, most, 1.0
 
 

@@ -112,6 +112,11 @@ class RequestView:
     #: Tokens the provider adds to the prompt for features this request uses (Anthropic's tool-use
     #: system prompt, say); published numbers, counted with the tools.
     prompt_overhead: int = 0
+    #: Tokens the model's own tokenizer makes of a text, a token of the counter's (cl100k) each, where
+    #: the provider documents its tokenizer reads text at a known ratio to it (Claude Opus 4.7 and
+    #: later, Sonnet 5: ``anthropic.text_scale``): what the measurer shows text at until the model's
+    #: reports calibrate it (docs/budget.md, "Claude's tokenizers"). 1.0 for the rest.
+    text_scale: float = 1.0
     #: How the provider's prompt format frames each message (role and turn markers), in tokens:
     #: its own where its module knows it, else OpenAI Chat's (``tokens.MESSAGE_OVERHEAD``).
     message_framing: int = 3
@@ -244,8 +249,11 @@ class Payload:
     #: The tokens of it that are not text (framing, images and files, reply priming, the provider's
     #: prompt overhead): in ``raw_tokens`` and ``bound`` alike, since they are tokens already.
     fixed: int = 0
-    #: What a bound payload shows a byte of its text (``measure.shown``), 1.0 for a counted one.
+    #: What a bound payload shows a byte of its text (``measure.shown``); what a counted one shows a
+    #: counted token of its text at before calibration (``RequestView.text_scale``), else 1.0.
     scale: float = 1.0
+    #: ``RequestView.prompt_overhead``: the fixed part of ``tools_tokens``, shown as it is at any scale.
+    prompt_overhead: int = 0
     #: ``"under-counted"`` / ``"over-counted"`` while its model's reports stay past what calibration
     #: corrects (``Calibration.outside``): its count, and the budget verdict on it, are not to be trusted.
     out_of_range: str | None = None

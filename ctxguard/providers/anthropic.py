@@ -37,7 +37,8 @@ from ._read import text_of as _text
 from .base import CallSite, Identity, Methods, Provider, Translation, WireRoute
 from .identity import resource_identity
 
-__all__ = ["ADAPTER", "PROVIDER", "image_tokens", "strips_earlier_thinking", "tool_prompt_tokens"]
+__all__ = ["ADAPTER", "NEWER_TOKENIZER", "PROVIDER", "image_tokens", "strips_earlier_thinking", "text_scale",
+           "thinks_by_default", "tool_prompt_tokens"]
 
 _MESSAGES = "anthropic.resources.messages.messages"
 _BETA = "anthropic.resources.beta.messages.messages"
@@ -141,6 +142,55 @@ def strips_earlier_thinking(model: str | None) -> bool:
     name = model.lower() if isinstance(model, str) else ""
     start = name.find("claude")
     return start >= 0 and family(name[start:], _MODELS, _SUFFIX) in _STRIPS_EARLIER_THINKING
+
+
+#: Claude's newer tokenizer: "Claude Opus 4.7 and later Opus models, Claude Fable 5, Claude Mythos 5,
+#: Claude Mythos Preview, and Claude Sonnet 5 use a newer tokenizer. The same input text produces
+#: approximately 30 percent more tokens than on earlier models" (Anthropic, "Token counting",
+#: https://platform.claude.com/docs/en/build-with-claude/token-counting); "roughly 30% more tokens for
+#: the same text than Claude Sonnet 4.6" (https://platform.claude.com/docs/en/models/sonnet-5/migration-guide);
+#: "1.0–1.35x" depending on content for Opus 4.7 ("What's new in Claude Opus 4.7"). Earlier models read
+#: text as cl100k counts it (the corpus: docs/budget.md). The documented typical ratio, for all of them:
+#: the corpus's Opus 4.8 request reports 1.3 times cl100k's count of its text, its Sonnet 5 requests
+#: 1.1 to 1.5, and an under-count is the side a budget must not err on.
+NEWER_TOKENIZER = 1.3
+#: A Claude model's line and version in its id (an Anthropic, Bedrock or Vertex id): ``claude-opus-4-8``,
+#: ``us.anthropic.claude-sonnet-5-v1:0``, ``claude-mythos-preview``; not a date (``claude-sonnet-4-20250514``
+#: is Sonnet 4), and not the Claude 3 ids, which name the version first (``claude-3-7-sonnet``).
+_LINE = re.compile(r"claude-(opus|sonnet|haiku|fable|mythos)(?:-(\d{1,2})(?:-(\d{1,2}))?(?!\d))?")
+#: Lines that think unasked: adaptive thinking is on by default on Sonnet 5 (its migration guide:
+#: "adaptive thinking is on by default"), always on on Fable and Mythos.
+_THINK_UNASKED = frozenset({"fable", "mythos"})
+
+
+def _line(model: str | None) -> tuple[str, int | None, int]:
+    """``model``'s line, major version (None if its id has none) and minor (0 if none); ``("", None, 0)``
+    for an id that names none (a Claude 3 or 2 id, another vendor's)."""
+    match = _LINE.search(model.lower()) if isinstance(model, str) else None
+    if match is None:
+        return "", None, 0
+    line, major, minor = match.groups()
+    return line, int(major) if major else None, int(minor) if minor else 0
+
+
+def text_scale(model: str | None) -> float:
+    """What ``model``'s tokenizer makes of a text cl100k counts a token: ``NEWER_TOKENIZER`` for Claude
+    Opus 4.7 and later, and every Claude of version 5 and later (Sonnet 5, Opus 5, Fable, Mythos; a
+    Bedrock id too), 1.0 for earlier Claude models and any other. ``RequestView.text_scale``."""
+    line, major, minor = _line(model)
+    if not line:
+        return 1.0
+    if major is None:
+        return NEWER_TOKENIZER if line in _THINK_UNASKED else 1.0  # ``claude-mythos-preview``
+    return NEWER_TOKENIZER if major >= 5 or (line == "opus" and major == 4 and minor >= 7) else 1.0
+
+
+def thinks_by_default(model: str | None) -> bool:
+    """Whether ``model`` thinks without being asked (Sonnet 5 and later Sonnets, Fable, Mythos): asking
+    for thinking adds no prompt beyond its own framing, which its reports already calibrate (measured:
+    docs/budget.md, "Claude's tokenizers")."""
+    line, major, _ = _line(model)
+    return line in _THINK_UNASKED or (line == "sonnet" and major is not None and major >= 5)
 
 
 def _thinking(message: Any) -> list[str]:
@@ -286,8 +336,9 @@ class AnthropicAdapter(Translation):
         budget = _int(_get(thinking, "budget_tokens")) if thinking is not None else None
         if budget is not None and max_tokens is not None:
             view.reply_room = max(0, max_tokens - budget)
-        if _get(thinking, "type") in ("enabled", "adaptive"):
+        if _get(thinking, "type") in ("enabled", "adaptive") and not thinks_by_default(view.model):
             view.prompt_overhead += THINKING_PROMPT
+        view.text_scale = text_scale(view.model)
         tools = _get(kwargs, "tools")
         schemas(tools, view)
         if isinstance(tools, (list, tuple)) and tools:

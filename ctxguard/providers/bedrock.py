@@ -57,6 +57,8 @@ from .anthropic import (
     claude_2_framing,
     image_tokens,
     strips_earlier_thinking,
+    text_scale,
+    thinks_by_default,
     tool_prompt_tokens,
 )
 from .base import CallSite, Identity, Pending, Provider, SharedDispatch, Translation, WireRoute
@@ -104,7 +106,7 @@ def _digest(data: bytes | bytearray) -> str:
 #: Claude's citations mode: a document with ``citations.enabled`` costs this much beyond its text and
 #: the flat document estimate (Anthropic documents the prompt, not its size): measured on the recorded
 #: corpus, fitted on its fit half (bench/bedrock_fit.py; docs/budget.md "Bedrock").
-CITATIONS_PROMPT = 812
+CITATIONS_PROMPT = 793
 
 
 def _media(kind: str, value: Any, refs: list[str], texts: list[str], model: str | None) -> int:
@@ -275,8 +277,10 @@ def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> Request
         output = _get(kwargs, "outputConfig")
         if output is not None:
             _output_schema(output, view)
-        if isinstance(thinking, Mapping) and _get(thinking, "type") in ("enabled", "adaptive"):
+        if isinstance(thinking, Mapping) and _get(thinking, "type") in ("enabled", "adaptive") \
+                and not thinks_by_default(view.model):
             view.prompt_overhead += THINKING_PROMPT
+        view.text_scale = text_scale(view.model)
     system = _get(kwargs, "system")
     if system is not None:
         texts: list[str] = []
