@@ -225,3 +225,59 @@ def test_reports_waiting_for_the_exact_count_leave_the_text_not_read_out():
         eager.observe(eager.measure(_answered(answer="ok")), 23)
     lazy.resolve()
     assert lazy.calibration.factor("m") == eager.calibration.factor("m") is not None
+
+
+# -- a model whose tokenizer reads text at a documented ratio to cl100k's: the calibration's prior ----
+
+def _claude(model: str, text: str = "word " * 80):
+    from ctxguard.providers.anthropic import ADAPTER
+
+    return ADAPTER.normalise("messages", {"model": model, "max_tokens": 10, "system": "Be brief.",
+                                          "messages": [{"role": "user", "content": text}]})
+
+
+def test_claudes_newer_tokenizer_is_shown_on_the_first_call_and_not_again_once_calibrated():
+    """Opus 4.8 and Sonnet 5 read text at ``NEWER_TOKENIZER`` times cl100k's count: the first call shows
+    the text at it (counted, or bound at four bytes a token), its fixed tokens as they are; the reports
+    teach calibration from the unscaled counts, so after five the learnt factor (1.3) is shown alone, not
+    the ratio on top of it (169% of the text's count instead of 130%)."""
+    from ctxguard.measure import shown
+    from ctxguard.providers.anthropic import NEWER_TOKENIZER
+
+    assert NEWER_TOKENIZER == 1.3
+    for model in ("claude-opus-4-8", "us.anthropic.claude-sonnet-5-v1:0"):
+        counted = Measurer(Digester(b"k"), EstimateCounter(), Calibration()).measure(_claude(model))
+        text = counted.raw_tokens - counted.fixed  # 100 estimated tokens of the message, 2 of the system's
+        said = round(text * 1.3) + counted.fixed  # what the provider reports: the text at its tokenizer's
+        for measurer in (Measurer(Digester(b"k"), EstimateCounter(), Calibration()), _lazy()):
+            first = measurer.measure(_claude(model))
+            assert first.fixed == counted.fixed
+            if first.basis == "bound":
+                assert first.view is not None and first.view.text_scale == 1.3
+                assert first.tokens == shown(first.raw_tokens, first.fixed, 0.25 * 1.3) and first.scale == 0.25 * 1.3
+                assert first.tokens_source == "estimate"
+            else:
+                assert first.tokens == said and first.scale == 1.3 and first.tokens_source == EstimateCounter.name
+            for _ in range(Calibration.MIN_REPORTS):
+                measurer.observe(measurer.measure(_claude(model)), said)
+            after = measurer.measure(_claude(model))
+            assert after.tokens_source == "calibrated" and after.tokens == said, (model, after.basis)
+            measurer.resolve()  # the bounds' waiting reports counted: the exact calibration learns 1.3
+            assert abs(measurer.calibration.factor(model) - 1.3) < 0.01
+            assert measurer.measure(_claude(model)).tokens == said
+
+
+def test_only_claudes_newer_tokenizers_read_text_at_a_ratio():
+    """``anthropic.text_scale``: Opus 4.7 and later, every Claude 5 (Sonnet, Opus, Fable, Mythos; any id
+    form); not Opus 4.6, Sonnet 4.x (a date is not a version), Claude 3 or another vendor's model."""
+    from ctxguard.providers.anthropic import text_scale
+
+    newer = ["claude-opus-4-7", "claude-opus-4-8-20260528", "claude-opus-4-9", "claude-sonnet-5", "claude-sonnet-5-5",
+             "us.anthropic.claude-sonnet-5-v1:0", "anthropic.claude-opus-4-7", "claude-opus-5@default",
+             "claude-fable-5",
+             "claude-mythos-preview", "eu.anthropic.claude-opus-4-8-v1:0"]
+    older = ["claude-opus-4-6", "claude-opus-4-1-20250805", "claude-sonnet-4-20250514", "claude-sonnet-4-5-20250929",
+             "claude-sonnet-4-6", "claude-haiku-4-5", "claude-3-7-sonnet-latest", "anthropic.claude-v2",
+             "us.anthropic.claude-3-5-sonnet-20241022-v2:0", "gpt-5", None]
+    assert {m: text_scale(m) for m in newer} == dict.fromkeys(newer, 1.3)
+    assert {m: text_scale(m) for m in older} == dict.fromkeys(older, 1.0)

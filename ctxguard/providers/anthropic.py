@@ -149,7 +149,7 @@ def strips_earlier_thinking(model: str | None) -> bool:
 #: approximately 30 percent more tokens than on earlier models" (Anthropic, "Token counting",
 #: https://platform.claude.com/docs/en/build-with-claude/token-counting); "roughly 30% more tokens for
 #: the same text than Claude Sonnet 4.6" (https://platform.claude.com/docs/en/models/sonnet-5/migration-guide);
-#: "1.0–1.35x" depending on content for Opus 4.7 ("What's new in Claude Opus 4.7"). Earlier models read
+#: "1.0-1.35x" depending on content for Opus 4.7 ("What's new in Claude Opus 4.7"). Earlier models read
 #: text as cl100k counts it (the corpus: docs/budget.md). The documented typical ratio, for all of them:
 #: the corpus's Opus 4.8 request reports 1.3 times cl100k's count of its text, its Sonnet 5 requests
 #: 1.1 to 1.5, and an under-count is the side a budget must not err on.

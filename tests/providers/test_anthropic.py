@@ -254,3 +254,30 @@ def test_uninstrument_restores_anthropic_identity(harness):
     assert all(cls.__dict__[n] is not fn for (cls, n), fn in originals.items())
     ctxguard.uninstrument()
     assert all(cls.__dict__[n] is fn for (cls, n), fn in originals.items())
+
+
+def test_a_request_over_its_window_by_claudes_newer_tokenizer_fails_on_its_first_call(harness, llm, claude):
+    """Claude Sonnet 5 reads text at ~1.3 times cl100k's count (``anthropic.text_scale``): a prompt of
+    85% of the window by cl100k's count is over it on Sonnet 5, and ``payload_under_budget`` says so on
+    the first call, before any answer has calibrated the model; the fake, answering as Anthropic does,
+    reports more than the window too. The same prompt to Sonnet 4.6 (cl100k's reading) fits. Before,
+    the count was cl100k's on every Claude: the over-window request passed."""
+    from ctxguard.budget import Budget
+    from ctxguard.policy import Policy
+    from ctxguard.tokens import default_counter
+    from tests.conftest import guard_spans
+
+    window = 20_000
+    sentence = "The parcel left the Pune depot at noon and reached the Mumbai hub by the evening. "
+    counter = default_counter()
+    text = sentence * (int(window * 0.85) // counter.count(sentence))
+    assert 0.8 * window < counter.count(text) < 0.9 * window
+    harness.start(mode="observe", policy=Policy(budget=Budget(window=window)))
+    for model in ("claude-sonnet-5", "claude-sonnet-4-6"):
+        claude.messages.create(model=model, max_tokens=100, system=SYSTEM, messages=[{"role": "user", "content": text}])
+    newer, older = (s.attributes for s in guard_spans(harness))
+    assert list(newer["ctxguard.violations"]) == ["payload_under_budget"]
+    assert newer["ctxguard.payload.tokens"] > window and newer["gen_ai.usage.input_tokens"] > window
+    assert newer["ctxguard.payload.tokens_source"] == counter.name  # a count at the tokenizer's ratio, not learnt
+    assert list(older["ctxguard.violations"]) == []
+    assert older["ctxguard.payload.tokens"] < window and older["gen_ai.usage.input_tokens"] < window

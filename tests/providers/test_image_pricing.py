@@ -120,24 +120,25 @@ def claude_image(image: bytes | None, mime: str = "image/png") -> list[dict]:
 def test_anthropic_image_is_charged_by_patches_within_the_models_limits(harness, llm, claude):
     harness.start(mode="observe")
     calls = [("claude-sonnet-4-5", None), ("claude-sonnet-4-5-20250929", png(1000, 1000)),
-             ("claude-haiku-4-5", jpeg(3840, 2160)), ("claude-opus-4-7", jpeg(1920, 1080)),
-             ("claude-sonnet-4-6", png(200, 200))]
+             ("claude-haiku-4-5", jpeg(3840, 2160)), ("claude-sonnet-4-6", png(200, 200)),
+             ("claude-opus-4-7", None), ("claude-opus-4-7", jpeg(1920, 1080))]  # its text at its tokenizer's ratio
     for model, image in calls:
         claude.messages.create(model=model, max_tokens=100, messages=claude_image(image))
-    base, *rest = payload_tokens(harness)
-    assert [t - base for t in rest] == [1296, 1560, 2691, 64]
+    base, *rest, opus_base, opus = payload_tokens(harness)
+    assert [t - base for t in rest] + [opus - opus_base] == [1296, 1560, 64, 2691]
 
 
 def test_anthropic_image_by_url_costs_the_models_budget(harness, llm, claude):
     harness.start(mode="observe")
-    calls = [("claude-sonnet-4-5", False), ("claude-sonnet-4-5-20250929", True), ("claude-opus-4-8", True)]
+    calls = [("claude-sonnet-4-5", False), ("claude-sonnet-4-5-20250929", True), ("claude-opus-4-8", False),
+             ("claude-opus-4-8", True)]  # Opus 4.8's text at its tokenizer's ratio: its own base
     for model, by_url in calls:
         content: list[dict] = [{"type": "text", "text": PROMPT}]
         if by_url:
             content.append({"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}})
         claude.messages.create(model=model, max_tokens=100, messages=[{"role": "user", "content": content}])
-    base, standard, high_res = payload_tokens(harness)
-    assert (standard - base, high_res - base) == (1568, 4784)
+    base, standard, high_res_base, high_res = payload_tokens(harness)
+    assert (standard - base, high_res - high_res_base) == (1568, 4784)
 
 
 def test_gemini_inline_image_is_charged_by_its_generations_formula(harness, llm):

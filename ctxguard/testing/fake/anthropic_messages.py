@@ -15,11 +15,10 @@ import hashlib
 import json
 import re
 import string
-from functools import partial
 from typing import Any
 
 from . import media
-from .tokens import FRAME_TOKENS, Reading, messages_tokens, read_tokens, schemas_tokens
+from .tokens import FRAME_TOKENS, Reading, claude_text, messages_tokens, read_tokens, schemas_tokens
 from .wire import Event, Events, Exchange, Json, WireFormat, phrase, request_id_header, split, sse
 
 #: What the model reads of a message (``tokens.Reading``): not its tool ids, cache hints, thinking
@@ -53,14 +52,25 @@ _STOP_REASONS: dict[str, str] = {
 
 
 def prompt_tokens(ex: Exchange) -> int:
+    """What the model reads: its text at its tokenizer's rate (``tokens.claude_text``), framing and media
+    as they are."""
     p = ex.payload
-    system = p.get("system")
-    n = (FRAME_TOKENS + read_tokens(system, READING) if system else 0) + messages_tokens(
-        p.get("messages"), READING, partial(media.anthropic, ex.requested_model))
+    system, messages = p.get("system"), p.get("messages")
+    media_tokens = 0
+
+    def price(part: Any) -> int:
+        nonlocal media_tokens
+        cost = media.anthropic(ex.requested_model, part)
+        media_tokens += cost
+        return cost
+
+    n = (read_tokens(system, READING) if system else 0) + messages_tokens(messages, READING, price)
     config = p.get("output_config")
     n += schemas_tokens(p.get("tools"), p.get("output_format"),
                         config.get("format") if isinstance(config, dict) else None)
-    return n + FRAME_TOKENS
+    frames = (FRAME_TOKENS if system else 0) + FRAME_TOKENS * (len(messages) if isinstance(messages, list) else 0)
+    text = n - frames - media_tokens
+    return claude_text(ex.requested_model, text) + media_tokens + frames + FRAME_TOKENS
 
 
 def stop_reason(ex: Exchange) -> str:
