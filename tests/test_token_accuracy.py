@@ -307,11 +307,12 @@ def test_after_five_reports_of_a_model_every_providers_median_is_within_five_per
 
 def test_after_five_reports_the_newer_claude_tokenizer_is_not_scaled_twice():
     """Sonnet 5's ten recorded requests: counted at its tokenizer's ratio on the first call, and once its
-    calibration has learnt from 5 reports (of unscaled counts) at the learnt factor only, not the ratio
-    on top of it (which would put the median ~30% over)."""
+    calibration has learnt from 5 reports (of unscaled counts) at the learnt factor only: median +0.4%,
+    pinned within ±2% (+4.2% with the ratio applied on top of the learnt factor: these requests are mostly
+    fixed tokens, the citations and tool prompts, so the factor learnt is ~1.1 and the excess small)."""
     rows = [row for row in accuracy.measure_after(5, providers=("bedrock",)) if "claude-sonnet-5" in row.model]
     assert len(rows) == 10
-    assert -5 <= accuracy.summary(rows)["median"] <= 5
+    assert -2 <= accuracy.summary(rows)["median"] <= 2
 
 
 def test_a_request_not_read_is_in_no_error_figure():
