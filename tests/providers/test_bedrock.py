@@ -623,3 +623,32 @@ def test_an_invoke_model_body_of_each_family_read_is_counted(harness, llm, bedro
     assert a["ctxguard.wire.hash"] == wire_digest(llm.requests[0].body)
     assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (
         llm.responses[0].input_tokens, llm.responses[0].output_tokens)
+
+
+def test_a_request_over_its_window_by_claudes_newer_tokenizer_fails_on_its_first_call(harness, llm, bedrock):
+    """Claude Sonnet 5 on Bedrock, on Converse and on ``invoke_model``'s Messages body: a prompt of 85%
+    of the window by cl100k's count is over it in Sonnet 5's tokens (~1.3 times), and
+    ``payload_under_budget`` says so on the first call; the fake reports more than the window as Bedrock
+    would. Sonnet 4.5 (cl100k's reading) fits."""
+    from ctxguard.tokens import default_counter
+
+    window = 20_000
+    sentence = "The parcel left the Pune depot at noon and reached the Mumbai hub by the evening. "
+    counter = default_counter()
+    text = sentence * (int(window * 0.85) // counter.count(sentence))
+    assert 0.8 * window < counter.count(text) < 0.9 * window
+    harness.start(mode="observe", policy=Policy(budget=Budget(window=window)))
+    for model in ("us.anthropic.claude-sonnet-5-v1:0", MODEL):
+        bedrock.converse(modelId=model, system=[{"text": SYSTEM}], inferenceConfig={"maxTokens": 100},
+                         messages=[{"role": "user", "content": [{"text": text}]}])
+        body = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 100, "system": SYSTEM,
+                "messages": [{"role": "user", "content": text}]}
+        bedrock.invoke_model(modelId=model, body=json.dumps(body))["body"].read()
+    spans = [s.attributes for s in guard_spans(harness)]
+    assert len(spans) == 4
+    for newer in spans[:2]:
+        assert list(newer["ctxguard.violations"]) == ["payload_under_budget"]
+        assert newer["ctxguard.payload.tokens"] > window and newer["gen_ai.usage.input_tokens"] > window
+    for older in spans[2:]:
+        assert list(older["ctxguard.violations"]) == []
+        assert older["ctxguard.payload.tokens"] < window and older["gen_ai.usage.input_tokens"] < window
