@@ -166,6 +166,10 @@ def _chunks(content: Any, texts: list[str], refs: list[str], model: str | None, 
     return cost
 
 
+def _capitals(text: str) -> int:
+    return capitals_surplus(text, CAPITALS_PER_LETTER)
+
+
 def _message_item(message: Any, model: str | None) -> Item:
     texts: list[str] = []
     refs: list[str] = []
@@ -191,7 +195,7 @@ def _message_item(message: Any, model: str | None) -> Item:
         refs.append(f"id:name={name}")
     text = "\n".join(texts)
     return (_role(_get(message, "role"), "other"), text, tuple(refs), "message",
-            cost + capitals_surplus(text, CAPITALS_PER_LETTER))
+            cost + _capitals(text))
 
 
 def _tool_texts(tools: list[Any] | tuple[Any, ...]) -> list[str]:
@@ -289,7 +293,7 @@ class MistralAdapter(Translation):
         if _get(kwargs, "reasoning_effort") is not None or view.model in _SETTINGS_BY_DEFAULT:
             view.prompt_overhead += MODEL_SETTINGS
         items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True,
-              memo=memo)
+              memo=memo, plain_cost=_capitals)
         return view
 
     def read_response(self, api: str, result: Any) -> Answer | None:
