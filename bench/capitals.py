@@ -99,7 +99,8 @@ def main() -> None:
     counters = tokenizers(args)
     others = [name for name in counters if name != "cl100k"]
     rates: dict[str, list[float]] = {name: [] for name in others}
-    print("| text | capitals | " + " | ".join(f"{n} ÷ cl100k upper / lower | {n} more a capital" for n in others) + " |")
+    heads = " | ".join(f"{n} ÷ cl100k upper / lower | {n} more a capital" for n in others)
+    print(f"| text | capitals | {heads} |")
     print("|---|---:|" + "---:|---:|" * len(others))
     for label, text in texts():
         upper, lower = text.upper(), text.lower()
@@ -114,7 +115,8 @@ def main() -> None:
         print(f"| {label} | {letters:,} | " + " | ".join(cells) + " |")
     for name in others:
         found = rates[name]
-        print(f"{name}: tokens more a capital {min(found):+.3f} to {max(found):+.3f}, median {statistics.median(found):+.3f}")
+        print(f"{name}: tokens more a capital {min(found):+.3f} to {max(found):+.3f}, "
+              f"median {statistics.median(found):+.3f}")
 
 
 if __name__ == "__main__":
