@@ -24,6 +24,7 @@ __all__ = [
     "EstimateCounter",
     "TiktokenCounter",
     "TokenCounter",
+    "capitals_surplus",
     "default_counter",
     "loaded_counter",
     "tiktoken_installed",
