@@ -45,8 +45,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
 import ctxguard
-from ctxguard.cache import TwoGenerationCache, text_bytes, words_bytes
+from ctxguard.cache import TwoGenerationCache
 from ctxguard.config import Config
+from ctxguard.facts.evaluate import fact_text_bytes
 from ctxguard.guard import Guard
 from ctxguard.measure import Measurer
 from ctxguard.memo import Memos
@@ -122,8 +123,7 @@ def drop_caches(g: Guard) -> None:
     inspector, m = g._inspector, g.measurer
     inspector.measurer = Measurer(m.digester, m.counter, m.calibration, max_bytes=g.config.cache_bytes // 4)
     inspector.memos = Memos(max_bytes=inspector.memos.max_bytes)
-    inspector._norms = TwoGenerationCache(20_000, g.config.cache_bytes // 8, text_bytes)
-    inspector._words = TwoGenerationCache(4_096, g.config.cache_bytes // 16, words_bytes)
+    inspector._fact_texts = TwoGenerationCache(20_000, inspector._fact_texts.max_bytes, fact_text_bytes)
     wire = g._stages.wire_digests
     g._stages = dataclasses.replace(g._stages, wire_digests=WireDigests(m.digester, max_bytes=wire.max_bytes))
 

@@ -159,8 +159,7 @@ def caches(g: Guard) -> dict[str, Any]:
         "memos": inspector.memos._memos,
         "conversation memory": inspector.memory._states,
         "wire digests": g._stages.wire_digests._kept,
-        "normalised texts": inspector._norms,
-        "word sets": inspector._words,
+        "fact texts": inspector._fact_texts,
         "pinned blocks": inspector._blocks,
         "wire needles": inspector.check_caches.needles,
         "wire wholes": inspector.check_caches.wholes,
@@ -192,6 +191,36 @@ def retained(base: int) -> int:
     return tracemalloc.get_traced_memory()[0] - base
 
 
+def fleet_guard(stack: ExitStack, redis: bool) -> tuple[Guard, Any]:
+    """A guard as a fleet worker has it, and what records a fact in "another worker" (None without
+    ``redis``: the in-memory ledger, every fact recorded here). With ``redis``: a throwaway
+    redis-server (stopped with ``stack``), a ``RedisLedger`` shared with a second one that publishes
+    the facts other workers record, which arrive in this one's ``DigestIndex`` as digests."""
+    if not redis:
+        return Guard(Config.resolve(digest_key=b"fleet-bench"), registry=CollectorRegistry(),
+                     tracer_provider=NoOpTracerProvider()), None
+    from ctxguard.facts import FactEvent
+    from tests.servers import redis_server
+
+    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+    server = stack.enter_context(redis_server(shutil.which("redis-server") or "redis-server", tmp))
+    ledger = ctxguard.RedisLedger(server.url, read_timeout=1.0)
+    elsewhere = ctxguard.RedisLedger(server.url)  # another worker: its facts arrive as digests
+    stack.callback(elsewhere.close)
+    stack.callback(ledger.close)
+
+    def other(c: Conversation) -> None:
+        elsewhere.append(FactEvent((c.id, None), "order_id", c.order))
+
+    g = Guard(Config.resolve(digest_key=b"fleet-bench"), registry=CollectorRegistry(),
+              tracer_provider=NoOpTracerProvider(), ledger=ledger)
+    from ctxguard.facts import SINKS  # the guard's (instrumenting replaces it)
+
+    assert SINKS.shared is not None
+    elsewhere.share(g.measurer.digester)
+    return g, other
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=20_000, help="calls this process serves")
@@ -212,28 +241,7 @@ def main() -> int:
     if args.max_conversations:
         os.environ["CTXGUARD_MAX_CONVERSATIONS"] = str(args.max_conversations)
     with ExitStack() as stack:
-        ledger = other = None
-        if args.redis:
-            from tests.servers import redis_server
-
-            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-            server = stack.enter_context(redis_server(shutil.which("redis-server") or "redis-server", tmp))
-            ledger = ctxguard.RedisLedger(server.url, read_timeout=1.0)
-            elsewhere = ctxguard.RedisLedger(server.url)  # another worker: its facts arrive as digests
-            stack.callback(elsewhere.close)
-            stack.callback(ledger.close)
-
-            def other(c: Conversation) -> None:
-                from ctxguard.facts import FactEvent
-
-                elsewhere.append(FactEvent((c.id, None), "order_id", c.order))
-        g = Guard(Config.resolve(digest_key=b"fleet-bench"), registry=CollectorRegistry(),
-                  tracer_provider=NoOpTracerProvider(), ledger=ledger)
-        if args.redis:
-            from ctxguard.facts import SINKS
-
-            assert SINKS.shared is not None
-            elsewhere.share(g.measurer.digester)
+        g, other = fleet_guard(stack, args.redis)
         hits = Hits()
         stores = caches(g)
         rng = random.Random(1)

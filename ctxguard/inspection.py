@@ -17,10 +17,10 @@ from . import budget as budget_mod
 from . import facts as facts_mod
 from ._isolation import guarded, report_internal_error
 from .budget import BudgetEval
-from .cache import TwoGenerationCache, text_bytes, words_bytes
+from .cache import TwoGenerationCache
 from .checks import ANSWER_CHECKS, NEEDS_EXACT, WIRE_CHECKS, Context, Outcome, Skip, check_caches, outcome, run_checks
 from .conversation import ConversationMemory, Diff, Scope
-from .facts.evaluate import FactView, build_view
+from .facts.evaluate import NO_TERMS, FactText, FactView, build_view, fact_text_bytes
 from .facts.index import terms
 from .facts.ledger import FactState
 from .facts.matching import Chunked, searchable
@@ -97,9 +97,8 @@ class Inspector:
         self.lossy = LossyNotes(memory.max_conversations)
         self.memos = memos
         self.facts = facts
-        self._norms: TwoGenerationCache[str, str] = TwoGenerationCache(20_000, cache_bytes // 8, text_bytes)
-        self._words: TwoGenerationCache[str, frozenset[str]] = TwoGenerationCache(
-            4_096, cache_bytes // 16, words_bytes
+        self._fact_texts: TwoGenerationCache[str, FactText] = TwoGenerationCache(
+            20_000, cache_bytes * 3 // 16, fact_text_bytes
         )
         #: Pure readings kept between calls, of fixed size (docs/operations.md, "Memory"): pinned
         #: blocks parsed, and what the checks keep (wire needles, tool runs).
@@ -220,28 +219,16 @@ class Inspector:
             return None
         return find_block(payload.messages, policy.pinned.marker, self._blocks)
 
-    def norm(self, digest: str, text: str) -> str | Chunked:
-        """A message's text normalised for fact matching, cached by its digest; a text too
-        large to normalise is searched in chunks, and neither it nor its norm is kept."""
-        cached = self._norms.get(digest)
+    def fact_text(self, digest: str, text: str) -> FactText:
+        """What the fact checks read of a message, cached by its digest; a text too large to
+        normalise is searched in chunks, has no terms, and is not kept."""
+        cached = self._fact_texts.get(digest)
         if cached is None:
-            found = searchable(text)
-            if isinstance(found, Chunked):
-                return found
-            cached = found
-            self._norms.put(digest, cached)
-        return cached
-
-    def terms(self, digest: str, text: str, norm: str | Chunked) -> frozenset[str]:
-        """A message's words and grouped numbers (for the cross-conversation index, and a number in
-        any grouping), cached by its digest; none for a text too large to normalise (it is not
-        searched for other conversations' values, and its numbers are searched in chunks)."""
-        if isinstance(norm, Chunked):
-            return frozenset()
-        cached = self._words.get(digest)
-        if cached is None:
-            cached = terms(norm, text)
-            self._words.put(digest, cached)
+            norm = searchable(text)
+            if isinstance(norm, Chunked):
+                return FactText(norm, NO_TERMS)
+            cached = FactText(norm, terms(norm, text))
+            self._fact_texts.put(digest, cached)
         return cached
 
     def fact_view(self, scope: Scope | None, payload: Payload) -> FactView | str:
@@ -281,16 +268,16 @@ class Inspector:
         if not (state.active or state.forgotten or len(sinks.index) or fleet is not None):
             return NO_FACTS
         with guarded("ledger"):
-            norms = [self.norm(m.digest, m.text) for m in payload.messages]
+            texts = [self.fact_text(m.digest, m.text) for m in payload.messages]
             return build_view(
                 state,
                 scope,
-                norms,
+                [t.norm for t in texts],
                 payload.digests,
                 checkpoints,
                 self.memory.fact_locations(scope),
                 sinks.index,
-                lambda: [self.terms(m.digest, m.text, n) for m, n in zip(payload.messages, norms, strict=True)],
+                [t.terms for t in texts],
                 fleet,
                 sinks.reach(),
                 unavailable,

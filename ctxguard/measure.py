@@ -43,9 +43,9 @@ _size_of = attrgetter("size")
 _tools_of = attrgetter("tool_refs")
 _bound_of = attrgetter("bound")
 _fixed_of = attrgetter("fixed")
-#: A pending calibration sample of a bound payload: (reported, its bound, its Messages, its schemas),
-#: both numbers less the payload's fixed tokens (its text's share of them).
-Pending = tuple[int, int, list[Message], list[str]]
+#: A pending calibration sample of a bound payload: (reported, its bound, its Messages, its schemas,
+#: its texts not read), both numbers less the payload's fixed tokens (its text's share of them).
+Pending = tuple[int, int, list[Message], list[str], list[str]]
 #: The bounds the pending samples may hold in all before the exact counter is loaded to count them
 #: (their Messages are kept alive meanwhile; most are the caches' and memos' anyway).
 PENDING_BOUND = 4 * 1024 * 1024
@@ -118,16 +118,23 @@ class _Basis:
 
 
 def _recount(bound: int, messages: list[Message], schemas: list[str], counter: TokenCounter,
-             seen: dict[str, int]) -> int:
+             seen: dict[str, int], skipped: list[str]) -> int:
     """The count ``counter`` gives a payload whose bound was ``bound`` (less its fixed tokens, or
     not: they pass through): each text's bytes less its tokens come off (``seen`` caches them by
-    text, across the payloads of one pass)."""
+    text, across the payloads of one pass); a text not read (``skipped``) came off as its bytes, so
+    its bytes less its tokens go back on."""
     for text in (*(m.text for m in messages), *schemas):
-        saved = seen.get(text)
-        if saved is None:
-            saved = seen[text] = utf8_bytes(text) - counter.count(text)
-        bound -= saved
+        bound -= _saved(text, counter, seen)
+    for text in skipped:
+        bound += _saved(text, counter, seen)
     return bound
+
+
+def _saved(text: str, counter: TokenCounter, seen: dict[str, int]) -> int:
+    saved = seen.get(text)
+    if saved is None:
+        saved = seen[text] = utf8_bytes(text) - counter.count(text)
+    return saved
 
 
 class Measurer:
@@ -242,8 +249,9 @@ class Measurer:
             pending, self._pending, self._pending_bound = self._pending, {}, 0
             seen: dict[str, int] = {}
             for model, samples in pending.items():
-                for reported, bound, messages, schemas in samples:
-                    self.calibration.observe(model, _recount(bound, messages, schemas, counter, seen), reported)
+                for reported, bound, messages, schemas, skipped in samples:
+                    self.calibration.observe(model, _recount(bound, messages, schemas, counter, seen, skipped),
+                                             reported)
 
     def observe(self, payload: Payload, reported: int) -> None:
         """Learn from the input tokens the provider reported for ``payload`` (``Calibration``):
@@ -270,14 +278,14 @@ class Measurer:
             return
         if not model or text <= 0 or payload.view is None:
             return
-        schemas = payload.view.tools
+        schemas, skipped = payload.view.tools, list(payload.view.not_read.values())
         with self._lock:
             counter = self._basis.counter
             if counter is BOUND:
-                self._wait(model, (text, payload.raw_tokens - fixed, payload.messages, schemas))
+                self._wait(model, (text, payload.raw_tokens - fixed, payload.messages, schemas, skipped))
                 full = self._pending_bound > PENDING_BOUND
             else:  # the exact counter came meanwhile: count it now
-                counted = _recount(payload.raw_tokens - fixed, payload.messages, schemas, counter, {})
+                counted = _recount(payload.raw_tokens - fixed, payload.messages, schemas, counter, {}, skipped)
         if counter is not BOUND:
             self.calibration.observe(model, counted, text)
         elif full:
@@ -342,6 +350,10 @@ class Measurer:
             # Kept as they are, not copied: nothing changes them after this (the next call slices them).
             memo.measured = (items, messages, digests, sums, hasher, held, digest, first_tool, basis.generation,
                              bound, fixed)
+        if view.not_read:  # text sent but not read (``RequestView.not_read``): off the count, the messages as sent
+            skipped = view.not_read.values()
+            total -= sum([self.tokens(text, basis) for text in skipped])
+            bound -= sum(map(utf8_bytes, skipped))
         tools = view.tools
         tools_tokens = (sum([self.tokens(schema, basis) for schema in tools]) if tools else 0) + view.prompt_overhead
         # The provider's own framing (``RequestView``): each message was counted with OpenAI Chat's.

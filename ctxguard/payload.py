@@ -122,6 +122,12 @@ class RequestView:
     history_elsewhere: str | None = None
     #: Why the messages could not be read at all, if so.
     unreadable: str | None = None
+    #: Text the model is sent but does not read, by item index: ``not_read[i]`` is the part of
+    #: ``items[i]``'s text it skips (an earlier answer's thinking: Claude 3.7 to 4.5 and the Qwen3 and
+    #: DeepSeek-R1 templates leave it out once a new user query follows). Counted, then taken off the
+    #: payload's count; the item itself stays as sent, so its message (text, refs, digest) is the same
+    #: whether the model reads it whole or not (docs/design.md, "Sent but not read").
+    not_read: dict[int, str] = field(default_factory=dict)
     #: Where the API wants a tool call's results: ``"next"``, in the messages right after the call's
     #: (Chat Completions, Anthropic, Gemini); ``"later"``, anywhere after it (the Responses API pairs
     #: by call id whatever comes between). Read by ``tool_pairs_intact``.

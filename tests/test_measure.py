@@ -184,3 +184,44 @@ def test_calibration_refines_and_never_rescues():
     for _ in range(Calibration.MIN_REPORTS):
         calibration.observe("fine", 100, 130)
     assert calibration.outside("fine") is None and calibration.outside(None) is None
+
+
+# -- text sent but not read (``RequestView.not_read``): off the count, the message as sent ---------
+
+THOUGHT = "<think>\nThe user wants one word: okay\n</think>\n\n"  # 48 characters: four an estimated token
+
+
+def _answered(not_read: dict[int, str] | None = None, answer: str = THOUGHT + "ok") -> RequestView:
+    view = RequestView("aws.bedrock", "chat", "m", [("user", "Reply with ok", (), "message", 0),
+                                                    ("assistant", answer, (), "message", 0),
+                                                    ("user", "Again", (), "message", 0)])
+    view.not_read.update(not_read or {})
+    return view
+
+
+def test_text_not_read_comes_off_the_count_and_leaves_the_message_as_sent():
+    """An earlier answer's thinking the model skips is counted as if the answer had been sent without
+    it, counted exactly or in bounds, and digested as sent: the conversation memory sees the message
+    the previous call sent, not one dropped and another added."""
+    assert len(THOUGHT) % 4 == 0
+    for measurer in (Measurer(Digester(b"k"), EstimateCounter(), Calibration()), _lazy()):
+        skipping, whole, bare = (measurer.measure(view) for view in (
+            _answered({1: THOUGHT}), _answered(), _answered(answer="ok")))
+        assert skipping.digests == whole.digests != bare.digests and skipping.digest == whole.digest
+        assert skipping.messages == whole.messages
+        assert (skipping.raw_tokens, skipping.tokens, skipping.bound, skipping.ceiling) == (
+            bare.raw_tokens, bare.tokens, bare.bound, bare.ceiling)
+        assert skipping.raw_tokens < whole.raw_tokens
+
+
+def test_reports_waiting_for_the_exact_count_leave_the_text_not_read_out():
+    """A report on a bound payload is counted, once the exact counter is there, without the text its
+    model did not read: it teaches what the report on the answer sent bare teaches."""
+    lazy, eager = _lazy(), Measurer(Digester(b"k"), EstimateCounter(), Calibration())
+    for _ in range(Calibration.MIN_REPORTS):
+        payload = lazy.measure(_answered({1: THOUGHT}))
+        assert payload.basis == "bound"
+        lazy.observe(payload, 23)
+        eager.observe(eager.measure(_answered(answer="ok")), 23)
+    lazy.resolve()
+    assert lazy.calibration.factor("m") == eager.calibration.factor("m") is not None

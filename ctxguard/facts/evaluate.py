@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from sys import getsizeof
+from typing import NamedTuple
 
+from ..cache import ENTRY_BYTES, str_bytes
 from ..conversation import Scope
 from .index import ValueIndex
 from .ledger import FactState, Version
@@ -11,11 +13,32 @@ from .matching import MIN_MATCH_CHARS, Chunked, distinctive
 from .shared import DigestIndex
 from .stages import Checkpoint
 
-__all__ = ["FactView", "build_view"]
+__all__ = ["NO_TERMS", "FactText", "FactView", "build_view", "fact_text_bytes"]
 
 #: Stages whose checkpoints are compared, in pipeline order (``capture`` is the
 #: ledger itself, ``answer`` is judged after the response).
 _BEFORE_SEND = ("commit", "load", "selection", "payload")
+
+
+class FactText(NamedTuple):
+    """What the fact checks read of one message, computed once per message and process (the
+    inspector keeps it by the message's digest): its text normalised (``matching.searchable``: a
+    ``Chunked`` for a text too large, searched in chunks) and its words and grouped numbers
+    (``index.terms``, none for a large text)."""
+
+    norm: str | Chunked
+    terms: frozenset[str]
+
+
+NO_TERMS: frozenset[str] = frozenset()
+_PAIR_BYTES = getsizeof(FactText("", NO_TERMS))
+
+
+def fact_text_bytes(key: object, text: FactText) -> int:
+    """The weight of a kept ``FactText`` (a ``Chunked`` one is not kept)."""
+    norm, terms = text
+    kept = str_bytes(norm) if isinstance(norm, str) else 0
+    return ENTRY_BYTES + _PAIR_BYTES + kept + getsizeof(terms) + sum(map(str_bytes, terms))
 
 
 class FactView:
@@ -28,8 +51,8 @@ class FactView:
     found as written is looked for among the messages' numbers, in any grouping.
     """
 
-    __slots__ = ("_positions", "_sent", "_terms", "_terms_of", "checkpoints", "digests", "foreign", "locations",
-                 "norms", "reach", "state", "too_short", "unavailable", "unsearched")
+    __slots__ = ("_positions", "_sent", "checkpoints", "digests", "foreign", "locations", "norms", "reach", "state",
+                 "terms", "too_short", "unavailable", "unsearched")
 
     def __init__(
         self,
@@ -38,17 +61,16 @@ class FactView:
         digests: list[str],
         checkpoints: dict[str, Checkpoint],
         locations: dict[str, str],
-        terms: Callable[[], list[frozenset[str]]] = list,
+        terms: list[frozenset[str]],
     ) -> None:
         self.state = state
         self.norms = norms
         self.digests = digests
         self.checkpoints = checkpoints  # stage -> what it held
         self.locations = locations  # fact_id@version -> digest of a message that carried it
-        #: Each message's words and grouped numbers (``index.terms``; none for a large message), computed
-        #: when first needed: the candidate values of other conversations, a number in any grouping.
-        self._terms_of = terms
-        self._terms: list[frozenset[str]] | None = None
+        #: Each message's words and grouped numbers (``index.terms``; none for a large message): the
+        #: candidate values of other conversations, a number in any grouping.
+        self.terms = terms
         # Other conversations' values sent here, each with its conversation: a scope, or (found by
         # the fleet index) the digest of a conversation of another process, the value as found here.
         self.foreign: list[tuple[Scope | str, Version]] = []
@@ -106,22 +128,13 @@ class FactView:
         self._sent[label] = found
         return found
 
-    def message_terms(self) -> list[frozenset[str]]:
-        """Each message's words and grouped numbers (computed once per call, cached by message digest)."""
-        if self._terms is None:
-            self._terms = self._terms_of()
-        return self._terms
-
     def _carrier_of_number(self, key: str) -> int:
-        terms = None
         for i, text in enumerate(self.norms):
             if isinstance(text, Chunked):
                 if text.has_number(key):
                     return i
                 continue
-            if terms is None:
-                terms = self.message_terms()
-            if key in terms[i]:
+            if key in self.terms[i]:
                 return i
         return -1
 
@@ -151,15 +164,15 @@ def build_view(
     checkpoints: dict[str, Checkpoint],
     locations: dict[str, str],
     index: ValueIndex,
-    message_terms: Callable[[], list[frozenset[str]]],
+    terms: list[frozenset[str]],
     fleet: DigestIndex | None = None,
     reach: str | None = None,
     unavailable: str | None = None,
 ) -> FactView:
-    """``message_terms``: each message's words and grouped numbers (``index.terms``); ``fleet``: the
+    """``terms``: each message's words and grouped numbers (``index.terms``); ``fleet``: the
     other processes' values (a shared ``RedisLedger``), None when it holds none; ``unavailable``:
     why ``state`` is empty (the ledger could not be read)."""
-    view = FactView(state, norms, digests, checkpoints, locations, message_terms)
+    view = FactView(state, norms, digests, checkpoints, locations, terms)
     view.reach = reach
     view.unavailable = unavailable
     for fact_id, version in state.active.items():
@@ -177,25 +190,24 @@ def build_view(
             text.search(values, keys)
         view.unsearched = len(large) if len(index) or fleet is not None else 0
     if len(index) or fleet is not None:
-        mterms = view.message_terms()
         own = state.keys
-        for candidate in index.foreign(scope, mterms) if len(index) else ():
+        for candidate in index.foreign(scope, terms) if len(index) else ():
             version = candidate.version
             norm, number = version.norm, version.number
             if norm in own or number in own or not distinctive(norm):
                 continue
             if number is not None:  # in a message's numbers (or words: written without groups)
-                found = any(number in ts for ts in mterms)
+                found = any(number in ts for ts in terms)
             else:
                 # A message can hold the value only if it has all the value's words: a set test
                 # first, the substring search only in the few messages that pass it.
                 value_words = candidate.words
-                found = any(value_words <= ts and norm in text for text, ts in zip(norms, mterms, strict=True))
+                found = any(value_words <= ts and norm in text for text, ts in zip(norms, terms, strict=True))
             if found:
                 view.foreign.append((candidate.scope, version))
         if fleet is not None:
             # Found in this process, named by its scope: as written, and as a number however written.
             here = {key for _, version in view.foreign for key in (version.norm, version.number) if key}
-            view.foreign.extend(found for found in fleet.foreign(scope, own, norms, digests, mterms)
+            view.foreign.extend(found for found in fleet.foreign(scope, own, norms, digests, terms)
                                 if found[1].norm not in here and found[1].number not in here)
     return view

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..cache import ENTRY_BYTES, TwoGenerationCache, str_bytes
 from ..memo import Memo
-from ..payload import Item, RequestView
+from ..payload import REASONING_REFS, TOOL_RESULT, Item, RequestView
 
 #: Type names of the SDKs' "not given" sentinels: Stainless's (openai, anthropic) and
 #: Speakeasy's (mistralai's ``UNSET``); a field holding one is read as absent.
@@ -99,6 +99,35 @@ def family(model: object, table: Mapping[str, Any], suffix: re.Pattern[str] = AN
         if name.startswith(key) and (best is None or len(key) > len(best)) and suffix.fullmatch(name, len(key)):
             best = key
     return best
+
+
+def last_query(items: list[Item]) -> int:
+    """The index of the last user query of ``items``: a user message that is not tool results (0 if
+    there is none). The answers before it are earlier turns; those after it, the agent loop it
+    started, are the current one (Qwen3's template's ``last_query_index``, Anthropic's "current
+    assistant turn")."""
+    for i in range(len(items) - 1, -1, -1):
+        role, _, refs, _, _ = items[i]
+        if role == "user" and not any(ref.startswith(TOOL_RESULT) for ref in refs):
+            return i
+    return 0
+
+
+def earlier_thinking_not_read(view: RequestView, messages: Any, first: int,
+                              thinking: Callable[[Any], list[str]]) -> None:
+    """The thinking of the answers before the last user query, as not read (``RequestView.not_read``),
+    for a model that leaves it out of its prompt: ``messages`` are the request's, read into the items
+    from index ``first`` on, one each; ``thinking(message)`` gives the texts of its thinking parts,
+    which the item's text joins to its others with a newline each (not read either)."""
+    if not isinstance(messages, (list, tuple)):
+        return
+    for i in range(first, last_query(view.items)):
+        role, text, refs, _, _ = view.items[i]
+        if role == "assistant" and refs and not REASONING_REFS.isdisjoint(refs):
+            texts = [part for part in thinking(messages[i - first]) if part]
+            skipped = "\n".join(texts)
+            if skipped:
+                view.not_read[i] = skipped + "\n" if len(skipped) < len(text) else skipped
 
 
 class Unread(Exception):

@@ -18,7 +18,17 @@ from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestV
 from ..tokens import NON_TEXT_PART
 from . import identity
 from ._image import ANTHROPIC_HIGH_RES, ANTHROPIC_STANDARD, Size, anthropic_tokens, size_of_base64
-from ._read import Unread, canonical, family, items, schemas, settings, structured_parts
+from ._read import (
+    Unread,
+    canonical,
+    earlier_thinking_not_read,
+    elements,
+    family,
+    items,
+    schemas,
+    settings,
+    structured_parts,
+)
 from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import get as _get
@@ -27,7 +37,7 @@ from ._read import text_of as _text
 from .base import CallSite, Identity, Methods, Provider, Translation, WireRoute
 from .identity import resource_identity
 
-__all__ = ["ADAPTER", "PROVIDER", "image_tokens", "tool_prompt_tokens"]
+__all__ = ["ADAPTER", "PROVIDER", "image_tokens", "strips_earlier_thinking", "tool_prompt_tokens"]
 
 _MESSAGES = "anthropic.resources.messages.messages"
 _BETA = "anthropic.resources.beta.messages.messages"
@@ -114,6 +124,29 @@ def claude_2_framing(view: RequestView) -> None:
     view.message_framing = CLAUDE_2_TURN
     system = bool(view.items) and view.items[0][0] == "system"
     view.reply_priming = CLAUDE_2_START + (0 if system else CLAUDE_2_TURN)
+
+
+#: The models that read an earlier turn's thinking not at all: the thinking blocks of the answers
+#: before the last user query (a tool result is not one) are stripped from the prompt and not counted
+#: ("Extended thinking", "Context windows"; Bedrock's "Extended thinking" says the same of Claude there).
+#: Claude Opus 4.5 and later Opus models, Sonnet 4.6 and later keep them all, and so does a model not
+#: in the table (a newer one): counted, the safe side.
+_STRIPS_EARLIER_THINKING = frozenset({"claude-3-7-sonnet", "claude-sonnet-4", "claude-sonnet-4-5", "claude-opus-4",
+                                      "claude-opus-4-1", "claude-haiku-4-5"})
+
+
+def strips_earlier_thinking(model: str | None) -> bool:
+    """Whether ``model`` (a Bedrock id too) leaves the thinking of the answers before the last user
+    query out of its prompt."""
+    name = model.lower() if isinstance(model, str) else ""
+    start = name.find("claude")
+    return start >= 0 and family(name[start:], _MODELS, _SUFFIX) in _STRIPS_EARLIER_THINKING
+
+
+def _thinking(message: Any) -> list[str]:
+    """The texts of a message's thinking blocks (a redacted one has none to count)."""
+    return [_str(_get(block, "thinking")) or "" for block in elements(_get(message, "content"), "content")
+            if _get(block, "type") == "thinking"]
 
 
 def _model(model: str | None) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -280,8 +313,10 @@ class AnthropicAdapter(Translation):
             text = "\n".join(texts)
             if text.strip():
                 view.items.append(("system", text, tuple(refs), "instructions", cost))
-        messages = _get(kwargs, "messages")
+        messages, first = _get(kwargs, "messages"), len(view.items)
         items(messages, _message_item, view, name="messages", noun="message", plain_first=True, memo=memo)
+        if strips_earlier_thinking(view.model):
+            earlier_thinking_not_read(view, messages, first, _thinking)
         if claude_2(view.model):
             claude_2_framing(view)
         return view

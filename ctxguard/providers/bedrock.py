@@ -45,7 +45,7 @@ from ..tokens import NON_TEXT_PART
 from ._image import size_of_base64, size_of_bytes
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, elements, items, settings, tool_definitions
+from ._read import canonical, earlier_thinking_not_read, elements, items, last_query, settings, tool_definitions
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
@@ -56,6 +56,7 @@ from .anthropic import (
     claude_2,
     claude_2_framing,
     image_tokens,
+    strips_earlier_thinking,
     tool_prompt_tokens,
 )
 from .base import CallSite, Identity, Pending, Provider, SharedDispatch, Translation, WireRoute
@@ -283,28 +284,39 @@ def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> Request
         cost += fam.surplus(text)
         if text.strip():
             view.items.append(("system", text, tuple(refs), "instructions", cost))
-    items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True,
-          memo=memo)
+    messages, first = _get(kwargs, "messages"), len(view.items)
+    items(messages, _message_item, view, name="messages", noun="message", plain_first=True, memo=memo)
     if fam.drops_earlier_thinking:
-        _drop_earlier_thinking(view)
+        _earlier_think_tags_not_read(view)
+    elif fam is CLAUDE and strips_earlier_thinking(view.model):
+        earlier_thinking_not_read(view, messages, first, _reasoning)
     _frame(view, fam)
     if fam is CLAUDE and claude_2(view.model):
         claude_2_framing(view)
     return view
 
 
-def _drop_earlier_thinking(view: RequestView) -> None:
-    """The assistant turns before the last user query without their thinking (the text up to the
-    last ``</think>``), as the family's template writes them. The query is a user message that is not
-    only tool results (Qwen3's ``last_query_index``): the turns of an agent loop since then keep
-    theirs. DeepSeek-R1 drops it from every answer; from the earlier ones only, here, errs on the
-    safe side."""
-    queries = [i for i, (role, _, refs, _, _) in enumerate(view.items)
-               if role == "user" and not any(ref.startswith(TOOL_RESULT) for ref in refs)]
-    for i in range(queries[-1] if queries else 0):
-        role, text, refs, kind, cost = view.items[i]
+def _earlier_think_tags_not_read(view: RequestView) -> None:
+    """The assistant turns before the last user query are read without their thinking (the text up
+    to the last ``</think>``), as the family's template writes them (``RequestView.not_read``: the
+    messages stay as sent). The turns of an agent loop since that query keep theirs (Qwen3's
+    ``last_query_index``). DeepSeek-R1 drops it from every answer; from the earlier ones only, here,
+    errs on the safe side."""
+    for i in range(last_query(view.items)):
+        role, text, _, _, _ = view.items[i]
         if role == "assistant" and "</think>" in text:
-            view.items[i] = (role, text.split("</think>")[-1].lstrip("\n"), refs, kind, cost)
+            kept = text.split("</think>")[-1].lstrip("\n")
+            view.not_read[i] = text[: len(text) - len(kept)]
+
+
+def _reasoning(message: Any) -> list[str]:
+    """The texts of a message's ``reasoningContent`` blocks (a redacted one has none to count)."""
+    texts = []
+    for block in elements(_get(message, "content"), "content"):
+        reasoning = _get(block, "reasoningContent") if isinstance(block, Mapping) else None
+        if reasoning is not None:
+            texts.append(_str(_get(_get(reasoning, "reasoningText"), "text")) or "")
+    return texts
 
 
 def _body(value: Any) -> tuple[dict[str, Any] | None, str | None]:

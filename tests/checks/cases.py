@@ -163,5 +163,5 @@ def fact_view(p: Payload, *facts: Fact, elsewhere: Sequence[tuple[Scope, str, st
     norms = [searchable(m.text) for m in p.messages]
     held = {stage: Checkpoint.of(text) for stage, text in (checkpoints or {}).items()}
     return build_view(state, SCOPE, norms, p.digests, held, {}, index,
-                      lambda: [frozenset() if isinstance(n, Chunked) else terms(n, m.text)
-                               for n, m in zip(norms, p.messages, strict=True)])
+                      [frozenset() if isinstance(n, Chunked) else terms(n, m.text)
+                       for n, m in zip(norms, p.messages, strict=True)])

@@ -1,0 +1,105 @@
+"""The fleet workload's cost per served call in one process, in CPU instructions (valgrind) or thread CPU.
+
+    PYTHONPATH=$PWD .venv/bin/python bench/fleet_instructions.py [--calls 500] [--warm 800] [--memory]
+    PYTHONPATH=$PWD .venv/bin/python bench/fleet_instructions.py --time [--rounds 3]
+
+``bench/fleet_load.py`` measures a worker's CPU under load, which moves by ±1 ms between runs of
+the same code; this counts what ctxguard's hooks cost for the same workload, the same on every
+run, so that a cut of a few percent can be seen. It plays ``bench/workload_memory.py``'s workload
+(conversations of 16 turns, sliding histories of 10-40 messages, one fact each, a worker's quarter
+of the turns, 8 conversations in flight) through the guard's hooks as the openai wrapper calls
+them, with a ``RedisLedger`` shared with "another worker" on a throwaway redis-server (``--memory``:
+the in-process ledger). After ``--warm`` served calls, the next ``--calls`` are counted: each runs
+inside a libffi call that callgrind is told to collect in (``PYTHONHASHSEED=0``, gc off while
+counting), so start-up and warm-up are left out. What the workload's own ``call`` does around the
+hooks (appending messages, the body's ``json.dumps``) is in the count too, the same on both sides
+of a comparison. Redis's own work is another process's, and the system calls are the kernel's:
+neither is counted.
+
+``--time``: no valgrind, ``time.thread_time`` over each round of ``--calls`` served calls (µs a
+call); it moves with the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import functools
+import gc
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.append(str(ROOT))  # after PYTHONPATH: a checkout given there is the one measured
+sys.path.append(str(ROOT / "bench"))
+
+from workload_memory import call, fleet_guard, workload  # noqa: E402  # bench/workload_memory.py
+
+
+def child(warm: int, calls: int, rounds: int, redis: bool, counted: bool) -> None:
+    with ExitStack() as stack:
+        g, other = fleet_guard(stack, redis)
+        rng = random.Random(1)
+        turns = workload(0, 16, (10, 40), 8)
+
+        def serve(n: int, inside: bool) -> float:
+            served, spent = 0, 0.0
+            while served < n:
+                c, message = next(turns)
+                here = rng.random() < 0.25
+                if not here:
+                    call(g, c, message, here, other)
+                    continue
+                began = time.thread_time()
+                if inside:  # callgrind counts inside ffi_call only
+                    ctypes.CFUNCTYPE(None)(functools.partial(call, g, c, message, here, other))()
+                else:
+                    call(g, c, message, here, other)
+                spent += time.thread_time() - began
+                served += 1
+            return spent / n
+
+        serve(warm, False)
+        if counted:
+            gc.disable()
+            serve(calls, True)
+            return
+        for r in range(rounds):
+            print(f"round {r}: {serve(calls, False) * 1e6:.1f} µs a served call", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=500, help="served calls counted (a round, with --time)")
+    parser.add_argument("--warm", type=int, default=800, help="served calls before counting")
+    parser.add_argument("--memory", action="store_true", help="the in-process ledger, no Redis")
+    parser.add_argument("--time", action="store_true", help="thread CPU a call, no valgrind")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, with --time")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child or args.time:
+        child(args.warm, args.calls, args.rounds, not args.memory, counted=args.child)
+        return 0
+    import ctxguard
+
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--toggle-collect=ffi_call*",
+           sys.executable, __file__, "--child", "--calls", str(args.calls), "--warm", str(args.warm),
+           *(["--memory"] if args.memory else [])]
+    out = subprocess.run(cmd, env={**os.environ, "PYTHONHASHSEED": "0"}, capture_output=True, text=True)
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if out.returncode != 0 or found is None:
+        print(out.stderr[-4000:], file=sys.stderr)
+        return 1
+    print(f"ctxguard from {Path(ctxguard.__file__).parent.parent}; {'in-process' if args.memory else 'Redis'} ledger")
+    print(f"{int(found.group(1)) / args.calls:,.0f} instructions a served call ({args.calls} calls after {args.warm})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
