@@ -2,6 +2,7 @@
 
     PYTHONPATH=$PWD .venv/bin/python bench/fleet_instructions.py [--calls 500] [--warm 800] [--memory]
     PYTHONPATH=$PWD .venv/bin/python bench/fleet_instructions.py --time [--rounds 3]
+    PYTHONPATH=$PWD .venv/bin/python bench/fleet_instructions.py --sdk-after [--calls 3000]
 
 ``bench/fleet_load.py`` measures a worker's CPU under load, which moves by ±1 ms between runs of
 the same code; this counts what ctxguard's hooks cost for the same workload, the same on every
@@ -18,6 +19,13 @@ neither is counted.
 
 ``--time``: no valgrind, ``time.thread_time`` over each round of ``--calls`` served calls (µs a
 call); it moves with the machine's load.
+
+``--sdk-after``: whether ctxguard's work slows the SDK call that follows it, in one process: bare
+openai calls of 20 messages to a loopback FakeLLM (no ctxguard around them), every other one right
+after one served fleet call through the guard's hooks (the in-process ledger), ``--calls`` in all,
+interleaved; the SDK call's thread CPU, median of each kind. In the fleet the SDK's own part of a
+request takes 0.4-0.6 ms more with ctxguard (docs/performance.md, "The floor"); this tells whether
+a lone process shows it.
 """
 
 from __future__ import annotations
@@ -74,15 +82,67 @@ def child(warm: int, calls: int, rounds: int, redis: bool, counted: bool) -> Non
             print(f"round {r}: {serve(calls, False) * 1e6:.1f} µs a served call", flush=True)
 
 
+def sdk_after(calls: int) -> None:
+    import statistics
+
+    import openai
+
+    from ctxguard.testing.fake.server import FakeLLM
+
+    with ExitStack() as stack:
+        llm = FakeLLM()
+        llm.start()
+        stack.callback(llm.stop)
+        client = openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0)
+        messages = [{"role": "system", "content": "You are terse."}] + [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} about order A-1234, delivery"}
+            for i in range(20)]
+        g, other = fleet_guard(stack, False)
+        rng = random.Random(1)
+        turns = workload(0, 16, (10, 40), 8)
+
+        def served() -> None:
+            while True:
+                c, message = next(turns)
+                here = rng.random() < 0.25
+                call(g, c, message, here, other)
+                if here:
+                    return
+
+        def sdk() -> float:
+            began = time.thread_time()
+            client.chat.completions.create(model="gpt-4o-mini", messages=messages)
+            return time.thread_time() - began
+
+        for _ in range(300):  # warm: both the caches and the client
+            served()
+            sdk()
+        alone, after = [], []
+        for n in range(calls):
+            if n % 2:
+                alone.append(sdk())
+            else:
+                served()
+                after.append(sdk())
+        print(f"the SDK call alone: {statistics.median(alone) * 1e6:,.0f} µs; right after a served call's hooks: "
+              f"{statistics.median(after) * 1e6:,.0f} µs (medians of {len(alone):,} each)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=500, help="served calls counted (a round, with --time)")
+    parser.add_argument("--calls", type=int, help="served calls counted (default 500; a round with --time; "
+                                                   "SDK calls with --sdk-after, default 3000)")
     parser.add_argument("--warm", type=int, default=800, help="served calls before counting")
     parser.add_argument("--memory", action="store_true", help="the in-process ledger, no Redis")
     parser.add_argument("--time", action="store_true", help="thread CPU a call, no valgrind")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, with --time")
+    parser.add_argument("--sdk-after", action="store_true", help="the SDK call's CPU alone and after ctxguard's work")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.sdk_after:
+        sdk_after(args.calls or 3000)
+        return 0
+    args.calls = args.calls or 500
     if args.child or args.time:
         child(args.warm, args.calls, args.rounds, not args.memory, counted=args.child)
         return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable
@@ -23,6 +24,7 @@ __all__ = [
     "EstimateCounter",
     "TiktokenCounter",
     "TokenCounter",
+    "capitals_surplus",
     "default_counter",
     "loaded_counter",
     "tiktoken_installed",
@@ -56,6 +58,25 @@ def utf8_bytes(text: str) -> int:
     if text.isascii():  # a flag of the str: no scan
         return len(text)
     return len(text.encode("utf-8", "surrogatepass"))
+
+
+#: A run of two or more ASCII capitals: an all-caps word, or the capitals of an acronym.
+_CAPITALS = re.compile(r"[A-Z]{2,}")
+
+
+def capitals_surplus(text: str, per_letter: float) -> int:
+    """What a tokenizer that splits all-caps words finer than cl100k reads of ``text``'s runs of
+    capitals beyond cl100k, at ``per_letter`` tokens more a capital letter (a provider's measured
+    rate: docs/budget.md, "All-caps text"). Lower- and mixed-case text gets nothing: there the
+    tokenizers measured agree with cl100k. ``capitals_surplus("CENT SIGN and a Sign", 0.12)`` is
+    round(8 x 0.12) = 1.
+
+    >>> capitals_surplus("CENT SIGN and a Sign", 0.12), capitals_surplus("no capitals", 0.12)
+    (1, 0)
+    """
+    if not text or text.islower():
+        return 0
+    return round(sum(map(len, _CAPITALS.findall(text))) * per_letter)
 
 
 class TokenCounter(Protocol):

@@ -105,15 +105,17 @@ class ValueDigests:
         return self._digester.text("v\x1f" + norm)
 
     def word(self, word: str) -> str:
-        digest = self._words.get(word)
-        if digest is None:
-            digest = self._digester.text("w\x1f" + word)[:WORD_HEX]
-            self._words.put(word, digest)
-        return digest
+        return self._words.get(word) or self._new_word(word)
 
     def words(self, words: Iterable[str]) -> dict[str, str]:
-        """Word digest -> word."""
-        return {self.word(w): w for w in words}
+        """Word digest -> word (``word`` inlined: this runs for every word of every new message)."""
+        known, new = self._words.get, self._new_word
+        return {known(w) or new(w): w for w in words}
+
+    def _new_word(self, word: str) -> str:
+        digest = self._digester.text("w\x1f" + word)[:WORD_HEX]
+        self._words.put(word, digest)
+        return digest
 
     def shared(self, scope: Scope, fact_id: str, norm: str, origin: str) -> SharedValue | None:
         """What is published of a recorded value, ``norm`` as it is matched (``matching.match_key``: a

@@ -342,6 +342,7 @@ def items(
     noun: str,
     plain_first: bool = False,
     memo: Memo | None = None,
+    plain_cost: Callable[[str], int] | None = None,
 ) -> None:
     """Append every element of ``seq`` read as an Item; on any failure the view says why.
 
@@ -354,6 +355,8 @@ def items(
     tree of dicts, lists, strings and None (``snapshot``); the first message of any other
     kind ends what is kept. ``read(element, model)``: what an image costs depends on the
     model, so a memo read for another model is not reused.
+    ``plain_cost(text)``: what a plain message's text costs beyond its count (what ``read`` would
+    charge it: Mistral's all-caps surcharge); none, nothing.
     """
     if not isinstance(seq, (list, tuple)):
         view.unreadable = _not_a_list(seq, name)
@@ -367,7 +370,7 @@ def items(
         if plain_first and type(element) is dict and len(element) == 2:
             r, content = element.get("role"), element.get("content")
             if type(r) is str and type(content) is str and 0 < len(r) <= ROLE_MAX:
-                item: Item = (r, content, (), "message", 0)
+                item: Item = (r, content, (), "message", 0 if plain_cost is None else plain_cost(content))
                 append(item)
                 if copies is not None:  # still in the leading run of kept messages: keep it
                     copies.append(element.copy())

@@ -63,7 +63,7 @@ from .anthropic import (
 )
 from .base import CallSite, Identity, Pending, Provider, SharedDispatch, Translation, WireRoute
 from .bedrock_families import ANTHROPIC as CLAUDE
-from .bedrock_families import Family, digit_surplus, family
+from .bedrock_families import Family, family
 from .identity import url_server
 
 __all__ = ["ADAPTER", "PROVIDER"]
@@ -202,9 +202,7 @@ def _message_item(message: Any, model: str | None) -> Item:
     if role == "assistant":
         cost += fam.assistant
     text = "\n".join(texts)
-    if fam.digits_apart:
-        cost += digit_surplus(text)
-    return (role, text, tuple(refs), "message", cost)
+    return (role, text, tuple(refs), "message", cost + fam.surplus(text))
 
 
 def _tools(config: Any, view: RequestView, fam: Family) -> None:
@@ -287,8 +285,7 @@ def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> Request
         refs: list[str] = []
         cost = _blocks(system, texts, refs, view.model)
         text = "\n".join(texts)
-        if fam.digits_apart:
-            cost += digit_surplus(text)
+        cost += fam.surplus(text)
         if text.strip():
             view.items.append(("system", text, tuple(refs), "instructions", cost))
     messages, first = _get(kwargs, "messages"), len(view.items)
@@ -360,7 +357,7 @@ def _prompt_body(view: RequestView, document: Mapping[str, Any], fam: Family, ke
     config = document.get("textGenerationConfig")
     view.max_output_tokens = _int(document.get("max_gen_len")) or _int(document.get("max_tokens")) or (
         _int(config.get("maxTokenCount")) if isinstance(config, dict) else None)
-    view.items.append(("user", prompt, (), "message", digit_surplus(prompt) if fam.digits_apart else 0))
+    view.items.append(("user", prompt, (), "message", fam.surplus(prompt)))
     view.message_framing, view.reply_priming = 0, fam.prompt_request
     return None
 

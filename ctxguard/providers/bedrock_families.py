@@ -30,9 +30,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..tokens import capitals_surplus
 from ._image import Size
 from ._read import canonical, jsonable
 from .anthropic import TOOL_BLOCK_MARKUP
+from .mistral import CAPITALS_PER_LETTER as MISTRAL_CAPITALS
 from .mistral import image_tokens as pixtral_tokens
 
 __all__ = ["ANTHROPIC", "FAMILIES", "OTHER", "UNNAMED", "Family", "digit_surplus", "family", "nova_image_tokens"]
@@ -156,6 +158,18 @@ class Family:
     #: The tokenizer takes each digit as a token, where cl100k takes up to three
     #: (``digit_surplus``: the difference, counted as a cost of the message).
     digits_apart: bool = False
+    #: Tokens more a capital letter (of a run of two or more) that the tokenizer reads beyond cl100k,
+    #: which keeps all-caps words whole where it splits them (``capitals_surplus``, counted as a cost
+    #: of the message): Mistral's measured rate; 0 where no published tokenizer was measured.
+    capitals: float = 0.0
+
+    def surplus(self, text: str) -> int:
+        """What the family's tokenizer reads of ``text`` beyond cl100k: its digits taken apart, its
+        all-caps words split finer."""
+        extra = digit_surplus(text) if self.digits_apart else 0
+        if self.capitals:
+            extra += capitals_surplus(text, self.capitals)
+        return extra
 
 
 # -- Published chat templates (Hugging Face tokenizer_config.json ``chat_template``) -----------------
@@ -234,7 +248,8 @@ FAMILIES: dict[str, Family] = {
     # Mistral: <s>[INST] ... [/INST], an answer then </s>; tools between [AVAILABLE_TOOLS] markers,
     # a call [TOOL_CALLS]name[ARGS]{...}, a result between [TOOL_RESULTS] markers; Pixtral's images.
     "mistral": Family("mistral", message=2, request=1, tool_call=2, tool_result=2, tool_prompt=2,
-                      tool_text=mistral_tool, invoke=_PROMPT, prompt_request=1, image=pixtral_tokens),
+                      tool_text=mistral_tool, invoke=_PROMPT, prompt_request=1, image=pixtral_tokens,
+                      capitals=MISTRAL_CAPITALS),
     # Qwen3: <|im_start|>role\n ... <|im_end|>\n; the reply <|im_start|>assistant\n, and with thinking
     # off (Bedrock's default) an empty <think>\n\n</think>\n\n. Tools in a system turn (counted as its
     # own); a call <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>, a result between

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..memo import Memo
 from ..payload import CHOICES_KEPT, TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
-from ..tokens import NON_TEXT_PART
+from ..tokens import NON_TEXT_PART, capitals_surplus
 from ._image import Size, size_of_url
 from ._read import as_int as _int
 from ._read import as_str as _str
@@ -88,6 +88,16 @@ MODEL_SETTINGS = 11
 #: prompt on ``mistral-small-latest`` and ``magistral-small-latest``, 12 more than its framing).
 _SETTINGS_BY_DEFAULT = frozenset({"mistral-small-latest", "magistral-small-latest"})
 
+
+#: What Mistral's tokenizers read of all-caps text beyond cl100k, in tokens a capital letter (of a
+#: run of two or more): they split upper-case words that cl100k keeps whole (" SIGN" is " S" + "IGN"
+#: to Tekken, one token to cl100k). Measured on general text, not on the corpus (docs/budget.md,
+#: "All-caps text"): Tekken (mistral-common's ``tekken_240911.json``) reads 0.11 to 0.13 more a
+#: capital on four licences upper-cased (GPL-3, Apache-2.0, MPL-2.0, GFDL-1.3), 0.09 to 0.14 on
+#: the 1,000 to 20,000 commonest English words upper-cased, 0.18 on all-caps disclaimer lines as
+#: written; 0.12 is their median. SentencePiece v1 (``mistral-tiny``'s) 0.09 to 0.13. The same texts
+#: in lower case: Tekken 1.01 to 1.03 times cl100k.
+CAPITALS_PER_LETTER = 0.12
 
 #: Pixtral's image encoding (mistral-common): the image scaled down to fit a square of
 #: ``side`` pixels, one token per ``patch``-pixel square, and one more per row (its break, the
@@ -156,6 +166,10 @@ def _chunks(content: Any, texts: list[str], refs: list[str], model: str | None, 
     return cost
 
 
+def _capitals(text: str) -> int:
+    return capitals_surplus(text, CAPITALS_PER_LETTER)
+
+
 def _message_item(message: Any, model: str | None) -> Item:
     texts: list[str] = []
     refs: list[str] = []
@@ -179,7 +193,9 @@ def _message_item(message: Any, model: str | None) -> Item:
     name = _str(_get(message, "name"))
     if name:
         refs.append(f"id:name={name}")
-    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message", cost)
+    text = "\n".join(texts)
+    return (_role(_get(message, "role"), "other"), text, tuple(refs), "message",
+            cost + _capitals(text))
 
 
 def _tool_texts(tools: list[Any] | tuple[Any, ...]) -> list[str]:
@@ -277,7 +293,7 @@ class MistralAdapter(Translation):
         if _get(kwargs, "reasoning_effort") is not None or view.model in _SETTINGS_BY_DEFAULT:
             view.prompt_overhead += MODEL_SETTINGS
         items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True,
-              memo=memo)
+              memo=memo, plain_cost=_capitals)
         return view
 
     def read_response(self, api: str, result: Any) -> Answer | None:

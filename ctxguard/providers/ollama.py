@@ -33,6 +33,7 @@ from typing import Any
 
 from ..memo import Memo
 from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
+from ..tokens import capitals_surplus
 from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import canonical, elements, family, items, settings, tool_texts
@@ -41,6 +42,7 @@ from ._read import role as _role
 from ._read import text_of as _text
 from .base import CallSite, Identity, Methods, Provider, Translation, WireRoute
 from .identity import url_server
+from .mistral import CAPITALS_PER_LETTER
 
 __all__ = ["ADAPTER", "PROVIDER", "Template", "image_tokens", "template"]
 
@@ -152,6 +154,9 @@ class Template:
     tool: Callable[[Mapping[str, Any]], str] | None = None
     #: A tool call's markers beyond its name and one argument.
     call: int = 0
+    #: Tokens more a capital letter of an all-caps run than cl100k reads (docs/budget.md, "All-caps
+    #: text"): the model's tokenizer splits all-caps words finer (Mistral's).
+    capitals: float = 0.0
 
 
 #: Ollama's Qwen 3.5 renderer (model/renderers/qwen35.go): ChatML turns, ``<think>\n`` after the
@@ -197,7 +202,7 @@ _GEMMA = Template(framing=5, priming=4)
 #: Mistral v0.3 and Mistral Large (template 1ff5b64b61b9): ``[INST]`` ... ``[/INST]``, an answer and
 #: ``</s>``, ``<s>``; the tools as a JSON list between ``[AVAILABLE_TOOLS]`` tokens, a call as
 #: ``[TOOL_CALLS] [{"name": ..., "arguments": ...}]``.
-_MISTRAL = Template(framing=2, priming=1, tools_fixed=2, tool=_compact, call=8)
+_MISTRAL = Template(framing=2, priming=1, tools_fixed=2, tool=_compact, call=8, capitals=CAPITALS_PER_LETTER)
 #: Mistral NeMo and Small (3.0, 3.1), Devstral: the same without spaces, ``[SYSTEM_PROMPT]`` turns.
 _MISTRAL_NEMO = replace(_MISTRAL, call=9)
 #: Mistral Small 3.2 and Magistral: ``[TOOL_CALLS]`` name ``[CALL_ID]`` index ``[ARGS]`` arguments.
@@ -286,8 +291,11 @@ def _message_item(message: Any, model: str | None) -> Item:
     if _role(_get(message, "role"), "other") == "tool":
         # Without a ``tool_name`` the result answers no call by name (docs/supported.md says so).
         refs.append(tool_ref(TOOL_RESULT, None, _str(_get(message, "tool_name")) or ""))
-    return (_role(_get(message, "role"), "other"), "\n".join(texts), tuple(refs), "message",
-            cost + image_tokens(model) * len(images))
+    text = "\n".join(texts)
+    if found is not None and found.capitals:
+        cost += capitals_surplus(text, found.capitals)
+    cost += image_tokens(model) * len(images)
+    return (_role(_get(message, "role"), "other"), text, tuple(refs), "message", cost)
 
 
 def _function_schema(function: Callable[..., Any]) -> Mapping[str, Any] | None:
@@ -390,7 +398,9 @@ class OllamaAdapter(Translation):
             view.unreadable = f"tools could not be read ({type(exc).__name__})"
         messages = _get(kwargs, "messages")
         if messages is not None:  # None is the SDK's default: a request with no messages
-            items(messages, _message_item, view, name="messages", noun="message", plain_first=True, memo=memo)
+            rate = found.capitals if found is not None else 0.0
+            items(messages, _message_item, view, name="messages", noun="message", plain_first=True, memo=memo,
+                  plain_cost=functools.partial(capitals_surplus, per_letter=rate) if rate else None)
         if found is not None:
             view.message_framing = found.framing
             # The server puts the model's default system prompt first when the request has none.

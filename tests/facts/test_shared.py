@@ -3,6 +3,8 @@ only, and its bounds (ctxguard.facts.shared; the processes and Redis are test_fl
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ctxguard.digest import Digester
 from ctxguard.facts.index import terms
 from ctxguard.facts.matching import match_key, normalise
@@ -85,14 +87,15 @@ def test_the_index_is_bounded_oldest_first() -> None:
 def test_a_resent_message_costs_no_new_digest(monkeypatch) -> None:
     index = DigestIndex(DIGESTS)
     index.add(shared("+91 98200 12345"))
-    digested: list[str] = []
-    word = ValueDigests.word
+    digested: list[str] = []  # the words whose digests were looked up
+    words = ValueDigests.words
 
-    def counting(self: ValueDigests, w: str) -> str:
-        digested.append(w)
-        return word(self, w)
+    def counting(self: ValueDigests, ws: Iterable[str]) -> dict[str, str]:
+        ws = list(ws)
+        digested.extend(ws)
+        return words(self, ws)
 
-    monkeypatch.setattr(ValueDigests, "word", counting)
+    monkeypatch.setattr(ValueDigests, "words", counting)
     assert len(find(index, B, "hello there", "call +91 98200 12345")) == 1
     first = len(digested)
     assert first == 6  # hello, there, call, 98200, 12345, and the number 919820012345

@@ -221,6 +221,28 @@ def test_titans_prompt_body_counts_each_digit_as_a_token():
     assert tokens == default_counter().count(PHONE) + 6
 
 
+#: 26 capitals in runs: round(26 x 0.12) = 3 tokens more to Mistral's tokenizers than to cl100k.
+SHOUT = "ONLY SINGLE NUMBER IN RESPONSE"
+
+
+def test_mistral_reads_all_caps_words_finer_than_cl100k():
+    """Mistral's tokenizers split all-caps words that cl100k keeps whole (``mistral.CAPITALS_PER_LETTER``,
+    measured on general text: docs/budget.md, "All-caps text"), on Converse and in an ``invoke_model``
+    prompt; the same words in lower case are what cl100k counts. Nova and Claude get no such rate (no
+    tokenizer of theirs published that reads like them), Llama's is cl100k's kind."""
+    count = default_counter().count
+    plain = count(SHOUT) - count(SHOUT.lower())
+    model = "mistral.mistral-large-2407-v1:0"
+    assert counted(model, messages=[user(SHOUT)]) - counted(model, messages=[user(SHOUT.lower())]) == plain + 3
+    assert counted(model, system=[{"text": SHOUT}], messages=[user("hi")]) - counted(
+        model, system=[{"text": SHOUT.lower()}], messages=[user("hi")]) == plain + 3
+    assert invoked("mistral.mistral-7b-instruct-v0:2", {"prompt": SHOUT})[1] - invoked(
+        "mistral.mistral-7b-instruct-v0:2", {"prompt": SHOUT.lower()})[1] == plain + 3
+    for other in ("us.amazon.nova-lite-v1:0", "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+                  "us.meta.llama3-2-1b-instruct-v1:0"):
+        assert counted(other, messages=[user(SHOUT)]) - counted(other, messages=[user(SHOUT.lower())]) == plain
+
+
 def test_mistral_writes_its_tools_between_markers():
     prompt = ("<s>[AVAILABLE_TOOLS]" + json.dumps([FUNCTION]) + "[/AVAILABLE_TOOLS][INST]What is the weather in "
               "Paris?[/INST]")

@@ -475,3 +475,25 @@ def test_the_prompt_is_counted_as_mistral_frames_it(harness, llm, mistral, monke
     assert tools["ctxguard.budget.tools"] == count(json.dumps(tool)) + provider.TOOLS_FRAMING
     assert called["ctxguard.payload.tokens"] == 4 + count('lookup\n{"order": "A-1041"}') + 2 + 2
     assert effort["ctxguard.payload.tokens"] == 4 + provider.MODEL_SETTINGS
+
+
+def test_all_caps_text_is_counted_as_mistrals_tokenizers_read_it(harness, llm, mistral, monkeypatch):
+    """Mistral's tokenizers split upper-case words that cl100k keeps whole (" SIGN" is " S" + "IGN" to
+    Tekken): each capital of a run of two or more costs ``CAPITALS_PER_LETTER`` more (measured on
+    general text: docs/budget.md, "All-caps text"), the same words in lower case what cl100k counts.
+    The surcharge is the message's cost: its text, and so its digest, is the text as sent."""
+    from ctxguard.tokens import default_counter
+
+    monkeypatch.setenv("CTXGUARD_TOKENIZER", "eager")  # exact counts, not byte bounds
+    count = default_counter().count
+    shout = "ONLY SINGLE NUMBER IN RESPONSE"  # 26 capitals: round(26 x 0.12) = 3 tokens more
+    harness.start(mode="observe")
+    mistral.chat.complete(model="mistral-large-latest", messages=[{"role": "user", "content": shout}])
+    mistral.chat.complete(model="mistral-large-latest", messages=[{"role": "user", "content": shout.lower()}])
+    mistral.chat.complete(model="mistral-large-latest",
+                          messages=[{"role": "user", "content": [{"type": "text", "text": shout}]}])
+    caps, lower, chunks = (s.attributes for s in guard_spans(harness))
+    assert caps["ctxguard.payload.tokens"] == chunks["ctxguard.payload.tokens"] == 3 + count(shout) + 3  # <s>[INST]…
+    assert lower["ctxguard.payload.tokens"] == 3 + count(shout.lower())
+    assert [m["content"] for m in llm.bodies("/chat/completions")[0]["messages"]] == [shout]
+    assert list(caps["ctxguard.message.hashes"]) == [message_digest("user", shout)]

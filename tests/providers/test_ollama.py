@@ -596,3 +596,31 @@ def test_the_models_default_system_prompt_is_counted_when_the_request_has_none(h
     assert small is not None and small.system == 2 + 482
     assert mistral_none - mistral_own == small.system - small.framing  # the empty system message's markers
     assert other_own - other_none == 3  # OpenAI's framing of the empty system message, nothing more
+
+
+def test_all_caps_text_to_a_mistral_model_is_counted_as_mistrals_tokenizers_read_it(harness, llm, client, monkeypatch):
+    """Ollama's Mistral templates run Mistral's own tokenizers: an all-caps run costs
+    ``CAPITALS_PER_LETTER`` more a capital, as through Mistral's API (test_mistral.py), whether the
+    message is read inline (a plain one) or whole (with an image); a model of another family, nothing."""
+    from ctxguard.providers.mistral import CAPITALS_PER_LETTER
+    from ctxguard.tokens import capitals_surplus, default_counter
+
+    monkeypatch.setenv("CTXGUARD_TOKENIZER", "eager")
+    shout = "ONLY SINGLE NUMBER IN RESPONSE"  # 26 capitals: 3 tokens more
+    surplus = capitals_surplus(shout, CAPITALS_PER_LETTER)
+    assert surplus == 3
+    harness.start(mode="observe")
+    pixel = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
+    for model in ("mistral-nemo:12b", "qwen3.6:latest"):
+        client.chat(model=model, messages=[{"role": "user", "content": shout}])
+        client.chat(model=model, messages=[{"role": "user", "content": shout.lower()}])
+        client.chat(model=model, messages=[{"role": "user", "content": shout, "images": [pixel]}])
+        client.chat(model=model, messages=[{"role": "user", "content": shout.lower(), "images": [pixel]}])
+    tokens = [s.attributes["ctxguard.payload.tokens"] for s in guard_spans(harness)]
+    nemo, qwen = tokens[:4], tokens[4:]
+    caps = [m["content"] for m in llm.bodies("/api/chat")[0]["messages"]]
+    assert caps == [shout]  # sent as written
+    count = default_counter().count
+    assert nemo[0] - nemo[1] == count(shout) - count(shout.lower()) + surplus
+    assert nemo[2] - nemo[3] == count(shout) - count(shout.lower()) + surplus
+    assert qwen[0] - qwen[1] == qwen[2] - qwen[3] == count(shout) - count(shout.lower())
