@@ -260,8 +260,8 @@ def test_a_request_over_its_window_by_claudes_newer_tokenizer_fails_on_its_first
     """Claude Sonnet 5 reads text at ~1.3 times cl100k's count (``anthropic.text_scale``): a prompt of
     85% of the window by cl100k's count is over it on Sonnet 5, and ``payload_under_budget`` says so on
     the first call, before any answer has calibrated the model; the fake, answering as Anthropic does,
-    reports more than the window too. The same prompt to Sonnet 4.6 (cl100k's reading) fits. Before,
-    the count was cl100k's on every Claude: the over-window request passed."""
+    reports ~1.3 times as many tokens as for Sonnet 4.6. The same prompt to Sonnet 4.6 (cl100k's
+    reading) fits. Before, the count was cl100k's on every Claude: the over-window request passed."""
     from ctxguard.budget import Budget
     from ctxguard.policy import Policy
     from ctxguard.tokens import default_counter
@@ -277,7 +277,9 @@ def test_a_request_over_its_window_by_claudes_newer_tokenizer_fails_on_its_first
         claude.messages.create(model=model, max_tokens=100, system=SYSTEM, messages=[{"role": "user", "content": text}])
     newer, older = (s.attributes for s in guard_spans(harness))
     assert list(newer["ctxguard.violations"]) == ["payload_under_budget"]
-    assert newer["ctxguard.payload.tokens"] > window and newer["gen_ai.usage.input_tokens"] > window
+    assert newer["ctxguard.payload.tokens"] > window
     assert newer["ctxguard.payload.tokens_source"] == counter.name  # a count at the tokenizer's ratio, not learnt
     assert list(older["ctxguard.violations"]) == []
-    assert older["ctxguard.payload.tokens"] < window and older["gen_ai.usage.input_tokens"] < window
+    assert older["ctxguard.payload.tokens"] < window
+    # The fake reads the same text at 1.3 on Sonnet 5, as Anthropic reports it.
+    assert newer["gen_ai.usage.input_tokens"] > 1.25 * older["gen_ai.usage.input_tokens"]
