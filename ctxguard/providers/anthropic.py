@@ -97,7 +97,10 @@ THINKING_PROMPT = 29
 #: with markup it does not document. Measured on the recorded corpus (Anthropic's API and Claude on
 #: Bedrock): 62 tokens a pair, the median over the fit half's 13 requests with tool exchanges of
 #: what each was short by, less the 8 its requests with tools but no exchange are (median), per pair.
-#: Split between the call and its result: only their sum is measured.
+#: Split between the call and its result: only their sum is measured. Kept at 62 since Sonnet 5's
+#: text is counted at its tokenizer's ratio (two of the 13 are Sonnet 5's): the same fit gives 47 now,
+#: its median crossing a gap (59 to 73) in 13 values, while the held half's 9 are 75 a pair short and
+#: all 22 together 67.5; 47 would under-count every agent history more (docs/budget.md).
 TOOL_BLOCK_MARKUP = 31
 
 
