@@ -96,6 +96,26 @@ def test_anthropic_route_moves_the_system_message_and_wire_is_intact(harness, ll
     assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
 
 
+def test_a_claude_route_counts_text_at_claudes_newer_tokenizer(harness, llm):
+    """A LiteLLM call to Claude Sonnet 5 is counted at its tokenizer's ratio (``anthropic.text_scale``)
+    on the first call, as the Anthropic SDK's is: over a window cl100k's count fits, and the fake
+    (answering as Anthropic does) reports ~1.3 times Sonnet 4.5's count of the same text."""
+    from ctxguard import Budget, Policy
+    from ctxguard.tokens import default_counter
+
+    window = 20_000
+    sentence = "The parcel left the Pune depot at noon and reached the Mumbai hub by the evening. "
+    text = sentence * (int(window * 0.85) // default_counter().count(sentence))
+    harness.start(mode="observe", policy=Policy(budget=Budget(window=window)))
+    for model in ("anthropic/claude-sonnet-5", "anthropic/claude-sonnet-4-5"):
+        litellm.completion(model=model, messages=[SYSTEM, {"role": "user", "content": text}], max_tokens=50,
+                           api_base=llm.anthropic_base_url, api_key="t")
+    newer, older = (s.attributes for s in guard_spans(harness))
+    assert list(newer["ctxguard.violations"]) == ["payload_under_budget"] and newer["ctxguard.payload.tokens"] > window
+    assert list(older["ctxguard.violations"]) == [] and older["ctxguard.payload.tokens"] < window
+    assert newer["gen_ai.usage.input_tokens"] > 1.25 * older["gen_ai.usage.input_tokens"]
+
+
 def test_system_pinned_budget_and_fact_checks(harness, llm):
     harness.start(mode="observe", policy=ctxguard.Policy(pinned=ctxguard.Pinned(max_tokens=40)))
     block = {"role": "system", "content": ctxguard.render_pinned({"city": "Pune"}, max_tokens=40)}
