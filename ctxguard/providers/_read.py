@@ -346,17 +346,14 @@ def items(
 ) -> None:
     """Append every element of ``seq`` read as an Item; on any failure the view says why.
 
-    ``plain_first``: the common ``{"role": ..., "content": "text"}`` message is read here,
-    inline, without calling ``read`` (which gives the same Item for it): this loop runs once
-    per message per call, and the calls saved are most of its cost.
-    ``memo``: the conversation's previous call (see ``ctxguard.memo``): its leading
-    messages whose values are unchanged are not read again. Kept: plain messages, and
-    messages of other shapes (tool calls, tool results, content parts) whose value is a
-    tree of dicts, lists, strings and None (``snapshot``); the first message of any other
-    kind ends what is kept. ``read(element, model)``: what an image costs depends on the
+    ``plain_first``: the common ``{"role": ..., "content": "text"}`` message is read here, inline,
+    without calling ``read`` (which gives the same Item for it; ``plain_cost(text)`` its cost, as
+    ``read`` charges it: Mistral's all-caps surcharge): this loop runs once per message per call.
+    ``memo``: the conversation's previous call (see ``ctxguard.memo``): its leading messages whose
+    values are unchanged are not read again. Kept: plain messages, and messages of other shapes
+    whose value is a tree of dicts, lists, strings and None (``snapshot``); the first message of
+    any other kind ends what is kept. ``read(element, model)``: what an image costs depends on the
     model, so a memo read for another model is not reused.
-    ``plain_cost(text)``: what a plain message's text costs beyond its count (what ``read`` would
-    charge it: Mistral's all-caps surcharge); none, nothing.
     """
     if not isinstance(seq, (list, tuple)):
         view.unreadable = _not_a_list(seq, name)

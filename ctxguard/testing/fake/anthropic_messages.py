@@ -18,7 +18,7 @@ import string
 from typing import Any
 
 from . import media
-from .tokens import FRAME_TOKENS, Reading, claude_text, messages_tokens, read_tokens, schemas_tokens
+from .tokens import FRAME_TOKENS, Reading, messages_tokens, read_tokens, schemas_tokens
 from .wire import Event, Events, Exchange, Json, WireFormat, phrase, request_id_header, split, sse
 
 #: What the model reads of a message (``tokens.Reading``): not its tool ids, cache hints, thinking
@@ -51,8 +51,22 @@ _STOP_REASONS: dict[str, str] = {
 }
 
 
+#: Claude's newer tokenizer (Opus 4.7 and later, Sonnet 5, every Claude 5, Fable, Mythos): "The same
+#: input text produces approximately 30 percent more tokens than on earlier models"
+#: (https://platform.claude.com/docs/en/build-with-claude/token-counting). The fake reads their text
+#: that much larger, framing and media as they are.
+_NEWER_CLAUDE = re.compile(r"claude-(?:opus-4-(?:[7-9]|\d\d)|(?:opus|sonnet|haiku|fable|mythos)-(?:[5-9]|\d\d)"
+                           r"|fable|mythos)(?!\d)")
+NEWER_CLAUDE_TEXT = 1.3
+
+
+def claude_text(model: str, text: int) -> int:
+    """``text`` tokens of text as ``model`` reads it: more on Claude's newer tokenizer."""
+    return round(text * NEWER_CLAUDE_TEXT) if _NEWER_CLAUDE.search(model.lower()) else text
+
+
 def prompt_tokens(ex: Exchange) -> int:
-    """What the model reads: its text at its tokenizer's rate (``tokens.claude_text``), framing and media
+    """What the model reads: its text at its tokenizer's rate (``claude_text``), framing and media
     as they are."""
     p = ex.payload
     system, messages = p.get("system"), p.get("messages")
@@ -64,7 +78,7 @@ def prompt_tokens(ex: Exchange) -> int:
         media_tokens += cost
         return cost
 
-    n = (read_tokens(system, READING) if system else 0) + messages_tokens(messages, READING, price)
+    n = (FRAME_TOKENS + read_tokens(system, READING) if system else 0) + messages_tokens(messages, READING, price)
     config = p.get("output_config")
     n += schemas_tokens(p.get("tools"), p.get("output_format"),
                         config.get("format") if isinstance(config, dict) else None)

@@ -32,7 +32,7 @@ from functools import partial
 from typing import Any
 
 from . import anthropic_messages, media
-from .tokens import FRAME_TOKENS, Reading, claude_text, messages_tokens, read_tokens, schemas_tokens, text_tokens
+from .tokens import FRAME_TOKENS, Reading, messages_tokens, read_tokens, schemas_tokens, text_tokens
 from .wire import ALNUM, COMPACT, HEX, Event, Events, Exchange, Framing, Headers, WireFormat, phrase, split
 
 #: What the model reads of a Converse message (``tokens.Reading``): not its tool ids, result statuses,
@@ -132,7 +132,7 @@ _EVENTSTREAM = Framing("application/vnd.amazon.eventstream", _frame)
 
 def _converse_tokens(ex: Exchange) -> int:
     """What the model reads: its text at its tokenizer's rate (Claude's newer one reads more:
-    ``tokens.claude_text``), framing and media as they are."""
+    ``anthropic_messages.claude_text``), framing and media as they are."""
     p = ex.payload
     system, messages = p.get("system"), p.get("messages")
     config = p.get("toolConfig")
@@ -145,10 +145,11 @@ def _converse_tokens(ex: Exchange) -> int:
         media_tokens += cost
         return cost
 
-    n = (read_tokens(system, READING) if system else 0) + messages_tokens(messages, READING, price) \
+    n = (FRAME_TOKENS + read_tokens(system, READING) if system else 0) + messages_tokens(messages, READING, price) \
         + schemas_tokens([t for t in tools if "toolSpec" in t] if isinstance(tools, list) else None)
     frames = (FRAME_TOKENS if system else 0) + FRAME_TOKENS * (len(messages) if isinstance(messages, list) else 0)
-    return claude_text(ex.requested_model, n - frames - media_tokens) + media_tokens + frames + FRAME_TOKENS
+    text = anthropic_messages.claude_text(ex.requested_model, n - frames - media_tokens)
+    return text + media_tokens + frames + FRAME_TOKENS
 
 
 def _converse_stop(ex: Exchange) -> str:

@@ -30,20 +30,6 @@ class Reading:
 
 _PIECES = re.compile(r"[^\W\d_]+|\d{1,3}|[^\s]")
 
-#: Claude's newer tokenizer (Opus 4.7 and later, Sonnet 5, every Claude 5, Fable, Mythos): "The same
-#: input text produces approximately 30 percent more tokens than on earlier models"
-#: (https://platform.claude.com/docs/en/build-with-claude/token-counting). The fake reads their text
-#: that much larger, framing and media as they are.
-_NEWER_CLAUDE = re.compile(r"claude-(?:opus-4-(?:[7-9]|\d\d)|(?:opus|sonnet|haiku|fable|mythos)-(?:[5-9]|\d\d)"
-                           r"|fable|mythos)(?!\d)")
-NEWER_CLAUDE_TEXT = 1.3
-
-
-def claude_text(model: str, text: int) -> int:
-    """``text`` tokens of text as ``model`` reads it: more on Claude's newer tokenizer."""
-    return round(text * NEWER_CLAUDE_TEXT) if _NEWER_CLAUDE.search(model.lower()) else text
-
-
 def text_tokens(text: str) -> int:
     """Digits go in threes, a non-ASCII word costs a token per ~3 UTF-8 bytes."""
     n = 0
