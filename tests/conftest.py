@@ -106,6 +106,15 @@ async def aclient(llm: FakeLLM):  # type: ignore[no-untyped-def]
         yield c
 
 
+def prose(tokens: int) -> str:
+    """Whole sentences of about ``tokens`` tokens by the default counter (cl100k's count when tiktoken
+    is there), never more."""
+    from ctxguard.tokens import default_counter
+
+    sentence = "The parcel left the Pune depot at noon and reached the Mumbai hub by the evening. "
+    return sentence * (tokens // default_counter().count(sentence))
+
+
 def guard_spans(harness: GuardHarness) -> list:
     """ctxguard's own spans (an SDK may record spans of its own beside them)."""
     return [s for s in harness.spans() if s.attributes and s.attributes.get("ctxguard.payload.hash")]

@@ -11,7 +11,7 @@ from anthropic.resources.messages.messages import AsyncMessages, Messages
 import ctxguard
 from ctxguard.digest import Digester
 from ctxguard.testing import Reply
-from tests.conftest import KEY, message_digest
+from tests.conftest import KEY, message_digest, prose
 
 SYSTEM = "You are the order assistant."
 MESSAGES = [{"role": "user", "content": "where is my parcel?"}]
@@ -268,17 +268,15 @@ def test_a_request_over_its_window_by_claudes_newer_tokenizer_fails_on_its_first
     from tests.conftest import guard_spans
 
     window = 20_000
-    sentence = "The parcel left the Pune depot at noon and reached the Mumbai hub by the evening. "
-    counter = default_counter()
-    text = sentence * (int(window * 0.85) // counter.count(sentence))
-    assert 0.8 * window < counter.count(text) < 0.9 * window
+    text = prose(int(window * 0.85))
+    assert 0.8 * window < default_counter().count(text) < 0.9 * window
     harness.start(mode="observe", policy=Policy(budget=Budget(window=window)))
     for model in ("claude-sonnet-5", "claude-sonnet-4-6"):
         claude.messages.create(model=model, max_tokens=100, system=SYSTEM, messages=[{"role": "user", "content": text}])
     newer, older = (s.attributes for s in guard_spans(harness))
     assert list(newer["ctxguard.violations"]) == ["payload_under_budget"]
     assert newer["ctxguard.payload.tokens"] > window
-    assert newer["ctxguard.payload.tokens_source"] == counter.name  # a count at the tokenizer's ratio, not learnt
+    assert newer["ctxguard.payload.tokens_source"] == default_counter().name  # at the ratio, not learnt
     assert list(older["ctxguard.violations"]) == []
     assert older["ctxguard.payload.tokens"] < window
     # The fake reads the same text at 1.3 on Sonnet 5, as Anthropic reports it.

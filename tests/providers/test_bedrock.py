@@ -27,7 +27,7 @@ from ctxguard.capture import read_capture
 from ctxguard.digest import Digester
 from ctxguard.offline import CAPTURED_PROVIDERS, Checker
 from ctxguard.testing import FakeLLM, Reply, record
-from tests.conftest import KEY, guard_spans, message_digest, only_guard_span
+from tests.conftest import KEY, guard_spans, message_digest, only_guard_span, prose
 
 MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 SYSTEM = "You are the order assistant of Acme Shop."
@@ -633,10 +633,8 @@ def test_a_request_over_its_window_by_claudes_newer_tokenizer_fails_on_its_first
     from ctxguard.tokens import default_counter
 
     window = 20_000
-    sentence = "The parcel left the Pune depot at noon and reached the Mumbai hub by the evening. "
-    counter = default_counter()
-    text = sentence * (int(window * 0.85) // counter.count(sentence))
-    assert 0.8 * window < counter.count(text) < 0.9 * window
+    text = prose(int(window * 0.85))
+    assert 0.8 * window < default_counter().count(text) < 0.9 * window
     harness.start(mode="observe", policy=Policy(budget=Budget(window=window)))
     for model in ("us.anthropic.claude-sonnet-5-v1:0", MODEL):
         bedrock.converse(modelId=model, system=[{"text": SYSTEM}], inferenceConfig={"maxTokens": 100},

@@ -66,25 +66,28 @@ def claude_text(model: str, text: int) -> int:
 
 
 def prompt_tokens(ex: Exchange) -> int:
-    """What the model reads: its text at its tokenizer's rate (``claude_text``), framing and media
-    as they are."""
     p = ex.payload
-    system, messages = p.get("system"), p.get("messages")
+    config = p.get("output_config")
+    schemas = schemas_tokens(p.get("tools"), p.get("output_format"),
+                             config.get("format") if isinstance(config, dict) else None)
+    return claude_prompt(ex.requested_model, p.get("system"), p.get("messages"), READING, schemas)
+
+
+def claude_prompt(model: str, system: Any, messages: Any, reading: Reading, schemas: int) -> int:
+    """What a Claude model reads of a request (Anthropic's Messages, Bedrock's Converse, each read as
+    ``reading``): its text at its tokenizer's rate (``claude_text``), framing, media and ``schemas``
+    tokens as they are."""
     media_tokens = 0
 
     def price(part: Any) -> int:
         nonlocal media_tokens
-        cost = media.anthropic(ex.requested_model, part)
+        cost = media.anthropic(model, part)
         media_tokens += cost
         return cost
 
-    n = (FRAME_TOKENS + read_tokens(system, READING) if system else 0) + messages_tokens(messages, READING, price)
-    config = p.get("output_config")
-    n += schemas_tokens(p.get("tools"), p.get("output_format"),
-                        config.get("format") if isinstance(config, dict) else None)
+    n = (FRAME_TOKENS + read_tokens(system, reading) if system else 0) + messages_tokens(messages, reading, price)
     frames = (FRAME_TOKENS if system else 0) + FRAME_TOKENS * (len(messages) if isinstance(messages, list) else 0)
-    text = n - frames - media_tokens
-    return claude_text(ex.requested_model, text) + media_tokens + frames + FRAME_TOKENS
+    return claude_text(model, n - frames - media_tokens) + media_tokens + frames + schemas + FRAME_TOKENS
 
 
 def stop_reason(ex: Exchange) -> str:

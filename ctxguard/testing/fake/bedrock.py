@@ -32,7 +32,7 @@ from functools import partial
 from typing import Any
 
 from . import anthropic_messages, media
-from .tokens import FRAME_TOKENS, Reading, messages_tokens, read_tokens, schemas_tokens, text_tokens
+from .tokens import Reading, messages_tokens, read_tokens, schemas_tokens, text_tokens
 from .wire import ALNUM, COMPACT, HEX, Event, Events, Exchange, Framing, Headers, WireFormat, phrase, split
 
 #: What the model reads of a Converse message (``tokens.Reading``): not its tool ids, result statuses,
@@ -131,25 +131,11 @@ _EVENTSTREAM = Framing("application/vnd.amazon.eventstream", _frame)
 
 
 def _converse_tokens(ex: Exchange) -> int:
-    """What the model reads: its text at its tokenizer's rate (Claude's newer one reads more:
-    ``anthropic_messages.claude_text``), framing and media as they are."""
     p = ex.payload
-    system, messages = p.get("system"), p.get("messages")
     config = p.get("toolConfig")
     tools = config.get("tools") if isinstance(config, dict) else None
-    media_tokens = 0
-
-    def price(part: Any) -> int:
-        nonlocal media_tokens
-        cost = media.anthropic(ex.requested_model, part)
-        media_tokens += cost
-        return cost
-
-    n = (FRAME_TOKENS + read_tokens(system, READING) if system else 0) + messages_tokens(messages, READING, price) \
-        + schemas_tokens([t for t in tools if "toolSpec" in t] if isinstance(tools, list) else None)
-    frames = (FRAME_TOKENS if system else 0) + FRAME_TOKENS * (len(messages) if isinstance(messages, list) else 0)
-    text = anthropic_messages.claude_text(ex.requested_model, n - frames - media_tokens)
-    return text + media_tokens + frames + FRAME_TOKENS
+    schemas = schemas_tokens([t for t in tools if "toolSpec" in t] if isinstance(tools, list) else None)
+    return anthropic_messages.claude_prompt(ex.requested_model, p.get("system"), p.get("messages"), READING, schemas)
 
 
 def _converse_stop(ex: Exchange) -> str:
