@@ -7,6 +7,8 @@ import json
 import marshal
 import re
 from collections.abc import Callable, Iterator, Mapping
+from itertools import compress
+from operator import itemgetter
 from typing import Any
 
 from ..cache import ENTRY_BYTES, TwoGenerationCache, str_bytes
@@ -101,6 +103,9 @@ def family(model: object, table: Mapping[str, Any], suffix: re.Pattern[str] = AN
     return best
 
 
+_refs_of = itemgetter(2)
+
+
 def last_query(items: list[Item]) -> int:
     """The index of the last user query of ``items``: a user message that is not tool results (0 if
     there is none). The answers before it are earlier turns; those after it, the agent loop it
@@ -121,9 +126,11 @@ def earlier_thinking_not_read(view: RequestView, messages: Any, first: int,
     which the item's text joins to its others with a newline each (not read either)."""
     if not isinstance(messages, (list, tuple)):
         return
-    for i in range(first, last_query(view.items)):
+    last = last_query(view.items)
+    # Only the items with refs can carry thinking: picked in C (``compress``), as this runs every call.
+    for i in compress(range(first, last), map(_refs_of, view.items[first:last])):
         role, text, refs, _, _ = view.items[i]
-        if role == "assistant" and refs and not REASONING_REFS.isdisjoint(refs):
+        if role == "assistant" and not REASONING_REFS.isdisjoint(refs):
             texts = [part for part in thinking(messages[i - first]) if part]
             skipped = "\n".join(texts)
             if skipped:

@@ -9,6 +9,7 @@ again, and the room it leaves the visible reply is reported.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -139,6 +140,7 @@ _STRIPS_EARLIER_THINKING = frozenset({"claude-3-7-sonnet", "claude-sonnet-4", "c
                                       "claude-opus-4-1", "claude-haiku-4-5"})
 
 
+@functools.lru_cache(maxsize=256)  # read on every call: a scan of the model table, once a model
 def strips_earlier_thinking(model: str | None) -> bool:
     """Whether ``model`` (a Bedrock id too) leaves the thinking of the answers before the last user
     query out of its prompt."""
@@ -166,6 +168,7 @@ _LINE = re.compile(r"claude-(opus|sonnet|haiku|fable|mythos)(?:-(\d{1,2})(?:-(\d
 _THINK_UNASKED = frozenset({"fable", "mythos"})
 
 
+@functools.lru_cache(maxsize=256)  # read on every call (``text_scale``): a regular expression, once a model
 def _line(model: str | None) -> tuple[str, int | None, int]:
     """``model``'s line, major version (None if its id has none) and minor (0 if none); ``("", None, 0)``
     for an id that names none (a Claude 3 or 2 id, another vendor's)."""
