@@ -34,7 +34,6 @@ from typing import Any
 
 from ..memo import Memo
 from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
-from ..tokens import capitals_surplus
 from ._read import as_int as _int
 from ._read import as_str as _str
 from ._read import canonical, earlier_thinking_not_read, elements, family, items, settings, tool_texts
@@ -43,7 +42,7 @@ from ._read import role as _role
 from ._read import text_of as _text
 from .base import CallSite, Identity, Methods, Provider, Translation, WireRoute
 from .identity import url_server
-from .mistral import CAPITALS_PER_LETTER
+from .mistral import tokenizer_surplus
 
 __all__ = ["ADAPTER", "PROVIDER", "Template", "image_tokens", "template"]
 
@@ -155,9 +154,9 @@ class Template:
     tool: Callable[[Mapping[str, Any]], str] | None = None
     #: A tool call's markers beyond its name and one argument.
     call: int = 0
-    #: Tokens more a capital letter of an all-caps run than cl100k reads (docs/budget.md, "All-caps
-    #: text"): the model's tokenizer splits all-caps words finer (Mistral's).
-    capitals: float = 0.0
+    #: What the model's tokenizer reads of a text beyond cl100k (Mistral's: all-caps words split
+    #: finer, each digit a token: ``mistral.tokenizer_surplus``), a cost of the message.
+    surplus: Callable[[str], int] | None = None
     #: Which answers' ``thinking`` the template writes into the prompt: ``"all"`` (as ctxguard reads a
     #: family whose template it does not know), ``"none"`` (a template with no ``.Thinking``),
     #: ``"current if think"`` (only the answers after the last user query, and only when the request
@@ -212,7 +211,7 @@ _GEMMA = Template(framing=5, priming=4)
 #: Mistral v0.3 and Mistral Large (template 1ff5b64b61b9): ``[INST]`` ... ``[/INST]``, an answer and
 #: ``</s>``, ``<s>``; the tools as a JSON list between ``[AVAILABLE_TOOLS]`` tokens, a call as
 #: ``[TOOL_CALLS] [{"name": ..., "arguments": ...}]``.
-_MISTRAL = Template(framing=2, priming=1, tools_fixed=2, tool=_compact, call=8, capitals=CAPITALS_PER_LETTER)
+_MISTRAL = Template(framing=2, priming=1, tools_fixed=2, tool=_compact, call=8, surplus=tokenizer_surplus)
 #: Mistral NeMo and Small (3.0, 3.1), Devstral: the same without spaces, ``[SYSTEM_PROMPT]`` turns.
 _MISTRAL_NEMO = replace(_MISTRAL, call=9)
 #: Mistral Small 3.2 and Magistral: ``[TOOL_CALLS]`` name ``[CALL_ID]`` index ``[ARGS]`` arguments.
@@ -247,8 +246,8 @@ _TEMPLATES: dict[str, Template | None] = {
     "mistral-small3.2": replace(_MISTRAL_ARGS, system=2 + 482),  # blob 706c4d1164f7
     "magistral": replace(_MISTRAL_ARGS, system=2 + 164),  # blob 35f7a1efc383
     "devstral": replace(_MISTRAL_NEMO, system=2 + 1173),  # blob ea9ec42474e0
-    "mixtral": Template(framing=2, priming=1),  # template 53d74de0d84c: [INST] turns, no tools
-    "codestral": Template(framing=2, priming=1),
+    "mixtral": Template(framing=2, priming=1, surplus=tokenizer_surplus),  # template 53d74de0d84c: [INST], no tools
+    "codestral": Template(framing=2, priming=1, surplus=tokenizer_surplus),
     "phi3": Template(framing=4, priming=3),  # <|user|>\n ... <|end|>\n, <s> and <|assistant|>\n
     "phi3.5": Template(framing=4, priming=3),
     "phi4": Template(framing=6, priming=4),  # <|im_start|>user<|im_sep|>\n ... <|im_end|>\n
@@ -302,8 +301,8 @@ def _message_item(message: Any, model: str | None) -> Item:
         # Without a ``tool_name`` the result answers no call by name (docs/supported.md says so).
         refs.append(tool_ref(TOOL_RESULT, None, _str(_get(message, "tool_name")) or ""))
     text = "\n".join(texts)
-    if found is not None and found.capitals:
-        cost += capitals_surplus(text, found.capitals)
+    if found is not None and found.surplus is not None:
+        cost += found.surplus(text)
     cost += image_tokens(model) * len(images)
     return (_role(_get(message, "role"), "other"), text, tuple(refs), "message", cost)
 
@@ -423,9 +422,8 @@ class OllamaAdapter(Translation):
             view.unreadable = f"tools could not be read ({type(exc).__name__})"
         messages = _get(kwargs, "messages")
         if messages is not None:  # None is the SDK's default: a request with no messages
-            rate = found.capitals if found is not None else 0.0
             items(messages, _message_item, view, name="messages", noun="message", plain_first=True, memo=memo,
-                  plain_cost=functools.partial(capitals_surplus, per_letter=rate) if rate else None)
+                  plain_cost=found.surplus if found is not None else None)
             if found is not None and found.thinking != "all":
                 _thinking_not_read(view, messages, found.thinking, _get(kwargs, "think"))
         if found is not None:

@@ -626,48 +626,22 @@ def test_all_caps_text_to_a_mistral_model_is_counted_as_mistrals_tokenizers_read
     assert qwen[0] - qwen[1] == qwen[2] - qwen[3] == count(shout) - count(shout.lower())
 
 
-@pytest.mark.parametrize(("model", "think", "earlier", "current"), [
-    ("qwen3:8b", None, False, False),  # Qwen 3's template: only when ``think`` is set, only this turn's
-    ("qwen3:8b", True, False, True),
-    ("qwen3.6:latest", None, False, True),  # the Qwen 3.5 renderer: this turn's unless think is false
-    ("qwen3.6:latest", False, False, False),
-    ("deepseek-r1:8b", True, False, False),  # its template writes ``.Content`` only
-    ("gpt-oss:20b", True, True, True),  # a renderer ctxguard does not model: all of it, as before
-])
-def test_thinking_sent_back_is_counted_where_the_models_template_writes_it(harness, llm, client, model, think,
-                                                                             earlier, current):
-    """An agent's history sends each answer's ``thinking`` back. The thinking models' templates write
-    only the current turn's (the answers after the last user message), and some only when the request
-    asks to think: what the template leaves out is sent but not read. The message stays as sent (its
-    digest, and a fact in it still found); the count leaves it out, as the server's report does."""
-    from ctxguard.tokens import default_counter
+def test_digits_to_a_mistral_model_are_counted_one_a_token(harness, llm, client, monkeypatch):
+    """Ollama's Mistral templates run Mistral's tokenizers, which take each digit as a token
+    (``mistral.tokenizer_surplus``), as through Mistral's API, whether the message is read inline (a
+    plain one) or whole (with an image); a Qwen model's count is cl100k's."""
+    from ctxguard.tokens import default_counter, digit_surplus
 
-    thought = "The customer wants the order status, so I look it up in the order system first. " * 12
-    short = "Now I answer with the status."
-    tool = {"role": "tool", "tool_name": "order_status", "content": "A-1041: shipped"}
-
-    def history(earlier_thinking: str, current_thinking: str) -> list[dict]:
-        return [SYSTEM, {"role": "user", "content": "where is order A-1041?"},
-                {"role": "assistant", "content": "It has shipped.", "thinking": earlier_thinking},
-                {"role": "user", "content": "when will it arrive?"},
-                {"role": "assistant", "content": "", "thinking": current_thinking,
-                 "tool_calls": [{"function": {"name": "order_status", "arguments": {"order": "A-1041"}}}]}, tool]
-
+    monkeypatch.setenv("CTXGUARD_TOKENIZER", "eager")
+    dated, plain = "order 5551234567 ships on 2024-08-27", "order ships on monday"
+    assert digit_surplus(dated) == 10
     harness.start(mode="observe")
-    with ctxguard.conversation("thinking"):
-        ctxguard.record_fact("order_id", "A-1041")
-        for earlier_thinking, current_thinking in ((thought, short), ("", short), ("", "")):
-            client.chat(model=model, messages=history(earlier_thinking, current_thinking), think=think)
-    spans = [s.attributes for s in guard_spans(harness)]
-    counted = [a["ctxguard.payload.tokens"] for a in spans]
-    reported = [r.input_tokens for r in llm.responses]
+    for model in ("mistral-nemo:12b", "qwen3.6:latest"):
+        for text in (dated, plain):
+            client.chat(model=model, messages=[{"role": "user", "content": text}])
+            client.chat(model=model, messages=[{"role": "user", "content": text, "images": [PNG]}])
+    tokens = [s.attributes["ctxguard.payload.tokens"] for s in guard_spans(harness)]
     count = default_counter().count
-    # What each thinking adds: nothing, or its text (and the newline joining it to the message's others).
-    assert (counted[0] - counted[1] >= count(thought)) if earlier else counted[0] == counted[1]
-    assert (counted[1] - counted[2] >= count(short)) if current else counted[1] == counted[2]
-    # The fake's server writes the same ones (its own rule): its report moves as the count does.
-    assert (reported[0] > reported[1]) is earlier and (reported[1] > reported[2]) is current
-    # Sent as written: the earlier answer's digest is its text with its thinking, read or not.
-    assert spans[0]["ctxguard.message.hashes"][2] == message_digest(
-        "assistant", "It has shipped.\n" + thought, ("id:thinking",))
-    assert llm.bodies("/api/chat")[0]["messages"][2]["thinking"] == thought
+    nemo, qwen = tokens[:4], tokens[4:]
+    assert nemo[0] - nemo[2] == nemo[1] - nemo[3] == count(dated) - count(plain) + 10
+    assert qwen[0] - qwen[2] == qwen[1] - qwen[3] == count(dated) - count(plain)
