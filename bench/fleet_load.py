@@ -179,6 +179,13 @@ try:
     _installed = intercept.active()
 except Exception:
     _installed = None
+if _installed is not None and os.environ.get("FLEET_BENCH_HOOKS") == "none":
+    # ctxguard installed, its wrappers in place, but its hooks do nothing: no call is guarded
+    _installed.guard.before = lambda *args, **kwargs: None
+    from ctxguard.intercept import wire as _wire
+    _wire._observe = lambda *args, **kwargs: None
+    _wire._answered = lambda *args, **kwargs: None
+    _installed = None
 if _installed is not None:
     _installed.guard.before = _timed("ctxguard before", _installed.guard.before)
     intercept.observe_answer = _timed("ctxguard answer", intercept.observe_answer)
@@ -220,6 +227,8 @@ VARIANTS: dict[str, dict[str, str]] = {
     # no ctxguard, and the app spends 1 ms of thread CPU in plain Python before each model call (what
     # ctxguard's hooks take): does the SDK's part of the call grow as it does with ctxguard?
     "placebo": {"CTXGUARD_DISABLED": "1", "FLEET_BENCH_PLACEBO_US": "1000"},
+    # ctxguard's wrappers around the SDK's call and its HTTP send, its hooks doing nothing
+    "wrappers-only": {"FLEET_BENCH_LEDGER": "memory", "FLEET_BENCH_HOOKS": "none"},
     "placebo-half": {"CTXGUARD_DISABLED": "1", "FLEET_BENCH_PLACEBO_US": "500"},
     # the same over 15 MiB of strings it digests at random (ctxguard's caches' size)
     "placebo-15mib": {"CTXGUARD_DISABLED": "1", "FLEET_BENCH_PLACEBO_US": "1000", "FLEET_BENCH_PLACEBO_KEYS": "65000"},
