@@ -22,6 +22,7 @@ from .cache import ENTRY_BYTES, TwoGenerationCache, str_bytes, text_bytes
 from .digest import Digester
 from .memo import Memo
 from .payload import REASONING_REFS, TOOL_REFS, Item, Message, Payload, RequestView, message_key
+from .providers import text_scale
 from .tokens import (
     BOUND,
     BOUND_SCALE,
@@ -318,6 +319,8 @@ class Measurer:
     def measure(self, view: RequestView, memo: Memo | None = None) -> Payload:
         """``memo``: the conversation's previous call (see ``ctxguard.memo``): its leading items
         equal to this call's are not looked up again, and the payload digest resumes after them."""
+        if view.text_scale is None:  # every adapter's views pass here: its model's own tokenizer, whatever the route
+            view.text_scale = text_scale(view.model)
         items = view.items
         basis = self._basis
         if basis.counter is BOUND:
@@ -360,7 +363,7 @@ class Measurer:
         framing = view.reply_priming + (view.message_framing - MESSAGE_OVERHEAD) * len(items)
         raw = total + framing + tools_tokens
         fixed += framing + view.prompt_overhead
-        tokens, source, bound, most, scale = self._shown(basis, view, raw, bound, fixed)
+        tokens, source, bound, most, scale = self._shown(basis, view, raw, bound, fixed, view.text_scale)
         return Payload(
             provider=view.provider, operation=view.operation, model=view.model,
             messages=messages, digests=digests, digest=digest,
@@ -382,19 +385,19 @@ class Measurer:
         return basis
 
     def _shown(
-        self, basis: _Basis, view: RequestView, raw: int, messages: int, fixed: int,
+        self, basis: _Basis, view: RequestView, raw: int, messages: int, fixed: int, model_scale: float,
     ) -> tuple[int, str, int, int, float]:
         """What a payload of ``raw`` counted tokens, whose messages' bounds sum to ``messages`` and
         ``fixed`` of whose tokens are not text, shows, its source, its bound, its ceiling
         (``ceiling``) and its text's scale (``shown``). A bound shows its text at its model's learnt
-        tokens a byte (four bytes a token, times the view's ``text_scale``, before five reports) and
-        its fixed tokens as they are; a count shows its text calibrated (at the view's
-        ``text_scale`` before five reports: the model's documented tokenizer, the calibration's
+        tokens a byte (four bytes a token, times ``model_scale``, the view's ``text_scale``, before five
+        reports) and its fixed tokens as they are; a count shows its text calibrated (at ``model_scale``
+        before five reports: the model's documented tokenizer, the calibration's
         prior, never applied on top of a learnt factor, which is learnt from the unscaled counts)
         and its fixed tokens as they are, never more than the ceiling."""
         bounds = self.bounds.factor(view.model)
         if basis.counter is BOUND:
-            scale = BOUND_SCALE * view.text_scale if bounds is None else bounds
+            scale = BOUND_SCALE * model_scale if bounds is None else bounds
             source = "estimate" if bounds is None else "calibrated"
             return shown(raw, fixed, scale), source, raw, ceiling(raw, fixed, bounds), scale
         tools = view.tools
@@ -403,7 +406,7 @@ class Measurer:
         most = ceiling(bound, fixed, bounds)
         factor = self.calibration.factor(view.model)
         if factor is None:
-            prior = view.text_scale
+            prior = model_scale
             if prior == 1.0:
                 return raw, basis.counter.name, bound, most, 1.0
             return min(shown(raw, fixed, prior), most), basis.counter.name, bound, most, prior

@@ -115,8 +115,10 @@ class RequestView:
     #: Tokens the model's own tokenizer makes of a text, a token of the counter's (cl100k) each, where
     #: the provider documents its tokenizer reads text at a known ratio to it (Claude Opus 4.7 and
     #: later, Sonnet 5: ``anthropic.text_scale``): what the measurer shows text at until the model's
-    #: reports calibrate it (docs/budget.md, "Claude's tokenizers"). 1.0 for the rest.
-    text_scale: float = 1.0
+    #: reports calibrate it (docs/budget.md, "Claude's tokenizers"). 1.0 for the rest. None: the
+    #: model's own, which the measurer sets (``providers.text_scale``) whatever adapter read the
+    #: request; an adapter that knows its route reads text otherwise sets it, and that stands.
+    text_scale: float | None = None
     #: How the provider's prompt format frames each message (role and turn markers), in tokens:
     #: its own where its module knows it, else OpenAI Chat's (``tokens.MESSAGE_OVERHEAD``).
     message_framing: int = 3

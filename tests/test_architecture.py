@@ -220,8 +220,10 @@ def test_module_level_state_mutated_at_run_time_is_only_the_processes(harness, l
 # -- the fake: one module per wire format, and a small shared part that names none ---------------
 
 #: The fake's shared part: its server, the wire-format protocol and what every format uses. Every
-#: other module of ``testing/fake/`` is a wire format's (``registry.FORMATS``), or ``media.py``: each
-#: provider's picture prices, one function a provider.
+#: other module of ``testing/fake/`` is a wire format's (``registry.FORMATS``), ``media.py``: each
+#: provider's picture prices, one function a provider, or ``tokenizers.py``: what a model's own tokenizer
+#: makes of text, on whichever format names the model (Claude's newer one, on Messages, Converse, Chat
+#: Completions and Responses alike).
 FAKE_SHARED = ("__init__.py", "server.py", "wire.py", "script.py", "tokens.py", "registry.py")
 #: Its bound in physical lines: blank lines, comments and docstrings count. Issue 38 asks for 800;
 #: 996 were cut to this (903, then framing.py into wire.py, one-format helpers into their formats).
@@ -245,7 +247,7 @@ def test_the_fakes_shared_part_is_small_and_names_no_provider():
 
     fake = PACKAGE / "testing" / "fake"
     formats = {f.body.__module__.rpartition(".")[2] + ".py" for f in FORMATS}
-    assert {p.name for p in fake.glob("*.py")} - set(FAKE_SHARED) == formats | {"media.py"}
+    assert {p.name for p in fake.glob("*.py")} - set(FAKE_SHARED) == formats | {"media.py", "tokenizers.py"}
     lines = sum(len((fake / name).read_text().splitlines()) for name in FAKE_SHARED)
     assert lines <= FAKE_SHARED_LINES, lines
     names = {f.name.partition(".")[0] for f in FORMATS} | {name.removesuffix(".py") for name in formats}

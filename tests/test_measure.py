@@ -269,15 +269,47 @@ def test_claudes_newer_tokenizer_is_shown_on_the_first_call_and_not_again_once_c
 
 def test_only_claudes_newer_tokenizers_read_text_at_a_ratio():
     """``anthropic.text_scale``: Opus 4.7 and later, every Claude 5 (Sonnet, Opus, Fable, Mythos; any id
-    form); not Opus 4.6, Sonnet 4.x (a date is not a version), Claude 3 or another vendor's model."""
+    form, OpenRouter's dotted minor too); not Opus 4.6, Sonnet 4.x (a date is not a version), Claude 3 or
+    another vendor's model. The registry the measurer asks (``providers.text_scale``) says the same."""
+    from ctxguard import providers
     from ctxguard.providers.anthropic import text_scale
 
     newer = ["claude-opus-4-7", "claude-opus-4-8-20260528", "claude-opus-4-9", "claude-sonnet-5", "claude-sonnet-5-5",
              "us.anthropic.claude-sonnet-5-v1:0", "anthropic.claude-opus-4-7", "claude-opus-5@default",
              "claude-fable-5",
-             "claude-mythos-preview", "eu.anthropic.claude-opus-4-8-v1:0"]
+             "claude-mythos-preview", "eu.anthropic.claude-opus-4-8-v1:0",
+             "anthropic/claude-sonnet-5", "anthropic/claude-opus-4.7", "anthropic/claude-opus-4.7-fast"]
     older = ["claude-opus-4-6", "claude-opus-4-1-20250805", "claude-sonnet-4-20250514", "claude-sonnet-4-5-20250929",
              "claude-sonnet-4-6", "claude-haiku-4-5", "claude-3-7-sonnet-latest", "anthropic.claude-v2",
-             "us.anthropic.claude-3-5-sonnet-20241022-v2:0", "gpt-5", None]
-    assert {m: text_scale(m) for m in newer} == dict.fromkeys(newer, 1.3)
-    assert {m: text_scale(m) for m in older} == dict.fromkeys(older, 1.0)
+             "us.anthropic.claude-3-5-sonnet-20241022-v2:0", "gpt-5", None,
+             "anthropic/claude-opus-4.6", "anthropic/claude-sonnet-4.5", "anthropic/claude-3.7-sonnet"]
+    for scale in (text_scale, providers.text_scale):
+        assert {m: scale(m) for m in newer} == dict.fromkeys(newer, 1.3)
+        assert {m: scale(m) for m in older} == dict.fromkeys(older, 1.0)
+
+
+def test_the_measurer_gives_every_view_its_models_tokenizer_and_an_adapters_own_scale_stands():
+    """A tokenizer is the model's: ``Measurer.measure`` gives a view its model's ``text_scale``
+    (``providers.text_scale``) whatever adapter read it, so the openai adapter's view of Sonnet 5 is
+    shown at 1.3 as the anthropic adapter's is, and a Claude 4.5 or GPT view at 1.0. A view whose
+    adapter set its scale keeps it (an adapter that knows how its route reads text)."""
+    from ctxguard.measure import shown
+    from ctxguard.providers.openai import ADAPTER as OPENAI
+
+    measurer = Measurer(Digester(b"k"), EstimateCounter(), Calibration())
+
+    def view(model: str):
+        messages = [{"role": "user", "content": "word " * 80}]
+        return OPENAI.normalise("chat.completions", {"model": model, "messages": messages})
+
+    for model, scale in (("claude-sonnet-5", 1.3), ("anthropic/claude-opus-4.7", 1.3), ("claude-sonnet-4-5", 1.0),
+                         ("gpt-5", 1.0)):
+        read = view(model)
+        assert read.text_scale is None  # the adapter leaves it to the measurer
+        payload = measurer.measure(read)
+        assert read.text_scale == payload.scale == scale, model
+        assert payload.tokens == shown(payload.raw_tokens, payload.fixed, scale) > 0
+    known = view("claude-sonnet-5")
+    known.text_scale = 1.0
+    payload = measurer.measure(known)
+    assert known.text_scale == payload.scale == 1.0 and payload.tokens == payload.raw_tokens

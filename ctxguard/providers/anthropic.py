@@ -159,10 +159,11 @@ def strips_earlier_thinking(model: str | None) -> bool:
 #: the corpus's Opus 4.8 request reports 1.3 times cl100k's count of its text, its Sonnet 5 requests
 #: 1.1 to 1.5, and an under-count is the side a budget must not err on.
 NEWER_TOKENIZER = 1.3
-#: A Claude model's line and version in its id (an Anthropic, Bedrock or Vertex id): ``claude-opus-4-8``,
-#: ``us.anthropic.claude-sonnet-5-v1:0``, ``claude-mythos-preview``; not a date (``claude-sonnet-4-20250514``
-#: is Sonnet 4), and not the Claude 3 ids, which name the version first (``claude-3-7-sonnet``).
-_LINE = re.compile(r"claude-(opus|sonnet|haiku|fable|mythos)(?:-(\d{1,2})(?:-(\d{1,2}))?(?!\d))?")
+#: A Claude model's line and version in its id (an Anthropic, Bedrock, Vertex or OpenRouter id): ``claude-opus-4-8``,
+#: ``us.anthropic.claude-sonnet-5-v1:0``, ``claude-mythos-preview``, ``anthropic/claude-opus-4.7`` (OpenRouter
+#: spells the minor after a dot); not a date (``claude-sonnet-4-20250514`` is Sonnet 4), and not the Claude 3
+#: ids, which name the version first (``claude-3-7-sonnet``).
+_LINE = re.compile(r"claude-(opus|sonnet|haiku|fable|mythos)(?:-(\d{1,2})(?:[-.](\d{1,2}))?(?!\d))?")
 #: Lines that think unasked: adaptive thinking is on by default on Sonnet 5 (its migration guide:
 #: "adaptive thinking is on by default"), always on on Fable and Mythos.
 _THINK_UNASKED = frozenset({"fable", "mythos"})
@@ -182,7 +183,8 @@ def _line(model: str | None) -> tuple[str, int | None, int]:
 def text_scale(model: str | None) -> float:
     """What ``model``'s tokenizer makes of a text cl100k counts a token: ``NEWER_TOKENIZER`` for Claude
     Opus 4.7 and later, and every Claude of version 5 and later (Sonnet 5, Opus 5, Fable, Mythos; a
-    Bedrock id too), 1.0 for earlier Claude models and any other. ``RequestView.text_scale``."""
+    Bedrock, Vertex or OpenRouter id too), 1.0 for earlier Claude models and any other. The measurer
+    asks it for every request, whatever API carries it (``providers.TOKENIZERS``)."""
     line, major, minor = _line(model)
     if not line:
         return 1.0
@@ -344,7 +346,6 @@ class AnthropicAdapter(Translation):
             view.reply_room = max(0, max_tokens - budget)
         if _get(thinking, "type") in ("enabled", "adaptive") and not thinks_by_default(view.model):
             view.prompt_overhead += THINKING_PROMPT
-        view.text_scale = text_scale(view.model)
         tools = _get(kwargs, "tools")
         schemas(tools, view)
         if isinstance(tools, (list, tuple)) and tools:

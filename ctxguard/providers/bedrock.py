@@ -57,7 +57,6 @@ from .anthropic import (
     claude_2_framing,
     image_tokens,
     strips_earlier_thinking,
-    text_scale,
     thinks_by_default,
     tool_prompt_tokens,
 )
@@ -278,7 +277,6 @@ def _converse(api: str, kwargs: Mapping[str, Any], memo: Memo | None) -> Request
         if isinstance(thinking, Mapping) and _get(thinking, "type") in ("enabled", "adaptive") \
                 and not thinks_by_default(view.model):
             view.prompt_overhead += THINKING_PROMPT
-        view.text_scale = text_scale(view.model)
     system = _get(kwargs, "system")
     if system is not None:
         texts: list[str] = []

@@ -94,8 +94,6 @@ class LiteLLMAdapter(Translation):
 
     def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
         view = openai_provider.ADAPTER.normalise(api, kwargs, memo)
-        # A Claude model, on whatever route, reads text with its own tokenizer (the newer one ~1.3x).
-        view.text_scale = anthropic_provider.text_scale(view.model)
         route = _route(kwargs)
         view.provider = _LABELS.get(route[0], "litellm") if route is not None else "litellm"
         if route is not None and route[1] and not _may_reroute(kwargs):

@@ -17,7 +17,7 @@ litellm = pytest.importorskip("litellm", reason="litellm is not installed (extra
 import ctxguard  # noqa: E402
 from ctxguard.digest import Digester  # noqa: E402
 from ctxguard.testing import Reply  # noqa: E402
-from tests.conftest import KEY, guard_spans, message_digest, only_guard_span  # noqa: E402
+from tests.conftest import KEY, guard_spans, message_digest, only_guard_span, prose  # noqa: E402
 
 SYSTEM = {"role": "system", "content": "You are the order assistant.\nAnswer in English."}
 USER = {"role": "user", "content": "where is my parcel?"}
@@ -104,8 +104,8 @@ def test_a_claude_route_counts_text_at_claudes_newer_tokenizer(harness, llm):
     from ctxguard.tokens import default_counter
 
     window = 20_000
-    sentence = "The parcel left the Pune depot at noon and reached the Mumbai hub by the evening. "
-    text = sentence * (int(window * 0.85) // default_counter().count(sentence))
+    text = prose(int(window * 0.85))
+    assert 0.8 * window < default_counter().count(text) < 0.9 * window
     harness.start(mode="observe", policy=Policy(budget=Budget(window=window)))
     for model in ("anthropic/claude-sonnet-5", "anthropic/claude-sonnet-4-5"):
         litellm.completion(model=model, messages=[SYSTEM, {"role": "user", "content": text}], max_tokens=50,

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 import ctxguard
 from ctxguard.testing import FakeLLM, Reply
 from ctxguard.testing.plugin import GuardHarness
-from tests.conftest import message_digest
+from tests.conftest import guard_spans, message_digest, prose
 from tests.events import violation_events
 
 SYSTEM = {"role": "system", "content": "You are terse."}
@@ -411,3 +411,34 @@ def test_an_openai_compatible_server_that_keeps_the_last_tokens_fails_provider_k
     assert "payload_under_budget: unknown context window" in " ".join(cut["ctxguard.checks.skipped"])
     assert list(cut["ctxguard.violations"]) == ["provider_kept_all"]
     assert harness.metric("ctxguard_checks_total", check="provider_kept_all", outcome="fail") == 1
+
+
+def test_a_claude_model_on_an_openai_compatible_route_is_counted_by_its_own_tokenizer(harness, llm, client):
+    """A tokenizer is the model's, not its API's: Claude Sonnet 5 through the openai SDK (Anthropic's
+    OpenAI SDK compatibility, ``claude-sonnet-5``; OpenRouter's id, ``anthropic/claude-sonnet-5``, on
+    Chat Completions and on Responses) is counted at its tokenizer's ratio on its first call, as through
+    the anthropic SDK: a prompt of 85% of the window by cl100k's count is over it, and
+    ``payload_under_budget`` says so. The fake reports Claude's own count, ~1.3 times Sonnet 4.5's, as
+    the compatibility layer does. Sonnet 4.5 on the same route is counted as before, as gpt-4o's
+    request is (cl100k's reading): it fits. Before, only the anthropic, Bedrock and LiteLLM adapters
+    read Claude's ratio: this route was ~23% low, and the over-window request passed."""
+    from ctxguard.tokens import default_counter
+
+    window = 20_000
+    text = prose(int(window * 0.85))
+    assert 0.8 * window < default_counter().count(text) < 0.9 * window
+    harness.start(mode="observe", policy=ctxguard.Policy(budget=ctxguard.Budget(window=window)))
+    messages = [SYSTEM, {"role": "user", "content": text}]
+    for model in ("claude-sonnet-5", "anthropic/claude-sonnet-5", "claude-sonnet-4-5", "gpt-4o"):
+        client.chat.completions.create(model=model, messages=messages, max_tokens=100)
+    client.responses.create(model="anthropic/claude-sonnet-5", instructions=SYSTEM["content"], input=text,
+                            max_output_tokens=100)
+    newer, openrouter, older, gpt, responses = (s.attributes for s in guard_spans(harness))
+    for a in (newer, openrouter, responses):
+        assert list(a["ctxguard.violations"]) == ["payload_under_budget"], a["gen_ai.request.model"]
+        assert a["ctxguard.payload.tokens"] > window
+        assert a["ctxguard.payload.tokens_source"] == default_counter().name  # at the ratio, not learnt
+        assert a["gen_ai.usage.input_tokens"] > 1.25 * older["gen_ai.usage.input_tokens"]  # Claude's own count
+    assert list(older["ctxguard.violations"]) == [] == list(gpt["ctxguard.violations"])
+    assert older["ctxguard.payload.tokens"] == gpt["ctxguard.payload.tokens"] < window
+    assert older["gen_ai.usage.input_tokens"] == gpt["gen_ai.usage.input_tokens"]

@@ -15,10 +15,12 @@ import hashlib
 import json
 import re
 import string
+from functools import partial
 from typing import Any
 
 from . import media
-from .tokens import FRAME_TOKENS, Reading, messages_tokens, read_tokens, schemas_tokens
+from .tokenizers import model_messages
+from .tokens import FRAME_TOKENS, Reading, schemas_tokens
 from .wire import Event, Events, Exchange, Json, WireFormat, phrase, request_id_header, split, sse
 
 #: What the model reads of a message (``tokens.Reading``): not its tool ids, cache hints, thinking
@@ -51,20 +53,6 @@ _STOP_REASONS: dict[str, str] = {
 }
 
 
-#: Claude's newer tokenizer (Opus 4.7 and later, Sonnet 5, every Claude 5, Fable, Mythos): "The same
-#: input text produces approximately 30 percent more tokens than on earlier models"
-#: (https://platform.claude.com/docs/en/build-with-claude/token-counting). The fake reads their text
-#: that much larger, framing and media as they are.
-_NEWER_CLAUDE = re.compile(r"claude-(?:opus-4-(?:[7-9]|\d\d)|(?:opus|sonnet|haiku|fable|mythos)-(?:[5-9]|\d\d)"
-                           r"|fable|mythos)(?!\d)")
-NEWER_CLAUDE_TEXT = 1.3
-
-
-def claude_text(model: str, text: int) -> int:
-    """``text`` tokens of text as ``model`` reads it: more on Claude's newer tokenizer."""
-    return round(text * NEWER_CLAUDE_TEXT) if _NEWER_CLAUDE.search(model.lower()) else text
-
-
 def prompt_tokens(ex: Exchange) -> int:
     p = ex.payload
     config = p.get("output_config")
@@ -75,19 +63,10 @@ def prompt_tokens(ex: Exchange) -> int:
 
 def claude_prompt(model: str, system: Any, messages: Any, reading: Reading, schemas: int) -> int:
     """What a Claude model reads of a request (Anthropic's Messages, Bedrock's Converse, each read as
-    ``reading``): its text at its tokenizer's rate (``claude_text``), framing, media and ``schemas``
-    tokens as they are."""
-    media_tokens = 0
-
-    def price(part: Any) -> int:
-        nonlocal media_tokens
-        cost = media.anthropic(model, part)
-        media_tokens += cost
-        return cost
-
-    n = (FRAME_TOKENS + read_tokens(system, reading) if system else 0) + messages_tokens(messages, reading, price)
-    frames = (FRAME_TOKENS if system else 0) + FRAME_TOKENS * (len(messages) if isinstance(messages, list) else 0)
-    return claude_text(model, n - frames - media_tokens) + media_tokens + frames + schemas + FRAME_TOKENS
+    ``reading``): the system text a turn of its own, its text at its tokenizer's rate
+    (``tokenizers.model_messages``), framing, media and ``schemas`` tokens as they are."""
+    turns = ([system] if system else []) + (messages if isinstance(messages, list) else [])
+    return model_messages(model, turns, reading, partial(media.anthropic, model)) + schemas + FRAME_TOKENS
 
 
 def stop_reason(ex: Exchange) -> str:

@@ -19,7 +19,8 @@ from functools import partial
 from typing import Any
 
 from . import media
-from .tokens import FRAME_TOKENS, Reading, messages_tokens, schemas_tokens
+from .tokenizers import model_messages
+from .tokens import FRAME_TOKENS, Reading, schemas_tokens
 from .wire import (
     ALNUM,
     HEX,
@@ -115,8 +116,13 @@ def padding(ex: Exchange, i: int, size: int) -> str:
 
 
 def _full(ex: Exchange) -> int:
+    """The whole prompt, as the model named reads it: a Claude model on Anthropic's OpenAI SDK
+    compatibility (or a gateway) reports Claude's own count, "``usage.prompt_tokens``: Fully supported"
+    (https://platform.claude.com/docs/en/cli-sdks-libraries/libraries/openai-sdk, Response fields):
+    its text at its tokenizer's rate (``tokenizers.model_messages``)."""
     p = ex.payload
-    n = messages_tokens(p.get("messages"), READING, partial(media.openai, ex.requested_model))
+    model = ex.requested_model
+    n = model_messages(model, p.get("messages"), READING, partial(media.openai, model))
     n += schemas_tokens(p.get("tools"), p.get("functions"), p.get("response_format"))
     return n + FRAME_TOKENS
 

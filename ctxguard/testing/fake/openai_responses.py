@@ -18,7 +18,8 @@ from typing import Any
 
 from . import media
 from .openai_chat import FAILURE_STATUS, call_id, error, padding, request_id
-from .tokens import FRAME_TOKENS, Reading, messages_tokens, schemas_tokens
+from .tokenizers import model_messages
+from .tokens import FRAME_TOKENS, Reading, schemas_tokens
 from .wire import (
     HEX,
     INDENTED,
@@ -53,14 +54,16 @@ def _held(ex: Exchange) -> tuple[int, int]:
     instructions and tools kept ("dropping items from the beginning of the conversation", as the API
     reference says); it drops nothing otherwise."""
     p = ex.payload
-    instructions = p.get("instructions")
-    fixed = messages_tokens([instructions] if isinstance(instructions, str) else [], READING) + FRAME_TOKENS
+    model, instructions = ex.requested_model, p.get("instructions")
+    price = partial(media.openai, model)
+    # As the model named reads it: a Claude model on a gateway's Responses reports Claude's own count.
+    head = [instructions] if isinstance(instructions, str) else []
+    fixed = model_messages(model, head, READING, price) + FRAME_TOKENS
     text = p.get("text")
     fixed += schemas_tokens(p.get("tools"), text.get("format") if isinstance(text, dict) else None)
     raw = p.get("input")
     inputs = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else []
-    price = partial(media.openai, ex.requested_model)
-    costs = [messages_tokens([item], READING, price) for item in inputs]
+    costs = [model_messages(model, [item], READING, price) for item in inputs]
     full = fixed + sum(costs)
     if ex.window is None or full <= ex.window or p.get("truncation") != "auto":
         return full, 0
