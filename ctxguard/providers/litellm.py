@@ -144,13 +144,11 @@ def _mistral_body(kwargs: Mapping[str, Any], model: str) -> dict[str, Any]:
             "max_tokens": _int_arg(kwargs, "max_tokens", "max_completion_tokens"), **_picked(kwargs, _MISTRAL_PARAMS)}
 
 
-def _ollama_message(message: Any) -> Any:
-    """A message as LiteLLM's ``OllamaChatConfig`` sends it: content parts joined into one text and
-    its images apart, a call's arguments as the object its JSON string is, reasoning as ``thinking``."""
-    if not isinstance(message, Mapping):
-        return message
-    sent: dict[str, Any] = {"role": message.get("role")}
-    content = message.get("content")
+def _ollama_message(message: Any) -> dict[str, Any]:
+    """A message (a dict, or LiteLLM's ``Message`` an app keeps in its history) as LiteLLM's
+    ``OllamaChatConfig`` sends it: content parts joined into one text and its images apart."""
+    sent: dict[str, Any] = {"role": _get(message, "role")}
+    content = _get(message, "content")
     if isinstance(content, list):
         texts, images = [], []
         for part in content:
@@ -166,25 +164,10 @@ def _ollama_message(message: Any) -> Any:
         sent["images"] = images
     elif content is not None:
         sent["content"] = content
-    if message.get("reasoning_content"):
-        sent["thinking"] = message["reasoning_content"]
-    calls = message.get("tool_calls")
-    if isinstance(calls, list):
-        sent["tool_calls"] = [_ollama_call(call) for call in calls]
-    if message.get("tool_call_id") is not None:
-        sent["tool_call_id"] = message["tool_call_id"]
+    for key in ("tool_calls", "tool_call_id"):
+        if _get(message, key):
+            sent[key] = _get(message, key)
     return sent
-
-
-def _ollama_call(call: Any) -> Any:
-    function = _get(call, "function")
-    arguments = _get(function, "arguments") if function is not None else None
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:  # LiteLLM's own ``json.loads`` raises on it: the app sees that error
-            pass
-    return {"function": {"name": _get(function, "name") if function is not None else None, "arguments": arguments}}
 
 
 def _ollama_body(kwargs: Mapping[str, Any], model: str) -> dict[str, Any]:
@@ -223,18 +206,18 @@ def _anthropic_blocks(content: Any) -> list[Any]:
     return blocks
 
 
-def _anthropic_turn(message: Mapping[str, Any]) -> tuple[str, list[Any]]:
+def _anthropic_turn(message: Any) -> tuple[str, list[Any]]:
     """A non-system message as the role and blocks of Anthropic's turn it goes into: a tool's
     result is a user turn's ``tool_result``, an assistant's calls its ``tool_use`` blocks."""
-    role = message.get("role")
+    role = _get(message, "role")
     if role == "tool" or role == "function":
-        result = {"type": "tool_result", "tool_use_id": message.get("tool_call_id"),
-                  "content": message.get("content")}
+        result = {"type": "tool_result", "tool_use_id": _get(message, "tool_call_id"),
+                  "content": _get(message, "content")}
         return "user", [result]
-    blocks = _anthropic_blocks(message.get("content"))
+    blocks = _anthropic_blocks(_get(message, "content"))
     if role != "assistant":
         return "user", blocks
-    for call in message.get("tool_calls") or ():
+    for call in _get(message, "tool_calls") or ():
         function = _get(call, "function")
         arguments = _get(function, "arguments") if function is not None else None
         try:
@@ -249,16 +232,15 @@ def _anthropic_body(kwargs: Mapping[str, Any], model: str) -> dict[str, Any] | N
     """Anthropic's Messages as LiteLLM writes them (``AnthropicConfig.transform_request``): the system
     messages' texts in ``system``, each other message a turn, consecutive turns of one role merged into
     one (a user's text and the tools' results beside it), the function tools as Anthropic's; None
-    for messages of another shape than dicts (pydantic objects, say), read as OpenAI's instead."""
+    for messages that are not a list (the SDK's error to raise), read as OpenAI's instead."""
     messages = _get(kwargs, "messages")
-    if not isinstance(messages, (list, tuple)) or not all(isinstance(m, Mapping) for m in messages):
+    if not isinstance(messages, (list, tuple)):
         return None
     system: list[Any] = []
     turns: list[dict[str, Any]] = []
     for message in messages:
-        if message.get("role") == "system":
-            system += [b for b in _anthropic_blocks(message.get("content")) if _get(b, "type") != "text"
-                       or _get(b, "text")]
+        if _get(message, "role") == "system":
+            system += _anthropic_blocks(_get(message, "content"))
             continue
         role, blocks = _anthropic_turn(message)
         if turns and turns[-1]["role"] == role:

@@ -302,11 +302,18 @@ TOOLS = [{"type": "function", "function": {
     "name": name, "description": "Look up the status of an order by its id, and say where it is now.",
     "parameters": {"type": "object", "properties": {"order": {"type": "string", "description": "the order id"}},
                    "required": ["order"]}}} for name in ("lookup", "track")]
-EXCHANGE = [SYSTEM, USER,
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"order": "A-1041"}'}}]},
+CALL = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"order": "A-1041"}'}}]}
+EXCHANGE = [SYSTEM, USER, CALL,
             {"role": "tool", "tool_call_id": "call_1", "content": "in the Pune depot since Monday"},
             {"role": "user", "content": [{"type": "text", "text": "and when will it reach Mumbai?"}]}]
+
+
+def exchange(kept_as: str) -> list:
+    """EXCHANGE, its answer kept as a dict or as the ``litellm.Message`` LiteLLM returned it as."""
+    if kept_as == "dict":
+        return EXCHANGE
+    return [*EXCHANGE[:2], litellm.Message(**CALL), *EXCHANGE[3:]]
 
 
 def test_a_cohere_request_over_its_window_by_coheres_accounting_is_refused_on_its_first_call(harness, llm):
@@ -342,6 +349,7 @@ def _ollama(llm, body):
         client.chat(**body)
 
 
+@pytest.mark.parametrize("kept_as", ["dict", "litellm.Message"])
 @pytest.mark.parametrize(("model", "base", "path", "native"), [
     ("cohere_chat/command-a-03-2025", lambda llm: llm.cohere_base_url + "/v2/chat", "/v2/chat", _cohere),
     ("cohere_chat/command-r-plus-08-2024", lambda llm: llm.cohere_base_url + "/v2/chat", "/v2/chat", _cohere),
@@ -350,30 +358,34 @@ def _ollama(llm, body):
     ("ollama_chat/qwen3:8b", lambda llm: llm.ollama_host, "/api/chat", _ollama),
 ])
 def test_a_route_is_counted_as_its_providers_sdk_counts_the_body_litellm_sends(harness, llm, model, base, path,
-                                                                                native):
+                                                                                native, kept_as):
     """LiteLLM's Cohere v2, Mistral and Ollama ``/api/chat`` routes send the OpenAI-shaped messages and
     tools nearly as they are: ctxguard counts the call as it counts the provider's own SDK sending the
-    body that arrived (its framing, preamble and tool rendering), not with OpenAI Chat's accounting."""
-    harness.start(mode="observe")
-    for messages in ([SYSTEM, USER], EXCHANGE):
+    body that arrived (its framing, preamble and tool rendering), not with OpenAI Chat's accounting.
+    (A window for both: LiteLLM's Ollama route is judged against the model table's, not the server's.)"""
+    harness.start(mode="observe", policy=ctxguard.Policy(budget=ctxguard.Budget(window=32_768)))
+    for messages in ([SYSTEM, USER], exchange(kept_as)):
         litellm.completion(model=model, messages=messages, tools=TOOLS, max_tokens=50, api_base=base(llm),
                            api_key="t")
         native(llm, llm.bodies(path)[-1])
     routed, sdk, routed_exchange, sdk_exchange = (s.attributes for s in guard_spans(harness))
     for litellm_span, sdk_span in ((routed, sdk), (routed_exchange, sdk_exchange)):
         assert litellm_span["ctxguard.payload.tokens"] == sdk_span["ctxguard.payload.tokens"]
-        assert list(litellm_span["ctxguard.message.roles"]) == list(sdk_span["ctxguard.message.roles"])
+        for key in ("ctxguard.message.roles", "ctxguard.message.hashes"):
+            assert list(litellm_span[key]) == list(sdk_span[key])
+        assert litellm_span["ctxguard.budget.reserved_output"] == sdk_span["ctxguard.budget.reserved_output"] == 50
     assert routed_exchange["ctxguard.payload.tokens"] > routed["ctxguard.payload.tokens"]
 
 
-def test_the_anthropic_route_is_counted_as_the_anthropic_sdk_counts_the_messages_litellm_writes(harness, llm):
+@pytest.mark.parametrize("kept_as", ["dict", "litellm.Message"])
+def test_the_anthropic_route_is_counted_as_the_anthropic_sdk_counts_the_messages_litellm_writes(harness, llm, kept_as):
     """LiteLLM writes Anthropic's Messages itself: the system messages moved to ``system``, a tool's
     result into a user turn, the tools as Anthropic's. The call is counted as the anthropic SDK's call
     of that body is: Claude's framing and its tool-use system prompt, which OpenAI's accounting lacks."""
     anthropic = pytest.importorskip("anthropic")
     harness.start(mode="observe")
-    litellm.completion(model="anthropic/claude-sonnet-4-5", messages=EXCHANGE, tools=TOOLS, tool_choice="required",
-                       max_tokens=50, api_base=llm.anthropic_base_url, api_key="t")
+    litellm.completion(model="anthropic/claude-sonnet-4-5", messages=exchange(kept_as), tools=TOOLS,
+                       tool_choice="required", max_tokens=50, api_base=llm.anthropic_base_url, api_key="t")
     sent = llm.bodies("/messages")[-1]
     assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"] and sent["tool_choice"] == {
         "type": "any"}
