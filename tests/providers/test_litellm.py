@@ -413,3 +413,24 @@ def test_a_route_no_module_reads_keeps_openai_chats_accounting(model):
     view, chat = ADAPTER.normalise("chat.completions", kwargs), openai.ADAPTER.normalise("chat.completions", kwargs)
     assert (view.items, view.tools, view.prompt_overhead, view.message_framing, view.reply_priming) == (
         chat.items, chat.tools, chat.prompt_overhead, chat.message_framing, chat.reply_priming)
+
+
+@pytest.mark.parametrize(("model", "base", "extra"), [
+    ("cohere_chat/command-a-03-2025", lambda llm: llm.cohere_base_url + "/v2/chat", {"seed": 3}),
+    ("mistral/mistral-large-latest", lambda llm: llm.mistral_base_url, {"seed": 3}),
+    ("ollama_chat/llama3.2", lambda llm: llm.ollama_host, {"seed": 3, "num_ctx": 8_192}),
+    ("anthropic/claude-sonnet-4-5", lambda llm: llm.anthropic_base_url, {}),
+])
+def test_a_routes_settings_and_window_are_read_under_the_names_its_provider_takes(harness, llm, model, base, extra):
+    """The sampling parameters reach the span whatever the provider calls them (Cohere's ``p``,
+    Mistral's ``random_seed``, Ollama's ``options``), and an Ollama call's ``num_ctx`` is its window."""
+    harness.start(mode="observe")
+    litellm.completion(model=model, messages=[SYSTEM, USER], max_tokens=50, temperature=0.2, top_p=0.5, stop=["##"],
+                       api_base=base(llm), api_key="t", **extra)
+    a = only_guard_span(harness).attributes
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"], a["gen_ai.request.stop_sequences"]) == (
+        0.2, 0.5, ("##",))
+    assert a.get("gen_ai.request.seed") == extra.get("seed")
+    assert a["ctxguard.budget.reserved_output"] == 50
+    if "num_ctx" in extra:
+        assert a["ctxguard.budget.window"] == 8_192
