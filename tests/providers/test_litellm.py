@@ -295,3 +295,142 @@ def test_captures_are_judged_offline_as_the_sdk_that_wrote_the_body_or_said_not_
         "checked 3 of 4 requests in 3 conversations: 2 with violations, 1 not judged",
         "not judged offline: 1 gcp.gemini requests (written by litellm in a request format not read offline)",
     ]
+
+
+#: Two function tools and a tool exchange, OpenAI-shaped, as an app hands them to LiteLLM whatever the route.
+TOOLS = [{"type": "function", "function": {
+    "name": name, "description": "Look up the status of an order by its id, and say where it is now.",
+    "parameters": {"type": "object", "properties": {"order": {"type": "string", "description": "the order id"}},
+                   "required": ["order"]}}} for name in ("lookup", "track")]
+CALL = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"order": "A-1041"}'}}]}
+EXCHANGE = [SYSTEM, USER, CALL,
+            {"role": "tool", "tool_call_id": "call_1", "content": "in the Pune depot since Monday"},
+            {"role": "user", "content": [{"type": "text", "text": "and when will it reach Mumbai?"}]}]
+
+
+def exchange(kept_as: str) -> list:
+    """EXCHANGE, its answer kept as a dict or as the ``litellm.Message`` LiteLLM returned it as."""
+    if kept_as == "dict":
+        return EXCHANGE
+    return [*EXCHANGE[:2], litellm.Message(**CALL), *EXCHANGE[3:]]
+
+
+def test_a_cohere_request_over_its_window_by_coheres_accounting_is_refused_on_its_first_call(harness, llm):
+    """Cohere renders a preamble, its tool-use instructions and the tools into the prompt (1,086 tokens
+    here; OpenAI Chat's accounting, which the route had, 108): the route is counted as the cohere module
+    counts the v2 body LiteLLM sends, so a request that leaves room by OpenAI's count and none by
+    Cohere's fails ``payload_under_budget`` on its first call, and enforce mode refuses it unsent."""
+    harness.start(mode="enforce")
+    with pytest.raises(ctxguard.ContextViolation):
+        litellm.completion(model="cohere_chat/command-r-plus-08-2024", messages=[SYSTEM, USER], tools=TOOLS,
+                           max_tokens=128_000 - 500, api_base=llm.cohere_base_url + "/v2/chat", api_key="t")
+    assert llm.requests == []
+    a = only_guard_span(harness).attributes
+    assert list(a["ctxguard.violations"]) == ["payload_under_budget"]
+    assert a["ctxguard.budget.window"] == 128_000 and a["ctxguard.payload.tokens"] > 500
+    assert a["gen_ai.provider.name"] == "litellm"  # the label is LiteLLM's routing's, as before
+
+
+def _cohere(llm, body):
+    cohere = pytest.importorskip("cohere")
+    cohere.ClientV2(api_key="t", base_url=llm.cohere_base_url).chat(**body)
+
+
+def _mistral(llm, body):
+    client = pytest.importorskip("mistralai.client")
+    with client.Mistral(api_key="t", server_url=llm.mistral_base_url) as mistral:
+        mistral.chat.complete(**body)
+
+
+def _ollama(llm, body):
+    ollama = pytest.importorskip("ollama")
+    with ollama.Client(host=llm.ollama_host) as client:
+        client.chat(**body)
+
+
+@pytest.mark.parametrize("kept_as", ["dict", "litellm.Message"])
+@pytest.mark.parametrize(("model", "base", "path", "native"), [
+    ("cohere_chat/command-a-03-2025", lambda llm: llm.cohere_base_url + "/v2/chat", "/v2/chat", _cohere),
+    ("cohere_chat/command-r-plus-08-2024", lambda llm: llm.cohere_base_url + "/v2/chat", "/v2/chat", _cohere),
+    ("mistral/mistral-large-latest", lambda llm: llm.mistral_base_url, "/chat/completions", _mistral),
+    ("ollama_chat/llama3.2", lambda llm: llm.ollama_host, "/api/chat", _ollama),
+    ("ollama_chat/qwen3:8b", lambda llm: llm.ollama_host, "/api/chat", _ollama),
+])
+def test_a_route_is_counted_as_its_providers_sdk_counts_the_body_litellm_sends(harness, llm, model, base, path,
+                                                                                native, kept_as):
+    """LiteLLM's Cohere v2, Mistral and Ollama ``/api/chat`` routes send the OpenAI-shaped messages and
+    tools nearly as they are: ctxguard counts the call as it counts the provider's own SDK sending the
+    body that arrived (its framing, preamble and tool rendering), not with OpenAI Chat's accounting.
+    (A window for both: LiteLLM's Ollama route is judged against the model table's, not the server's.)"""
+    harness.start(mode="observe", policy=ctxguard.Policy(budget=ctxguard.Budget(window=32_768)))
+    for messages in ([SYSTEM, USER], exchange(kept_as)):
+        litellm.completion(model=model, messages=messages, tools=TOOLS, max_tokens=50, api_base=base(llm),
+                           api_key="t")
+        native(llm, llm.bodies(path)[-1])
+    routed, sdk, routed_exchange, sdk_exchange = (s.attributes for s in guard_spans(harness))
+    for litellm_span, sdk_span in ((routed, sdk), (routed_exchange, sdk_exchange)):
+        assert litellm_span["ctxguard.payload.tokens"] == sdk_span["ctxguard.payload.tokens"]
+        for key in ("ctxguard.message.roles", "ctxguard.message.hashes"):
+            assert list(litellm_span[key]) == list(sdk_span[key])
+        assert litellm_span["ctxguard.budget.reserved_output"] == sdk_span["ctxguard.budget.reserved_output"] == 50
+    assert routed_exchange["ctxguard.payload.tokens"] > routed["ctxguard.payload.tokens"]
+
+
+@pytest.mark.parametrize("kept_as", ["dict", "litellm.Message"])
+def test_the_anthropic_route_is_counted_as_the_anthropic_sdk_counts_the_messages_litellm_writes(harness, llm, kept_as):
+    """LiteLLM writes Anthropic's Messages itself: the system messages moved to ``system``, a tool's
+    result into a user turn, the tools as Anthropic's. The call is counted as the anthropic SDK's call
+    of that body is: Claude's framing and its tool-use system prompt, which OpenAI's accounting lacks."""
+    anthropic = pytest.importorskip("anthropic")
+    harness.start(mode="observe")
+    litellm.completion(model="anthropic/claude-sonnet-4-5", messages=exchange(kept_as), tools=TOOLS,
+                       tool_choice="required", max_tokens=50, api_base=llm.anthropic_base_url, api_key="t")
+    sent = llm.bodies("/messages")[-1]
+    assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"] and sent["tool_choice"] == {
+        "type": "any"}
+    anthropic.Anthropic(api_key="t", base_url=llm.anthropic_base_url).messages.create(**sent)
+    routed, sdk = (s.attributes for s in guard_spans(harness))
+    assert routed["ctxguard.payload.tokens"] == sdk["ctxguard.payload.tokens"]
+    assert list(routed["ctxguard.message.roles"]) == list(sdk["ctxguard.message.roles"]) == [
+        "system", "user", "assistant", "user"]
+    assert list(routed["ctxguard.message.hashes"]) == list(sdk["ctxguard.message.hashes"])
+    assert (routed["gen_ai.provider.name"], routed["gen_ai.request.model"]) == ("anthropic",
+                                                                                "anthropic/claude-sonnet-4-5")
+    assert list(routed["ctxguard.violations"]) == []
+
+
+@pytest.mark.parametrize("model", ["gemini/gemini-2.5-flash", "cohere_chat/v1/command-r-plus", "ollama/llama3.2",
+                                   "groq/llama-3.1-8b-instant", "no-such-model-xyz"])
+def test_a_route_no_module_reads_keeps_openai_chats_accounting(model):
+    """A route whose body ctxguard does not read as its provider's (Gemini's and Bedrock's, Cohere's v1
+    chat, Ollama's ``/api/generate``), an OpenAI-compatible server, and a model LiteLLM cannot route:
+    read as OpenAI's Chat Completions, as before."""
+    from ctxguard.providers import openai
+    from ctxguard.providers.litellm import ADAPTER
+
+    kwargs = {"model": model, "messages": EXCHANGE, "tools": TOOLS, "max_tokens": 50}
+    view, chat = ADAPTER.normalise("chat.completions", kwargs), openai.ADAPTER.normalise("chat.completions", kwargs)
+    assert (view.items, view.tools, view.prompt_overhead, view.message_framing, view.reply_priming) == (
+        chat.items, chat.tools, chat.prompt_overhead, chat.message_framing, chat.reply_priming)
+
+
+@pytest.mark.parametrize(("model", "base", "extra"), [
+    ("cohere_chat/command-a-03-2025", lambda llm: llm.cohere_base_url + "/v2/chat", {"seed": 3}),
+    ("mistral/mistral-large-latest", lambda llm: llm.mistral_base_url, {"seed": 3}),
+    ("ollama_chat/llama3.2", lambda llm: llm.ollama_host, {"seed": 3, "num_ctx": 8_192}),
+    ("anthropic/claude-sonnet-4-5", lambda llm: llm.anthropic_base_url, {}),
+])
+def test_a_routes_settings_and_window_are_read_under_the_names_its_provider_takes(harness, llm, model, base, extra):
+    """The sampling parameters reach the span whatever the provider calls them (Cohere's ``p``,
+    Mistral's ``random_seed``, Ollama's ``options``), and an Ollama call's ``num_ctx`` is its window."""
+    harness.start(mode="observe")
+    litellm.completion(model=model, messages=[SYSTEM, USER], max_tokens=50, temperature=0.2, top_p=0.5, stop=["##"],
+                       api_base=base(llm), api_key="t", **extra)
+    a = only_guard_span(harness).attributes
+    assert (a["gen_ai.request.temperature"], a["gen_ai.request.top_p"], a["gen_ai.request.stop_sequences"]) == (
+        0.2, 0.5, ("##",))
+    assert a.get("gen_ai.request.seed") == extra.get("seed")
+    assert a["ctxguard.budget.reserved_output"] == 50
+    if "num_ctx" in extra:
+        assert a["ctxguard.budget.window"] == 8_192
