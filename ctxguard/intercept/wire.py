@@ -23,6 +23,7 @@ from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
 from .._isolation import report_internal_error
+from ..providers.base import Delegating
 from .answers import observe_provider_answer, observe_wire_answer
 from .frames import transparent
 from .inflight import IN_FLIGHT
@@ -108,13 +109,24 @@ def sent_body(request: Any) -> bytes | None:
     return bytes(content) if isinstance(content, (bytes, bytearray)) else None
 
 
+#: Model endpoints a delegating library's call may reach beyond ``routes.model_path``'s: Vertex AI's
+#: partner models (Claude through LiteLLM's ``vertex_ai/`` route).
+_PARTNER_PATHS = (":rawPredict", ":streamRawPredict")
+
+
 def _observe(unguarded: Unguarded, args: Any, kwargs: Any) -> Ours | None:
-    """Hand the body to the call in flight, whatever the request (an SDK's client sends only its
-    calls' requests); or, for a model request with none, to ``unguarded``."""
+    """Hand the body to the call in flight: whatever the request for an SDK's call (its client sends
+    only its calls' requests), only a model request for a delegating library's (LiteLLM asks an
+    Ollama server for the model's details, ``/api/show``, while its call is in flight); or, for a
+    model request with no call in flight, to ``unguarded``."""
     request = args[0] if args else kwargs.get("request")
     call = IN_FLIGHT.get()
     if call is not None:
         try:
+            if isinstance(call.provider.family, Delegating):
+                path = request.url.path
+                if model_path(request.method, path) is None and not path.endswith(_PARTNER_PATHS):
+                    return None
             call.wire(sent_body(request))
         except Exception as exc:
             report_internal_error("response", exc)

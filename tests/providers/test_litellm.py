@@ -96,6 +96,22 @@ def test_anthropic_route_moves_the_system_message_and_wire_is_intact(harness, ll
     assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
 
 
+def test_requests_litellm_makes_beside_the_model_call_are_not_the_body_judged(harness, llm):
+    """Given tools on its ``ollama_chat/`` route, LiteLLM asks the server for the model's details
+    (``POST /api/show``: does it call tools?) while the call is in flight: that body is not the call's,
+    so ``wire_intact`` judges the ``/api/chat`` body, and passes (it failed: "the system instruction
+    passed is not in the body sent")."""
+    tool = {"type": "function", "function": {"name": "track", "description": "Track a parcel",
+                                             "parameters": {"type": "object", "properties": {}}}}
+    harness.start(mode="observe")
+    litellm.completion(model="ollama_chat/qwen3:8b", messages=[SYSTEM, USER], tools=[tool], api_base=llm.ollama_host)
+    a = only_guard_span(harness).attributes
+    chat = next(r for r in llm.requests if r.path == "/api/chat")
+    assert a["ctxguard.wire.hash"] == Digester(KEY).bytes(chat.body)
+    assert "wire_intact" not in list(a.get("ctxguard.violations", ()))
+    assert harness.metric("ctxguard_checks_total", check="wire_intact", outcome="pass") == 1
+
+
 def test_a_claude_route_counts_text_at_claudes_newer_tokenizer(harness, llm):
     """A LiteLLM call to Claude Sonnet 5 is counted at its tokenizer's ratio (``anthropic.text_scale``)
     on the first call, as the Anthropic SDK's is: over a window cl100k's count fits, and the fake
