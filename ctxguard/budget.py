@@ -114,11 +114,13 @@ def _families(table_size: int) -> dict[tuple[str, int, str], list[tuple[int, str
 
 def _resolve(model: str) -> tuple[str, bool]:
     """``(table key, False)`` for the entry ``model`` names: the id itself, else its family when it
-    ends in a snapshot suffix. Else, for an id with a version whose family the table knows, ``(key of
-    the member it follows, True)``: the highest minor below its own (``gemini-3.9-flash`` follows
-    ``gemini-3.8-flash``, ``claude-sonnet-5-1`` follows ``claude-sonnet-5``). Else ``("", False)``.
-    Never across families: the rest of the id and the major must match, so an unknown vendor, a new
-    major or a minor below every known one stays unknown."""
+    ends in a snapshot suffix, or the entry of its version written with ``.`` for ``-`` or the other
+    way (OpenRouter's ``anthropic/claude-opus-4.7`` is ``claude-opus-4-7``). Else, for an id with a
+    version whose family the table knows, ``(key of the member it follows, True)``: the highest
+    minor below its own (``gemini-3.9-flash`` follows ``gemini-3.8-flash``, ``claude-sonnet-5-1``
+    follows ``claude-sonnet-5``). Else ``("", False)``. Never across families: the rest of the id
+    and the major must match, so an unknown vendor, a new major or a minor below every known one
+    stays unknown."""
     bases = []
     for candidate in _names(model):
         if candidate in MODEL_WINDOWS:
@@ -134,7 +136,11 @@ def _resolve(model: str) -> tuple[str, bool]:
         if found is None:
             continue
         family, minor = found
-        before = [member for known, member in families.get(family, ()) if known < minor]
+        members = families.get(family, ())
+        same = [member for known, member in members if known == minor]
+        if same:  # the version written with the other separator (OpenRouter's ``claude-opus-4.7``)
+            return same[0], False
+        before = [member for known, member in members if known < minor]
         if before:
             return before[-1], True
     return "", False

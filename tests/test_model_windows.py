@@ -198,6 +198,9 @@ def test_the_remembered_resolutions_are_bounded():
     ("claude-sonnet-6", None, None), ("qwen3:8b", None, None), ("gpt-5.7-sol-fast", None, None),
     ("gemini-3.1-flash", None, None), ("gemini-3-flash", None, None), ("llama3.2-vision:11b", None, None),
     ("gpt-4o-mini-tts", None, None), ("gpt-4o-2", None, None), ("command-a-plus-05-2026", None, None),
+    # a version written with the other separator is the table's entry, not inferred (OpenRouter's ids)
+    ("anthropic/claude-opus-4.7", 1_000_000, None), ("anthropic/claude-sonnet-4.5", 200_000, None),
+    ("anthropic/claude-haiku-4.5", 200_000, None),
     # the table's own entries are read, not inferred (gpt-5.6 is now in the table: the alias of gpt-5.6-sol)
     ("gpt-5.6", 1_050_000, None), ("gpt-5.6-2026-07-09", 1_050_000, None), ("gemini-3.8-flash", 1_048_576, None),
 ])
