@@ -3,6 +3,7 @@
     PYTHONPATH=$PWD .venv/bin/python bench/fleet_instructions.py [--calls 500] [--warm 800] [--memory]
     PYTHONPATH=$PWD .venv/bin/python bench/fleet_instructions.py --time [--rounds 3]
     PYTHONPATH=$PWD .venv/bin/python bench/fleet_instructions.py --sdk-after [--calls 3000]
+    PYTHONPATH=$PWD .venv/bin/python bench/fleet_instructions.py --sdk-wrapped [--calls 1200]
 
 ``bench/fleet_load.py`` measures a worker's CPU under load, which moves by ±1 ms between runs of
 the same code; this counts what ctxguard's hooks cost for the same workload, the same on every
@@ -26,6 +27,11 @@ after one served fleet call through the guard's hooks (the in-process ledger), `
 interleaved; the SDK call's thread CPU, median of each kind. In the fleet the SDK's own part of a
 request takes 0.4-0.6 ms more with ctxguard (docs/performance.md, "The floor"); this tells whether
 a lone process shows it.
+
+``--sdk-wrapped``: the same question the fleet asks, in one process: openai calls of 20 messages (in
+a conversation with a fact) through ctxguard's instrumentation, interleaved by batches with calls
+with it uninstrumented; each call's thread CPU less ctxguard's hooks (``Guard.before``,
+``observe_answer``, the wire hooks: what ``bench/fleet_load.py`` takes off its "model call"), medians.
 """
 
 from __future__ import annotations
@@ -128,6 +134,68 @@ def sdk_after(calls: int) -> None:
               f"{statistics.median(after) * 1e6:,.0f} µs (medians of {len(alone):,} each)")
 
 
+def sdk_wrapped(calls: int) -> None:
+    import statistics
+
+    import openai
+
+    import ctxguard
+    import ctxguard.intercept as intercept
+    from ctxguard.intercept import wire
+    from ctxguard.testing.fake.server import FakeLLM
+
+    hooks = [0.0]
+
+    def timed(function):  # type: ignore[no-untyped-def]
+        def timing(*args, **kwargs):  # type: ignore[no-untyped-def]
+            began = time.thread_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                hooks[0] += time.thread_time() - began
+        return timing
+
+    originals = intercept.observe_answer, wire._observe, wire._answered
+    with ExitStack() as stack:
+        llm = FakeLLM()
+        llm.start()
+        stack.callback(llm.stop)
+        client = openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0)
+        messages = [{"role": "system", "content": "You are terse."}] + [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} about order A-1234, delivery"}
+            for i in range(20)]
+
+        def batch(n: int) -> list[float]:
+            parts = []
+            for i in range(n):
+                hooks[0] = 0.0
+                began = time.thread_time()
+                with ctxguard.conversation("sdk-part"):
+                    client.chat.completions.create(model="gpt-4o-mini",
+                                                   messages=[*messages, {"role": "user", "content": f"turn {i}"}])
+                parts.append(time.thread_time() - began - hooks[0])
+            return parts
+
+        bare, wrapped = [], []
+        for _ in range(6):
+            batch(50)
+            bare += batch(calls // 6)
+            ctxguard.instrument(mode="observe")
+            installed = intercept.active()
+            assert installed is not None
+            installed.guard.before = timed(installed.guard.before)  # type: ignore[method-assign]
+            intercept.observe_answer, wire._observe, wire._answered = (timed(f) for f in originals)
+            with ctxguard.conversation("sdk-part"):
+                ctxguard.record_fact("order", "A-1234")
+            batch(50)
+            wrapped += batch(calls // 6)
+            ctxguard.uninstrument()
+            intercept.observe_answer, wire._observe, wire._answered = originals
+        print(f"the SDK's part of a call: {statistics.median(bare) * 1e6:,.0f} µs uninstrumented, "
+              f"{statistics.median(wrapped) * 1e6:,.0f} µs instrumented less ctxguard's hooks "
+              f"(medians of {len(bare):,} each)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, help="served calls counted (default 500; a round with --time; "
@@ -137,10 +205,15 @@ def main() -> int:
     parser.add_argument("--time", action="store_true", help="thread CPU a call, no valgrind")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, with --time")
     parser.add_argument("--sdk-after", action="store_true", help="the SDK call's CPU alone and after ctxguard's work")
+    parser.add_argument("--sdk-wrapped", action="store_true",
+                        help="the SDK's part of a call instrumented (less the hooks) and uninstrumented")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sdk_after:
         sdk_after(args.calls or 3000)
+        return 0
+    if args.sdk_wrapped:
+        sdk_wrapped(args.calls or 1200)
         return 0
     args.calls = args.calls or 500
     if args.child or args.time:

@@ -151,11 +151,40 @@ def _timed(name, function):
 
 app.wsgi_app = _timed("request", app.wsgi_app)
 fleet.client.chat.completions.create = _timed("model call", fleet.client.chat.completions.create)
+_placebo_us = int(os.environ.get("FLEET_BENCH_PLACEBO_US", "0"))
+if _placebo_us:  # no ctxguard: as much CPU of plain Python before each model call, over a working set
+    import hashlib, random
+    _rng = random.Random(os.getpid())
+    _set = {str(i): os.urandom(48).hex() for i in range(int(os.environ.get("FLEET_BENCH_PLACEBO_KEYS", "0")))}
+    _keys = list(_set) or ["0"]
+    _set = _set or {"0": "x" * 96}
+
+    def _burn():
+        end = time.thread_time() + _placebo_us / 1e6
+        while time.thread_time() < end:
+            for _ in range(20):
+                hashlib.blake2b(_set[_keys[_rng.randrange(len(_keys))]].encode(), digest_size=16).digest()
+
+    _call = fleet.client.chat.completions.create
+    _burn = _timed("placebo", _burn)
+
+    def _with_placebo(*args, **kwargs):
+        _burn()
+        return _call(*args, **kwargs)
+
+    fleet.client.chat.completions.create = _with_placebo
 fleet._push = _timed("app's history writes", _push)
 try:
     from ctxguard import intercept
     _installed = intercept.active()
 except Exception:
+    _installed = None
+if _installed is not None and os.environ.get("FLEET_BENCH_HOOKS") == "none":
+    # ctxguard installed, its wrappers in place, but its hooks do nothing: no call is guarded
+    _installed.guard.before = lambda *args, **kwargs: None
+    from ctxguard.intercept import wire as _wire
+    _wire._observe = lambda *args, **kwargs: None
+    _wire._answered = lambda *args, **kwargs: None
     _installed = None
 if _installed is not None:
     _installed.guard.before = _timed("ctxguard before", _installed.guard.before)
@@ -195,6 +224,14 @@ VARIANTS: dict[str, dict[str, str]] = {
     "memory-ledger": {"FLEET_BENCH_LEDGER": "memory"},
     # ctxguard with no fact recorded (and the in-process ledger): every check but the fact checks'.
     "no-facts": {"FLEET_BENCH_LEDGER": "memory", "FLEET_BENCH_FACTS": "off"},
+    # no ctxguard, and the app spends 1 ms of thread CPU in plain Python before each model call (what
+    # ctxguard's hooks take): does the SDK's part of the call grow as it does with ctxguard?
+    "placebo": {"CTXGUARD_DISABLED": "1", "FLEET_BENCH_PLACEBO_US": "1000"},
+    # ctxguard's wrappers around the SDK's call and its HTTP send, its hooks doing nothing
+    "wrappers-only": {"FLEET_BENCH_LEDGER": "memory", "FLEET_BENCH_HOOKS": "none"},
+    "placebo-half": {"CTXGUARD_DISABLED": "1", "FLEET_BENCH_PLACEBO_US": "500"},
+    # the same over 15 MiB of strings it digests at random (ctxguard's caches' size)
+    "placebo-15mib": {"CTXGUARD_DISABLED": "1", "FLEET_BENCH_PLACEBO_US": "1000", "FLEET_BENCH_PLACEBO_KEYS": "65000"},
 }
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "capitals_surplus",
+    "digit_surplus",
     "default_counter",
     "loaded_counter",
     "tiktoken_installed",
@@ -77,6 +78,21 @@ def capitals_surplus(text: str, per_letter: float) -> int:
     if not text or text.islower():
         return 0
     return round(sum(map(len, _CAPITALS.findall(text))) * per_letter)
+
+
+#: A run of digits (ASCII): cl100k takes them up to three at a time.
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def digit_surplus(text: str) -> int:
+    """What a tokenizer that takes each digit as a token (Mistral's Tekken and SentencePiece, Nova's)
+    reads of ``text``'s digit runs beyond cl100k, which takes them three at a time:
+    ``digit_surplus("call 5551234567")`` is 10 - 4 = 6.
+
+    >>> digit_surplus("call 5551234567"), digit_surplus("A-1041 on 2024-08-27"), digit_surplus("none")
+    (6, 6, 0)
+    """
+    return sum(len(run) - (len(run) + 2) // 3 for run in _DIGITS.findall(text)) if text else 0
 
 
 class TokenCounter(Protocol):

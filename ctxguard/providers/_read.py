@@ -119,14 +119,15 @@ def last_query(items: list[Item]) -> int:
 
 
 def earlier_thinking_not_read(view: RequestView, messages: Any, first: int,
-                              thinking: Callable[[Any], list[str]]) -> None:
+                              thinking: Callable[[Any], list[str]], before: int | None = None) -> None:
     """The thinking of the answers before the last user query, as not read (``RequestView.not_read``),
     for a model that leaves it out of its prompt: ``messages`` are the request's, read into the items
     from index ``first`` on, one each; ``thinking(message)`` gives the texts of its thinking parts,
-    which the item's text joins to its others with a newline each (not read either)."""
+    which the item's text joins to its others with a newline each (not read either). ``before``: the
+    items up to which it is not read, if not the last user query (``len(view.items)``: none read)."""
     if not isinstance(messages, (list, tuple)):
         return
-    last = last_query(view.items)
+    last = last_query(view.items) if before is None else before
     # Only the items with refs can carry thinking: picked in C (``compress``), as this runs every call.
     for i in compress(range(first, last), map(_refs_of, view.items[first:last])):
         role, text, refs, _, _ = view.items[i]

@@ -30,14 +30,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..tokens import capitals_surplus
+from ..tokens import digit_surplus
 from ._image import Size
 from ._read import canonical, jsonable
 from .anthropic import TOOL_BLOCK_MARKUP
-from .mistral import CAPITALS_PER_LETTER as MISTRAL_CAPITALS
 from .mistral import image_tokens as pixtral_tokens
+from .mistral import tokenizer_surplus as mistral_surplus
 
-__all__ = ["ANTHROPIC", "FAMILIES", "OTHER", "UNNAMED", "Family", "digit_surplus", "family", "nova_image_tokens"]
+__all__ = ["ANTHROPIC", "FAMILIES", "OTHER", "UNNAMED", "Family", "family", "nova_image_tokens"]
 
 
 def spec_json(spec: Mapping[str, Any]) -> str:
@@ -109,15 +109,6 @@ def nova_image_tokens(size: Size | None) -> int:
     return next((tokens for side, tokens in entries if longer <= side), entries[-1][1])
 
 
-_DIGITS = re.compile(r"[0-9]+")
-
-
-def digit_surplus(text: str) -> int:
-    """What a tokenizer that takes each digit as a token reads of ``text``'s digit runs beyond
-    cl100k, which takes them three at a time: ``digit_surplus("call 5551234567")`` is 10 - 4 = 6."""
-    return sum(len(run) - (len(run) + 2) // 3 for run in _DIGITS.findall(text)) if text else 0
-
-
 @dataclass(frozen=True)
 class Family:
     """How one model family's prompt format frames a request, in tokens.
@@ -155,21 +146,14 @@ class Family:
     #: assistant turns before the last user message (Qwen3's ``last_query_index``; DeepSeek-R1's
     #: from every answer).
     drops_earlier_thinking: bool = False
-    #: The tokenizer takes each digit as a token, where cl100k takes up to three
-    #: (``digit_surplus``: the difference, counted as a cost of the message).
-    digits_apart: bool = False
-    #: Tokens more a capital letter (of a run of two or more) that the tokenizer reads beyond cl100k,
-    #: which keeps all-caps words whole where it splits them (``capitals_surplus``, counted as a cost
-    #: of the message): Mistral's measured rate; 0 where no published tokenizer was measured.
-    capitals: float = 0.0
+    #: What the family's tokenizer reads of a text beyond cl100k (a cost of the message): each digit a
+    #: token (``tokens.digit_surplus``: Nova's, Titan's), Mistral's all-caps words and digits
+    #: (``mistral.tokenizer_surplus``); None where no published tokenizer says otherwise.
+    tokenizer_surplus: Callable[[str], int] | None = None
 
     def surplus(self, text: str) -> int:
-        """What the family's tokenizer reads of ``text`` beyond cl100k: its digits taken apart, its
-        all-caps words split finer."""
-        extra = digit_surplus(text) if self.digits_apart else 0
-        if self.capitals:
-            extra += capitals_surplus(text, self.capitals)
-        return extra
+        """What the family's tokenizer reads of ``text`` beyond cl100k."""
+        return self.tokenizer_surplus(text) if self.tokenizer_surplus is not None else 0
 
 
 # -- Published chat templates (Hugging Face tokenizer_config.json ``chat_template``) -----------------
@@ -249,7 +233,7 @@ FAMILIES: dict[str, Family] = {
     # a call [TOOL_CALLS]name[ARGS]{...}, a result between [TOOL_RESULTS] markers; Pixtral's images.
     "mistral": Family("mistral", message=2, request=1, tool_call=2, tool_result=2, tool_prompt=2,
                       tool_text=mistral_tool, invoke=_PROMPT, prompt_request=1, image=pixtral_tokens,
-                      capitals=MISTRAL_CAPITALS),
+                      tokenizer_surplus=mistral_surplus),
     # Qwen3: <|im_start|>role\n ... <|im_end|>\n; the reply <|im_start|>assistant\n, and with thinking
     # off (Bedrock's default) an empty <think>\n\n</think>\n\n. Tools in a system turn (counted as its
     # own); a call <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>, a result between
@@ -307,11 +291,12 @@ TITAN_REQUEST = 3
 FAMILIES.update({
     "nova": Family("nova", message=0, request=0, assistant=NOVA_TURN, tool_call=NOVA_TOOL_BLOCK,
                    tool_result=NOVA_TOOL_BLOCK, tool_prompt=NOVA_TOOL_PROMPT, invoke=frozenset({"messages"}),
-                   image=nova_image_tokens, digits_apart=True),
+                   image=nova_image_tokens, tokenizer_surplus=digit_surplus),
     "nova2": Family("nova2", message=0, request=0, assistant=NOVA_TURN, tool_call=NOVA_TOOL_BLOCK,
                     tool_result=NOVA_TOOL_BLOCK, tool_prompt=NOVA2_TOOL_PROMPT, invoke=frozenset({"messages"}),
                     image=lambda size: NOVA2_IMAGE),
-    "titan": Family("titan", message=0, request=TITAN_REQUEST, invoke=frozenset({"inputText"}), digits_apart=True),
+    "titan": Family("titan", message=0, request=TITAN_REQUEST, invoke=frozenset({"inputText"}),
+                    tokenizer_surplus=digit_surplus),
     # Cohere on Bedrock: the count Bedrock reports is the message's text (the preamble Cohere adds
     # is not in it: docs/budget.md).
     "cohere": Family("cohere", message=0, request=0, invoke=frozenset({"prompt", "message"})),

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..memo import Memo
 from ..payload import CHOICES_KEPT, TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
-from ..tokens import NON_TEXT_PART, capitals_surplus
+from ..tokens import NON_TEXT_PART, capitals_surplus, digit_surplus
 from ._image import Size, size_of_url
 from ._read import as_int as _int
 from ._read import as_str as _str
@@ -166,8 +166,12 @@ def _chunks(content: Any, texts: list[str], refs: list[str], model: str | None, 
     return cost
 
 
-def _capitals(text: str) -> int:
-    return capitals_surplus(text, CAPITALS_PER_LETTER)
+def tokenizer_surplus(text: str) -> int:
+    """What Mistral's tokenizers (Tekken, and the SentencePiece of v1 to v7) read of ``text`` beyond
+    cl100k: its all-caps words split finer (``CAPITALS_PER_LETTER``) and each digit a token (all of
+    mistral-common's tokenizer files: ``2024-08-27``'s digits are 8 tokens, 4 to cl100k). Every route to a
+    Mistral model charges it: this API, Bedrock's Mistral family, Ollama's Mistral templates."""
+    return capitals_surplus(text, CAPITALS_PER_LETTER) + digit_surplus(text)
 
 
 def _message_item(message: Any, model: str | None) -> Item:
@@ -195,7 +199,7 @@ def _message_item(message: Any, model: str | None) -> Item:
         refs.append(f"id:name={name}")
     text = "\n".join(texts)
     return (_role(_get(message, "role"), "other"), text, tuple(refs), "message",
-            cost + _capitals(text))
+            cost + tokenizer_surplus(text))
 
 
 def _tool_texts(tools: list[Any] | tuple[Any, ...]) -> list[str]:
@@ -293,7 +297,7 @@ class MistralAdapter(Translation):
         if _get(kwargs, "reasoning_effort") is not None or view.model in _SETTINGS_BY_DEFAULT:
             view.prompt_overhead += MODEL_SETTINGS
         items(_get(kwargs, "messages"), _message_item, view, name="messages", noun="message", plain_first=True,
-              memo=memo, plain_cost=_capitals)
+              memo=memo, plain_cost=tokenizer_surplus)
         return view
 
     def read_response(self, api: str, result: Any) -> Answer | None:

@@ -2,12 +2,13 @@
 
 ``messages`` carry roles ``system``, ``user``, ``assistant`` and ``tool``, the system message at the
 head being the instruction; a message's ``images`` (base64, bytes or a path) are references, its
-``thinking`` (a previous answer's) is read as text. Tool calls have no id: an assistant's call is known
-by its function's name, and a ``tool`` message answers it by its ``tool_name``, as Gemini's do
-(``payload.tool_ref``). ``options.num_predict`` is the reserved output and ``options.num_ctx`` the
-window: the server holds the prompt to it and silently drops what does not fit, so the request's own
-window is what the budget must be judged against (``RequestView.window``; a request without one gets
-the server's default, configured as ``Config.ollama_num_ctx``).
+``thinking`` (a previous answer's) is read as text where the model's template writes it
+(``Template.thinking``). Tool calls have no id: an assistant's call is known by its function's name,
+and a ``tool`` message answers it by its ``tool_name``, as Gemini's do (``payload.tool_ref``).
+``options.num_predict`` is the reserved output and ``options.num_ctx`` the window: the server holds
+the prompt to it and silently drops what does not fit, so the request's own window is what the
+budget must be judged against (``RequestView.window``; a request without one gets the server's
+default, configured as ``Config.ollama_num_ctx``).
 
 The server renders the messages and tools into one prompt with the model's chat template (the
 Modelfile's ``TEMPLATE``, or a renderer of its own for the newest families), and that prompt is what
@@ -33,16 +34,15 @@ from typing import Any
 
 from ..memo import Memo
 from ..payload import TOOL_CALL, TOOL_RESULT, Answer, AnswerText, Item, RequestView, tool_ref
-from ..tokens import capitals_surplus
 from ._read import as_int as _int
 from ._read import as_str as _str
-from ._read import canonical, elements, family, items, settings, tool_texts
+from ._read import canonical, earlier_thinking_not_read, elements, family, items, settings, tool_texts
 from ._read import get as _get
 from ._read import role as _role
 from ._read import text_of as _text
 from .base import CallSite, Identity, Methods, Provider, Translation, WireRoute
 from .identity import url_server
-from .mistral import CAPITALS_PER_LETTER
+from .mistral import tokenizer_surplus
 
 __all__ = ["ADAPTER", "PROVIDER", "Template", "image_tokens", "template"]
 
@@ -154,9 +154,17 @@ class Template:
     tool: Callable[[Mapping[str, Any]], str] | None = None
     #: A tool call's markers beyond its name and one argument.
     call: int = 0
-    #: Tokens more a capital letter of an all-caps run than cl100k reads (docs/budget.md, "All-caps
-    #: text"): the model's tokenizer splits all-caps words finer (Mistral's).
-    capitals: float = 0.0
+    #: What the model's tokenizer reads of a text beyond cl100k (Mistral's: all-caps words split
+    #: finer, each digit a token: ``mistral.tokenizer_surplus``), a cost of the message.
+    surplus: Callable[[str], int] | None = None
+    #: Which answers' ``thinking`` the template writes into the prompt: ``"all"`` (as ctxguard reads a
+    #: family whose template it does not know), ``"none"`` (a template with no ``.Thinking``),
+    #: ``"current if think"`` (only the answers after the last user query, and only when the request
+    #: sets ``think``: Qwen 3's template, ``and $.IsThinkSet (or $last (gt $i $lastUserIdx))``),
+    #: ``"current unless no think"`` (the same unless ``think`` is false: Ollama's Qwen 3.5 renderer,
+    #: ``isThinking && i > lastQueryIndex``). What it leaves out is sent but not read
+    #: (``RequestView.not_read``), so the message's text and digest stay as sent.
+    thinking: str = "all"
 
 
 #: Ollama's Qwen 3.5 renderer (model/renderers/qwen35.go): ChatML turns, ``<think>\n`` after the
@@ -171,7 +179,8 @@ _QWEN35 = Template(framing=5, priming=5, tools=(
     "must be nested within  XML tags\n- Required parameters MUST be specified\n- You may provide optional "
     "reasoning for your function call in natural language BEFORE the function call, but NOT after\n- If there "
     "is no function call available, answer the question like normal with your current knowledge and do not "
-    "tell the user about function calls\n</IMPORTANT>"), tools_fixed=5 + 4, tool=_spaced, call=12)
+    "tell the user about function calls\n</IMPORTANT>"), tools_fixed=5 + 4, tool=_spaced, call=12,
+    thinking="current unless no think")
 #: Qwen 2, 2.5 and 3 in Ollama's library (template eb4402837c78): ChatML turns, the tools Hermes-style
 #: in the system turn.
 _HERMES = Template(framing=5, priming=3, tools=(
@@ -202,7 +211,7 @@ _GEMMA = Template(framing=5, priming=4)
 #: Mistral v0.3 and Mistral Large (template 1ff5b64b61b9): ``[INST]`` ... ``[/INST]``, an answer and
 #: ``</s>``, ``<s>``; the tools as a JSON list between ``[AVAILABLE_TOOLS]`` tokens, a call as
 #: ``[TOOL_CALLS] [{"name": ..., "arguments": ...}]``.
-_MISTRAL = Template(framing=2, priming=1, tools_fixed=2, tool=_compact, call=8, capitals=CAPITALS_PER_LETTER)
+_MISTRAL = Template(framing=2, priming=1, tools_fixed=2, tool=_compact, call=8, surplus=tokenizer_surplus)
 #: Mistral NeMo and Small (3.0, 3.1), Devstral: the same without spaces, ``[SYSTEM_PROMPT]`` turns.
 _MISTRAL_NEMO = replace(_MISTRAL, call=9)
 #: Mistral Small 3.2 and Magistral: ``[TOOL_CALLS]`` name ``[CALL_ID]`` index ``[ARGS]`` arguments.
@@ -215,7 +224,7 @@ _MISTRAL_ARGS = replace(_MISTRAL, call=2)
 _TEMPLATES: dict[str, Template | None] = {
     "qwen3.5": _QWEN35,
     "qwen3.6": _QWEN35,  # recorded counts match the 3.5 renderer to the token (tests/data/recorded)
-    "qwen3": _HERMES,
+    "qwen3": replace(_HERMES, thinking="current if think"),
     "qwen2.5": replace(_HERMES, system=5 + 16),  # SYSTEM "You are Qwen, created by Alibaba Cloud. ..."
     "qwen2": replace(_HERMES, system=5 + 16),
     "qwen3-coder": None,  # renderer qwen3-coder: XML tools, a default system line
@@ -237,8 +246,8 @@ _TEMPLATES: dict[str, Template | None] = {
     "mistral-small3.2": replace(_MISTRAL_ARGS, system=2 + 482),  # blob 706c4d1164f7
     "magistral": replace(_MISTRAL_ARGS, system=2 + 164),  # blob 35f7a1efc383
     "devstral": replace(_MISTRAL_NEMO, system=2 + 1173),  # blob ea9ec42474e0
-    "mixtral": Template(framing=2, priming=1),  # template 53d74de0d84c: [INST] turns, no tools
-    "codestral": Template(framing=2, priming=1),
+    "mixtral": Template(framing=2, priming=1, surplus=tokenizer_surplus),  # template 53d74de0d84c: [INST], no tools
+    "codestral": Template(framing=2, priming=1, surplus=tokenizer_surplus),
     "phi3": Template(framing=4, priming=3),  # <|user|>\n ... <|end|>\n, <s> and <|assistant|>\n
     "phi3.5": Template(framing=4, priming=3),
     "phi4": Template(framing=6, priming=4),  # <|im_start|>user<|im_sep|>\n ... <|im_end|>\n
@@ -246,7 +255,7 @@ _TEMPLATES: dict[str, Template | None] = {
     "phi4-mini": Template(framing=2, priming=1, tools="You are a helpful assistant with some tools.",
                           tools_fixed=4, tool=_compact, call=7),
     # User and Assistant markers, end of sentence after an answer; begin of sentence (blob 369ca498f347).
-    "deepseek-r1": Template(framing=2, priming=2),
+    "deepseek-r1": Template(framing=2, priming=2, thinking="none"),  # ``.Content`` only: no ``.Thinking``
 }
 
 
@@ -292,8 +301,8 @@ def _message_item(message: Any, model: str | None) -> Item:
         # Without a ``tool_name`` the result answers no call by name (docs/supported.md says so).
         refs.append(tool_ref(TOOL_RESULT, None, _str(_get(message, "tool_name")) or ""))
     text = "\n".join(texts)
-    if found is not None and found.capitals:
-        cost += capitals_surplus(text, found.capitals)
+    if found is not None and found.surplus is not None:
+        cost += found.surplus(text)
     cost += image_tokens(model) * len(images)
     return (_role(_get(message, "role"), "other"), text, tuple(refs), "message", cost)
 
@@ -372,6 +381,21 @@ def _options(options: Any, view: RequestView) -> None:
     view.window = window if window is not None and window > 0 else None
 
 
+def _thinking(message: Any) -> list[str]:
+    return [_str(_get(message, "thinking")) or ""]
+
+
+def _thinking_not_read(view: RequestView, messages: Any, rule: str, think: Any) -> None:
+    """The answers' ``thinking`` the family's template leaves out of the prompt (``Template.thinking``),
+    as not read: the messages are the request's only items, one each. ``think``: the request's (None
+    when not set; a level such as ``"high"`` is set, and on)."""
+    if rule == "none" or (rule == "current if think" and think is None) or (
+            rule == "current unless no think" and think is False):
+        earlier_thinking_not_read(view, messages, 0, _thinking, before=len(view.items))  # none of it
+    else:
+        earlier_thinking_not_read(view, messages, 0, _thinking)
+
+
 class OllamaAdapter(Translation):
     provider = "ollama"
 
@@ -398,9 +422,10 @@ class OllamaAdapter(Translation):
             view.unreadable = f"tools could not be read ({type(exc).__name__})"
         messages = _get(kwargs, "messages")
         if messages is not None:  # None is the SDK's default: a request with no messages
-            rate = found.capitals if found is not None else 0.0
             items(messages, _message_item, view, name="messages", noun="message", plain_first=True, memo=memo,
-                  plain_cost=functools.partial(capitals_surplus, per_letter=rate) if rate else None)
+                  plain_cost=found.surplus if found is not None else None)
+            if found is not None and found.thinking != "all":
+                _thinking_not_read(view, messages, found.thinking, _get(kwargs, "think"))
         if found is not None:
             view.message_framing = found.framing
             # The server puts the model's default system prompt first when the request has none.

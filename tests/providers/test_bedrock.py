@@ -537,8 +537,8 @@ def _template_tokens(model: str) -> int:
     publishes none)."""
     import re
 
-    from ctxguard.providers.bedrock_families import NOVA_TOOL_PROMPT, NOVA_TURN, digit_surplus
-    from ctxguard.tokens import default_counter
+    from ctxguard.providers.bedrock_families import NOVA_TOOL_PROMPT, NOVA_TURN
+    from ctxguard.tokens import default_counter, digit_surplus
 
     counter = default_counter()
     if model == LLAMA:

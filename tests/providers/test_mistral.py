@@ -473,7 +473,8 @@ def test_the_prompt_is_counted_as_mistral_frames_it(harness, llm, mistral, monke
     plain, tools, called, effort = (s.attributes for s in guard_spans(harness))
     assert plain["ctxguard.payload.tokens"] == 4
     assert tools["ctxguard.budget.tools"] == count(json.dumps(tool)) + provider.TOOLS_FRAMING
-    assert called["ctxguard.payload.tokens"] == 4 + count('lookup\n{"order": "A-1041"}') + 2 + 2
+    # The call's two control tokens, and 1041's digits one a token (2 to cl100k, 4 to Tekken).
+    assert called["ctxguard.payload.tokens"] == 4 + count('lookup\n{"order": "A-1041"}') + 2 + 2 + 2
     assert effort["ctxguard.payload.tokens"] == 4 + provider.MODEL_SETTINGS
 
 
@@ -497,3 +498,22 @@ def test_all_caps_text_is_counted_as_mistrals_tokenizers_read_it(harness, llm, m
     assert lower["ctxguard.payload.tokens"] == 3 + count(shout.lower())
     assert [m["content"] for m in llm.bodies("/chat/completions")[0]["messages"]] == [shout]
     assert list(caps["ctxguard.message.hashes"]) == [message_digest("user", shout)]
+
+
+def test_digits_are_counted_one_a_token_as_mistrals_tokenizers_read_them(harness, llm, mistral, monkeypatch):
+    """Every Mistral tokenizer (Tekken, and the SentencePiece of v1 to v7) takes each digit as a token,
+    where cl100k takes up to three: ``2024-08-27``'s eight digits are 8 tokens to Tekken, 4 to cl100k. The difference
+    is the message's cost, its text as sent; a plain message and a chunked one alike."""
+    from ctxguard.tokens import default_counter, digit_surplus
+
+    monkeypatch.setenv("CTXGUARD_TOKENIZER", "eager")  # exact counts, not byte bounds
+    count = default_counter().count
+    dated = "order 5551234567 ships on 2024-08-27"
+    assert digit_surplus(dated) == 6 + 4
+    harness.start(mode="observe")
+    mistral.chat.complete(model="mistral-large-latest", messages=[{"role": "user", "content": dated}])
+    mistral.chat.complete(model="mistral-large-latest",
+                          messages=[{"role": "user", "content": [{"type": "text", "text": dated}]}])
+    plain, chunks = (s.attributes for s in guard_spans(harness))
+    assert plain["ctxguard.payload.tokens"] == chunks["ctxguard.payload.tokens"] == 3 + count(dated) + 10
+    assert [m["content"] for m in llm.bodies("/chat/completions")[0]["messages"]] == [dated]

@@ -624,3 +624,24 @@ def test_all_caps_text_to_a_mistral_model_is_counted_as_mistrals_tokenizers_read
     assert nemo[0] - nemo[1] == count(shout) - count(shout.lower()) + surplus
     assert nemo[2] - nemo[3] == count(shout) - count(shout.lower()) + surplus
     assert qwen[0] - qwen[1] == qwen[2] - qwen[3] == count(shout) - count(shout.lower())
+
+
+def test_digits_to_a_mistral_model_are_counted_one_a_token(harness, llm, client, monkeypatch):
+    """Ollama's Mistral templates run Mistral's tokenizers, which take each digit as a token
+    (``mistral.tokenizer_surplus``), as through Mistral's API, whether the message is read inline (a
+    plain one) or whole (with an image); a Qwen model's count is cl100k's."""
+    from ctxguard.tokens import default_counter, digit_surplus
+
+    monkeypatch.setenv("CTXGUARD_TOKENIZER", "eager")
+    dated, plain = "order 5551234567 ships on 2024-08-27", "order ships on monday"
+    assert digit_surplus(dated) == 10
+    harness.start(mode="observe")
+    for model in ("mistral-nemo:12b", "qwen3.6:latest"):
+        for text in (dated, plain):
+            client.chat(model=model, messages=[{"role": "user", "content": text}])
+            client.chat(model=model, messages=[{"role": "user", "content": text, "images": [PNG]}])
+    tokens = [s.attributes["ctxguard.payload.tokens"] for s in guard_spans(harness)]
+    count = default_counter().count
+    nemo, qwen = tokens[:4], tokens[4:]
+    assert nemo[0] - nemo[2] == nemo[1] - nemo[3] == count(dated) - count(plain) + 10
+    assert qwen[0] - qwen[2] == qwen[1] - qwen[3] == count(dated) - count(plain)

@@ -51,13 +51,28 @@ def go_json(obj: Any) -> bytes:
 TOOL_INSTRUCTIONS = 120
 
 
-def _message_tokens(message: Any, model: str) -> int:
-    """A message as the chat template renders it: its text (thinking and tool calls too); each image
-    what the model's vision encoder makes of one, never its base64."""
+def _thinking_written(model: str, think: Any) -> str:
+    """Which answers' ``thinking`` the model's chat template writes: ``"none"``, ``"current"`` (those
+    after the last user message) or ``"all"``. DeepSeek-R1's template writes ``.Content`` only; Qwen 3's
+    the current turn's when the request sets ``think``; Ollama's Qwen 3.5 renderer (3.5 and 3.6) the
+    current turn's unless ``think`` is false; any other family here, all of it."""
+    name = model.rsplit("/", 1)[-1].split(":", 1)[0].lower()
+    if name.startswith("deepseek-r1"):
+        return "none"
+    if name.startswith(("qwen3.5", "qwen3.6")):
+        return "none" if think is False else "current"
+    if name.startswith("qwen3") and not name.startswith(("qwen3-coder", "qwen3-vl")):
+        return "none" if think is None else "current"
+    return "all"
+
+
+def _message_tokens(message: Any, model: str, thinking: bool = True) -> int:
+    """A message as the chat template renders it: its text (tool calls too, and its thinking where
+    ``thinking``); each image what the model's vision encoder makes of one, never its base64."""
     if not isinstance(message, dict):
         return FRAME_TOKENS + read_tokens(message, READING)
     images = message.get("images")
-    rest = {k: v for k, v in message.items() if k != "images"}
+    rest = {k: v for k, v in message.items() if k != "images" and (thinking or k != "thinking")}
     return FRAME_TOKENS + read_tokens(rest, READING) + sum(media.ollama(model, image) for image in images) \
         if isinstance(images, list) else FRAME_TOKENS + read_tokens(rest, READING)
 
@@ -70,7 +85,10 @@ def _held(payload: Mapping[str, Any], window: int | None) -> tuple[int, int]:
     messages = payload.get("messages")
     messages = messages if isinstance(messages, list) else []
     model = str(payload.get("model") or "")
-    costs = [_message_tokens(m, model) for m in messages]
+    written = _thinking_written(model, payload.get("think"))
+    last_user = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), default=-1)
+    costs = [_message_tokens(m, model, written == "all" or (written == "current" and i > last_user))
+             for i, m in enumerate(messages)]
     tools = payload.get("tools")
     # A model's chat template renders tools inside instructions of its own (Llama 3.x's "Given the
     # following functions...", Qwen's <tools> block): the fake's round figure for them.

@@ -88,6 +88,11 @@ def test_usage_grows_with_what_was_sent(llm: FakeLLM, mistral: Mistral) -> None:
     # The same estimate as OpenAI's chat completions: the same messages cost the same there.
     with openai.OpenAI(base_url=llm.base_url, api_key="test", max_retries=0) as client:
         assert client.chat.completions.create(model="gpt-4o", messages=MESSAGES).usage.prompt_tokens == short
+    # But for digits, which Mistral's tokenizers take one a token (OpenAI's, up to three).
+    dated = [{"role": "user", "content": "order 5551234567 ships on 2024-08-27"}]
+    with openai.OpenAI(base_url=llm.base_url, api_key="test", max_retries=0) as client:
+        assert client.chat.completions.create(model="gpt-4o", messages=dated).usage.prompt_tokens + 10 == \
+            mistral.chat.complete(model=MODEL, messages=dated).usage.prompt_tokens
     said = mistral.chat.complete(model=MODEL, messages=MESSAGES)
     llm.script("a much longer answer, said in many more words than the default one")
     more = mistral.chat.complete(model=MODEL, messages=MESSAGES)
