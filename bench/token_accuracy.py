@@ -1,6 +1,7 @@
 """How close ctxguard's pre-flight token count is to what the provider then reported.
 
     python bench/token_accuracy.py [--corpus DIR] [--estimate] [--markdown] [--provider P] [--summary]
+    python bench/token_accuracy.py --teaching   # what a report teaches calibration, by its text's size
 
 For each request of the recorded corpus (tests/data/recorded/: real request bodies sent to
 OpenAI, Anthropic, Gemini, Mistral, Cohere, Ollama and Bedrock by other projects' test
@@ -190,6 +191,47 @@ def measure_after(reports: int, corpus: Path = CORPUS, *, providers: tuple[str, 
     return rows
 
 
+#: What the text of a report is against its fixed tokens, and in tokens: the classes ``teaching`` compares.
+_TEACHING = ("under 2x the fixed", "2-10x the fixed", "10x the fixed or more, under 64 tokens",
+             "10x the fixed or more, 64 tokens or more")
+
+
+def teaching(corpus: Path = CORPUS) -> tuple[dict[str, list[float]], int, int]:
+    """What a report would teach calibration, against what its model's long reports teach: for each
+    recorded request, the ratio of its text (the report less the request's fixed tokens, over the count
+    less them) over the median of the same model's other reports with at least 100 tokens of text and
+    ten times their fixed tokens (models with two such reports or more), less 1; by the class of its
+    text (``_TEACHING``); and how many reports leave their text more than nothing (what taught before
+    the thresholds) and how many teach now. The measurement behind the thresholds of ``Measurer.observe``
+    (docs/budget.md, "What teaches calibration")."""
+    from ctxguard.digest import Digester
+    from ctxguard.measure import _LEARNS_FROM_TEXT, _TEXT_PER_FIXED, Measurer
+    from ctxguard.tokens import Calibration, default_counter
+
+    measurer = Measurer(Digester(b"token-accuracy"), default_counter(), Calibration())
+    reports = []  # (model, fixed, counted text, reported text)
+    for record in records(corpus):
+        if "body_mismatch" in record:
+            continue
+        view = adapter(record).normalise(record["api"], call(record))
+        if view.unreadable is None:
+            payload = measurer.measure(view)
+            fixed = payload.fixed
+            reports.append((str(record.get("model") or record["body"].get("model")), fixed,
+                            payload.raw_tokens - fixed, record["reported_input_tokens"] - fixed))
+    long = [(i, model, text / counted) for i, (model, fixed, counted, text) in enumerate(reports)
+            if counted > 0 and text >= 100 and text >= 10 * fixed]
+    found: dict[str, list[float]] = {name: [] for name in _TEACHING}
+    for i, (model, fixed, counted, text) in enumerate(reports):
+        others = [ratio for j, other, ratio in long if other == model and j != i]
+        if counted <= 0 or text <= 0 or len(others) < 2:
+            continue
+        kind = 0 if text < 2 * fixed else 1 if text < 10 * fixed else 2 if text < 64 else 3
+        found[_TEACHING[kind]].append(text / counted / statistics.median(others) - 1)
+    some = [(fixed, text) for _, fixed, counted, text in reports if counted > 0 and text > 0]
+    return found, len(some), sum(text >= _LEARNS_FROM_TEXT and text >= _TEXT_PER_FIXED * fixed for fixed, text in some)
+
+
 def summary(rows: list[Row]) -> dict[str, float]:
     """n, the median error, the worst under- and over-count and the share within ±10% of the rows
     ctxguard counts; the requests it does not read (no count: ``Row.unread``) are in ``requests``
@@ -280,9 +322,20 @@ def main() -> int:
     parser.add_argument("--half", choices=HALVES, help="only the records of this half of the corpus")
     parser.add_argument("--after", type=int, metavar="N",
                         help="what is shown once the model's calibration has learnt from N other requests of it")
+    parser.add_argument("--teaching", action="store_true",
+                        help="how far a report's text ratio is from its model's long reports', by the text's size")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from ctxguard.tokens import default_counter
+
+    if args.teaching:
+        print(f"{'text of the report':<42} {'n':>4} {'median':>8} {'lowest':>8} {'highest':>8} {'>5% under':>10}")
+        found, before, now = teaching(args.corpus)
+        for name, errors in found.items():
+            print(f"{name:<42} {len(errors):>4} {statistics.median(errors):>+8.1%} {min(errors):>+8.1%} "
+                  f"{max(errors):>+8.1%} {sum(e < -0.05 for e in errors):>10}")
+        print(f"reports that teach: {now} of the {before} whose text is more than nothing")
+        return 0
 
     chosen = tuple(args.provider or PROVIDERS)
     if args.after:

@@ -50,6 +50,12 @@ Pending = tuple[int, int, list[Message], list[str], list[str]]
 #: The bounds the pending samples may hold in all before the exact counter is loaded to count them
 #: (their Messages are kept alive meanwhile; most are the caches' and memos' anyway).
 PENDING_BOUND = 4 * 1024 * 1024
+#: What a report must leave for the text, its fixed tokens off, to teach the calibrations: tokens at
+#: least, and times the fixed tokens at least. Below that an error in the fixed tokens (a framing
+#: assumed larger than the model's template writes, an image priced lower) or a short text's own
+#: noise decides the ratio, not the text (docs/budget.md, "What teaches calibration").
+_LEARNS_FROM_TEXT = 64
+_TEXT_PER_FIXED = 10
 
 
 def _common(items: list[Item], kept: list[Item]) -> int:
@@ -257,9 +263,13 @@ class Measurer:
     def observe(self, payload: Payload, reported: int) -> None:
         """Learn from the input tokens the provider reported for ``payload`` (``Calibration``):
         both calibrations learn what the text costs, the report and the count each less the
-        payload's fixed tokens (a report not above them teaches nothing)."""
+        payload's fixed tokens. A report that leaves the text fewer than ``_LEARNS_FROM_TEXT``
+        tokens, or fewer than ``_TEXT_PER_FIXED`` times the fixed ones, teaches nothing: an error
+        in the fixed tokens assumed would decide its ratio (docs/budget.md, "What teaches calibration")."""
         model, fixed = payload.model, payload.fixed
         text = reported - fixed
+        if text < _LEARNS_FROM_TEXT or text < _TEXT_PER_FIXED * fixed:
+            return
         self._observe(payload, model, fixed, text)
         after = self.out_of_range(model)
         if after is not None and payload.out_of_range is None:  # as it was when measured
@@ -277,7 +287,7 @@ class Measurer:
         if payload.basis != BOUND.name:
             self.calibration.observe(model, payload.raw_tokens - fixed, text)
             return
-        if not model or text <= 0 or payload.view is None:
+        if not model or payload.view is None:
             return
         schemas, skipped = payload.view.tools, list(payload.view.not_read.values())
         with self._lock:

@@ -54,15 +54,17 @@ def test_a_bound_payload_shows_an_images_tokens_unscaled():
 
 def test_calibration_learns_tokens_a_byte_of_text_not_of_images():
     """Reports on pictures teach what the model's text costs a byte: less the fixed tokens, over the
-    text's bytes. Learnt over the whole bound instead, a text-only call showed 3.4x its tokens."""
-    measurer, text = _lazy(), "word " * 80  # 400 bytes, 80 tokens (the fake provider's count below)
+    text's bytes. Learnt over the whole bound instead, a text-only call showed 8,606 for its 8,006 (with
+    80 tokens of text beside the picture, 3.4x them); a picture beside less text teaches nothing
+    (``test_a_short_text_beside_fixed_tokens_teaches_nothing``)."""
+    measurer, text = _lazy(), "word " * 8_000  # 40,000 bytes, 8,000 tokens (the fake provider's count below)
     fixed = MESSAGE_OVERHEAD + REPLY_PRIMING
     for _ in range(Calibration.MIN_REPORTS):
         payload = measurer.measure(_view("m", text, IMAGE))
-        measurer.observe(payload, 80 + IMAGE + fixed)
+        measurer.observe(payload, 8_000 + IMAGE + fixed)
     plain = measurer.measure(_view("m", text))
     assert plain.tokens_source == "calibrated" and plain.scale == 0.2
-    assert plain.tokens == 80 + fixed
+    assert plain.tokens == 8_000 + fixed
     assert plain.ceiling == plain.bound  # fewer tokens than bytes: the bound is the ceiling
 
 
@@ -70,7 +72,7 @@ def test_the_ceiling_scales_the_text_where_the_provider_counts_more_tokens_than_
     measurer = _lazy()
     fixed = MESSAGE_OVERHEAD + REPLY_PRIMING
     for _ in range(Calibration.MIN_REPORTS):
-        measurer.observe(measurer.measure(_view("m", "ok ok", IMAGE)), 10 + IMAGE + fixed)  # 2 a byte
+        measurer.observe(measurer.measure(_view("m", "ok " * 40)), 240 + fixed)  # 2 a byte
     payload = measurer.measure(_view("m", "hello", IMAGE))
     assert payload.scale == 2.0
     assert payload.tokens == payload.ceiling == 10 + IMAGE + fixed
@@ -83,21 +85,54 @@ def test_a_report_below_the_fixed_tokens_teaches_nothing():
     assert measurer.measure(_view("m", "what is this?")).tokens_source == "estimate"
 
 
+def _learnt(measurer: Measurer, model: str) -> tuple[float | None, float | None]:
+    """The factors ``model`` has learnt: the byte bounds', and the exact count's once the reports
+    waiting for it are counted."""
+    measurer.resolve()
+    return measurer.bounds.factor(model), measurer.calibration.factor(model)
+
+
+def test_a_short_text_beside_fixed_tokens_teaches_nothing():
+    """What teaches calibration (docs/budget.md): a report whose text, the fixed tokens off, is at
+    least 64 tokens and ten times the fixed ones. Below that an error in the fixed tokens assumed
+    decides the ratio (a template framing a message with fewer tokens than ctxguard assumes made a
+    short prompt's ratio 0.375, then a long prompt was shown at 0.375 of its text), so those reports
+    are not learnt, by either counter; a model none of whose reports teach is not calibrated, neither
+    within range nor out of it. One report past each threshold teaches."""
+    fixed = MESSAGE_OVERHEAD + REPLY_PRIMING
+    text, pictured = "word " * 50, "word " * 6_200  # 63 and 7,750 estimated tokens; 250 and 31,000 bytes
+    for measurer in (_lazy(), Measurer(Digester(b"k"), EstimateCounter(), Calibration())):
+        for _ in range(Calibration.WINDOW):
+            measurer.observe(measurer.measure(_view("m", text)), 63 + fixed)  # 63 tokens of text: too few
+            measurer.observe(measurer.measure(_view("p", pictured, IMAGE)), 7_709 + IMAGE + fixed)  # < 10x
+            # 50 tokens for 7,750 counted: over-counted past the bound, were it learnt
+            measurer.observe(measurer.measure(_view("o", pictured)), 50 + fixed)
+        assert _learnt(measurer, "m") == _learnt(measurer, "p") == _learnt(measurer, "o") == (None, None)
+        assert measurer.out_of_range("o") is None and measurer.measure(_view("o", text)).out_of_range is None
+        assert measurer.measure(_view("m", text)).tokens_source == "estimate"
+        for _ in range(Calibration.MIN_REPORTS):
+            measurer.observe(measurer.measure(_view("m", text)), 64 + fixed)
+            measurer.observe(measurer.measure(_view("p", pictured, IMAGE)), 7_710 + IMAGE + fixed)
+        assert _learnt(measurer, "m") == (64 / 250, 64 / 63)
+        assert _learnt(measurer, "p") == (7_710 / 31_000, 7_710 / 7_750)
+        assert measurer.measure(_view("m", text)).tokens_source == "calibrated"
+
+
 # -- a counted payload (eager tokenizer): its text calibrated, its fixed tokens as they are -------
 
 def test_a_counted_payload_calibrates_its_text_not_its_images():
     """The exact path learns and shows as the bound path does: a report less the fixed tokens over
-    the count less them. Learnt over the whole count instead, the factor below was 1.02, and a
-    text-only call showed 108 for the 126 the provider counts; an image beside a short text, 799."""
+    the count less them. Learnt over the whole count instead, the factor below was 1.19, and a
+    text-only call showed 11,864 for the 12,006 the provider counts; an image beside a short text, 926."""
     measurer = Measurer(Digester(b"k"), EstimateCounter(), Calibration())
     fixed = MESSAGE_OVERHEAD + REPLY_PRIMING
-    for _ in range(Calibration.MIN_REPORTS):  # 100 estimated tokens of text; the provider says 120
-        payload = measurer.measure(_view("m", "word " * 80, IMAGE))
+    for _ in range(Calibration.MIN_REPORTS):  # 10,000 estimated tokens of text; the provider says 12,000
+        payload = measurer.measure(_view("m", "word " * 8_000, IMAGE))
         assert payload.basis == "estimate" and payload.fixed == IMAGE + fixed
-        measurer.observe(payload, 120 + IMAGE + fixed)
+        measurer.observe(payload, 12_000 + IMAGE + fixed)
     assert measurer.calibration.factor("m") == 1.2
-    plain = measurer.measure(_view("m", "word " * 80))
-    assert plain.tokens_source == "calibrated" and plain.tokens == 120 + fixed
+    plain = measurer.measure(_view("m", "word " * 8_000))
+    assert plain.tokens_source == "calibrated" and plain.tokens == 12_000 + fixed
     short = measurer.measure(_view("m", "word " * 8, IMAGE))  # 10 tokens of text, then the image's
     assert short.tokens == 12 + IMAGE + fixed
 
@@ -111,13 +146,13 @@ def test_a_report_below_the_fixed_tokens_teaches_the_exact_count_nothing():
 
 def test_reports_waiting_for_the_exact_count_are_counted_less_their_fixed_tokens():
     """Reports on bound payloads wait for the exact counter, then teach what an eager process learns
-    (the test above): 1.2, not the 1.02 of the image-inclusive ratio."""
+    (the test above): 1.2, not the 1.19 of the image-inclusive ratio."""
     measurer = _lazy()
     fixed = MESSAGE_OVERHEAD + REPLY_PRIMING
     for _ in range(Calibration.MIN_REPORTS):
-        payload = measurer.measure(_view("m", "word " * 80, IMAGE))
+        payload = measurer.measure(_view("m", "word " * 8_000, IMAGE))
         assert payload.basis == "bound"
-        measurer.observe(payload, 120 + IMAGE + fixed)
+        measurer.observe(payload, 12_000 + IMAGE + fixed)
     assert measurer.calibration.factor("m") is None
     measurer.resolve()
     assert measurer.calibration.factor("m") == 1.2
@@ -133,7 +168,7 @@ def test_the_shown_counts_follow_shown_and_ceiling(internal_errors):
     fixed = MESSAGE_OVERHEAD + REPLY_PRIMING
     for measurer in (_lazy(), Measurer(Digester(b"k"), EstimateCounter(), Calibration())):
         for _ in range(Calibration.MIN_REPORTS):  # 2 tokens a byte; 8x the estimate, held to 4
-            measurer.observe(measurer.measure(_view("m", "word " * 8, IMAGE)), 80 + IMAGE + fixed)
+            measurer.observe(measurer.measure(_view("m", "word " * 800, IMAGE)), 8_000 + IMAGE + fixed)
         payload = measurer.measure(_view("m", "a longer text " * 9, IMAGE))
         bounds = measurer.bounds.factor("m")
         assert payload.ceiling == ceiling(payload.bound, payload.fixed, bounds) > payload.bound
@@ -191,8 +226,9 @@ def test_calibration_refines_and_never_rescues():
 THOUGHT = "<think>\nThe user wants one word: okay\n</think>\n\n"  # 48 characters: four an estimated token
 
 
-def _answered(not_read: dict[int, str] | None = None, answer: str = THOUGHT + "ok") -> RequestView:
-    view = RequestView("aws.bedrock", "chat", "m", [("user", "Reply with ok", (), "message", 0),
+def _answered(not_read: dict[int, str] | None = None, answer: str = THOUGHT + "ok",
+              ask: str = "Reply with ok") -> RequestView:
+    view = RequestView("aws.bedrock", "chat", "m", [("user", ask, (), "message", 0),
                                                     ("assistant", answer, (), "message", 0),
                                                     ("user", "Again", (), "message", 0)])
     view.not_read.update(not_read or {})
@@ -218,11 +254,12 @@ def test_reports_waiting_for_the_exact_count_leave_the_text_not_read_out():
     """A report on a bound payload is counted, once the exact counter is there, without the text its
     model did not read: it teaches what the report on the answer sent bare teaches."""
     lazy, eager = _lazy(), Measurer(Digester(b"k"), EstimateCounter(), Calibration())
+    ask = "Reply with ok to each of these. " * 10  # 80 estimated tokens: a report of 150 teaches
     for _ in range(Calibration.MIN_REPORTS):
-        payload = lazy.measure(_answered({1: THOUGHT}))
+        payload = lazy.measure(_answered({1: THOUGHT}, ask=ask))
         assert payload.basis == "bound"
-        lazy.observe(payload, 23)
-        eager.observe(eager.measure(_answered(answer="ok")), 23)
+        lazy.observe(payload, 150)
+        eager.observe(eager.measure(_answered(answer="ok", ask=ask)), 150)
     lazy.resolve()
     assert lazy.calibration.factor("m") == eager.calibration.factor("m") is not None
 

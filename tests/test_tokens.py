@@ -5,24 +5,25 @@ from __future__ import annotations
 import pytest
 
 from ctxguard.tokens import Calibration, EstimateCounter
+from tests.conftest import prose
 
 
 def test_calibration_from_reported_usage(harness, llm, client):
     from ctxguard.testing import Reply
 
     harness.start(mode="observe")
-    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "hello there"}]
-    # 20 for 3 tokens of text and 9 of framing: the text's factor (20 - 9) / 3 is within the bounds
-    # (the 30 this once reported made it 7, held to 4: the factor bounds the text's ratio).
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "hello there " * 40}]
+    # 129 for 81 tokens of text and 9 of framing: the text's factor (129 - 9) / 81 is within the bounds,
+    # and its 120 tokens are enough to teach it (at least 64, and ten times the framing).
     for _ in range(Calibration.MIN_REPORTS):
-        llm.script(Reply(text="a", input_tokens=20))
+        llm.script(Reply(text="a", input_tokens=129))
         client.chat.completions.create(model="gpt-4o", messages=messages)
         first = harness.spans()[-1].attributes
         assert first["ctxguard.payload.tokens_source"] in ("tiktoken", "estimate")  # not enough reports yet
     client.chat.completions.create(model="gpt-4o", messages=messages)
     calibrated = harness.spans()[-1].attributes
     assert calibrated["ctxguard.payload.tokens_source"] == "calibrated"
-    assert calibrated["ctxguard.payload.tokens"] == 20  # the count the provider reported for it
+    assert calibrated["ctxguard.payload.tokens"] == 129  # the count the provider reported for it
     c = Calibration()
     for _ in range(Calibration.MIN_REPORTS):
         c.observe("m", 100, 100_000)
@@ -130,3 +131,41 @@ def test_a_tokenizer_is_exact_only_for_the_models_that_use_it():
     if isinstance(counter, TiktokenCounter):  # the offline cl100k_base: GPT-4 and 3.5, not 4o (o200k)
         assert counter.exact("gpt-4") and counter.exact("gpt-3.5-turbo")
         assert not counter.exact("gpt-4o") and not counter.exact("claude-sonnet-4-5") and not counter.exact("")
+
+
+#: A vLLM server serving Mistral-7B-Instruct through the OpenAI SDK: ctxguard frames it as OpenAI Chat
+#: (3 a message, 3 to prime the reply); its chat template writes ``[INST]``/``[/INST]`` around a user
+#: turn, the system prompt into it after a blank line, and one begin-of-text (mistral-common's format;
+#: docs/budget.md's Bedrock table: 2 a message, 1 once).
+SERVED = "mistralai/Mistral-7B-Instruct-v0.3"
+
+
+def _served_by_mistrals_template(messages: list[dict[str, str]]) -> int:
+    """The input tokens such a server reports: its text (the fake's estimate) and its template's framing."""
+    from ctxguard.testing.fake.tokens import text_tokens
+
+    return sum(text_tokens(m["content"]) + (1 if m["role"] == "system" else 2) for m in messages) + 1
+
+
+@pytest.mark.parametrize("tokenizer", ["lazy", "eager"])
+def test_short_prompts_framed_less_than_assumed_do_not_teach_an_under_count(harness, llm, client, tokenizer):
+    """Calibration refines, never rescues, and is never taught the dangerous side by noise: a server
+    whose template frames a message with fewer tokens than ctxguard assumes reports a short prompt
+    at little more than ctxguard's fixed tokens, so its text's ratio reads as 3 / 8. Learnt, that
+    factor showed the next request, over the window, at 0.375 of its text and let it pass the budget
+    check; short reports teach nothing, and the over-window request is refused."""
+    import ctxguard
+    from ctxguard.testing import Reply
+
+    harness.start(mode="enforce", tokenizer=tokenizer, model_windows={"mistral-7b-instruct-v0.3": 8_192})
+    short = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi to me now"}]
+    for _ in range(Calibration.MIN_REPORTS + 1):
+        llm.script(Reply(text="hi", input_tokens=_served_by_mistrals_template(short)))
+        client.chat.completions.create(model=SERVED, messages=short, max_tokens=64)
+    assert _served_by_mistrals_template(short) == 12  # 8 of text, 4 of framing: ctxguard's 9 leave 3
+    long = [short[0], {"role": "user", "content": prose(12_000)}]
+    sent = len(llm.requests)
+    with pytest.raises(ctxguard.ContextViolation) as refused:
+        client.chat.completions.create(model=SERVED, messages=long, max_tokens=64)
+    assert [v.check for v in refused.value.violations] == ["payload_under_budget"]
+    assert len(llm.requests) == sent  # refused before it left

@@ -151,10 +151,12 @@ def test_every_path_records_what_the_server_answered(harness, llm, client, claud
 
 
 def test_a_raw_response_teaches_calibration(harness, llm, client):
-    """The usage a raw response reports reaches calibration, as a parsed one does."""
+    """The usage a raw response reports reaches calibration, as a parsed one does (a question long
+    enough to teach it: docs/budget.md, "What teaches calibration")."""
     harness.start(mode="observe")
+    asked = {**CHAT, "messages": [*MESSAGES[:-1], {"role": "user", "content": "Where is my parcel? " * 40}]}
     for _ in range(6):
-        client.chat.completions.with_raw_response.create(**CHAT).parse()
+        client.chat.completions.with_raw_response.create(**asked).parse()
     sources = [s.attributes["ctxguard.payload.tokens_source"] for s in harness.spans()]
     assert sources[-1] == "calibrated" and "calibrated" not in sources[:5]  # five reports, then calibrated
 

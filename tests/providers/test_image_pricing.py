@@ -164,21 +164,25 @@ def test_gemini_inline_image_is_charged_by_its_generations_formula(harness, llm)
     assert flat - base_25 == 258
 
 
-@pytest.mark.parametrize("model", ["gpt-4o", "gpt-4o-mini"])
-def test_reports_on_pictures_calibrate_what_the_text_beside_them_costs(harness, llm, client, model):
+@pytest.mark.parametrize(("model", "detail", "sentences"), [("gpt-4o", None, 600), ("gpt-4o-mini", "low", 2_200)])
+def test_reports_on_pictures_calibrate_what_the_text_beside_them_costs(harness, llm, client, model, detail, sentences):
     """The fake prices a picture as OpenAI does (tests/testing/fake/test_media.py), so its reports
     on requests with one teach the calibration what their text costs: from the sixth call the span
     shows what the provider reported, within a few tokens, the image's price unscaled. The fake's
     flat 85 a picture reported less than ctxguard's fixed tokens: nothing was learnt, and the gpt-4o
-    calls showed an estimate; counted exactly, the image-inclusive factor scaled 765 tokens too."""
+    calls showed an estimate; counted exactly, the image-inclusive factor scaled 765 tokens too.
+    A report teaches only with ten times its fixed tokens of text beside them (docs/budget.md, "What
+    teaches calibration"): 8,400 tokens of text beside gpt-4o's 765 of a picture; gpt-4o-mini's picture
+    at low detail is 2,833 tokens (at high, 25,501: no request within its window teaches then)."""
     harness.start(mode="observe")
-    image = chat_image(data_url(png(1024, 1024)))
+    image = chat_image(data_url(png(1024, 1024)), detail)
     shown, reported = [], []
     for turn in range(8):
-        text = f"turn {turn}: " + "the parcel left the depot on Monday and should arrive by Thursday. " * (1 + turn)
+        text = f"turn {turn}: " + "the parcel left the depot on Monday and should arrive by Thursday. " * (
+            sentences + turn)
         client.chat.completions.create(model=model, messages=[image, {"role": "user", "content": text}])
         shown.append(harness.spans()[-1].attributes["ctxguard.payload.tokens"])
         reported.append(llm.responses[-1].input_tokens)
     sources = [s.attributes["ctxguard.payload.tokens_source"] for s in harness.spans()]
     assert sources[5:] == ["calibrated"] * 3
-    assert all(abs(s - r) <= 0.02 * r for s, r in zip(shown[5:], reported[5:], strict=True)), (shown, reported)
+    assert all(abs(s - r) <= 5 for s, r in zip(shown[5:], reported[5:], strict=True)), (shown, reported)
