@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 import ctxguard
-from ctxguard import _isolation, tokens
+from ctxguard import _isolation, budget, tokens
 
 
 @pytest.fixture
@@ -24,6 +24,18 @@ def _no_tokenizer_loaded() -> None:
     counts bounds until a verdict needs the exact counts (docs/budget.md), whatever ran before it
     (a test that loaded tiktoken would otherwise make every later guard count exactly)."""
     tokens.default_counter.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _window_table_restored() -> Iterator[None]:
+    """Every test gets the shipped window table and leaves it as it was: ``instrument(model_windows=)``
+    and ``add_model_windows`` add to the process's table, which a later test would read."""
+    saved = dict(budget.MODEL_WINDOWS)
+    budget._remembered.cache_clear()
+    yield
+    budget.MODEL_WINDOWS.clear()
+    budget.MODEL_WINDOWS.update(saved)
+    budget._remembered.cache_clear()
 
 
 @pytest.fixture(autouse=True)

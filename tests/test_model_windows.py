@@ -36,17 +36,6 @@ def shipped() -> dict[str, dict]:
     return tomllib.loads(DATA.read_text(encoding="utf-8"))["models"]
 
 
-@pytest.fixture(autouse=True)
-def _table_restored():
-    """Every test here gets the shipped table, and leaves it as it was."""
-    saved = dict(MODEL_WINDOWS)
-    budget._remembered.cache_clear()
-    yield
-    MODEL_WINDOWS.clear()
-    MODEL_WINDOWS.update(saved)
-    budget._remembered.cache_clear()
-
-
 # -- the data file -----------------------------------------------------------------------------
 
 def test_every_entry_has_a_positive_window_a_provider_an_https_source_and_a_past_checked_date():
