@@ -156,9 +156,14 @@ def _anthropic_turn(message: Any) -> tuple[str, list[Any]]:
     return "assistant", blocks
 
 
+#: The roles whose messages go into Anthropic's ``system``: LiteLLM maps ``developer`` to ``system`` for
+#: every provider but OpenAI (``BaseConfig.translate_developer_role_to_system_role``).
+_SYSTEM_ROLES = ("system", "developer")
+
+
 def _anthropic_body(kwargs: Mapping[str, Any], model: str) -> dict[str, Any] | None:
     """Anthropic's Messages as LiteLLM writes them (``AnthropicConfig.transform_request``): the system
-    messages' texts in ``system``, each other message a turn, consecutive turns of one role merged into
+    (and developer) messages' texts in ``system``, each other message a turn, consecutive turns of one role merged into
     one (a user's text and the tools' results beside it), the function tools as Anthropic's; None
     for messages that are not a list (the SDK's error to raise), read as OpenAI's instead."""
     messages = _get(kwargs, "messages")
@@ -167,7 +172,7 @@ def _anthropic_body(kwargs: Mapping[str, Any], model: str) -> dict[str, Any] | N
     system: list[Any] = []
     turns: list[dict[str, Any]] = []
     for message in messages:
-        if _get(message, "role") == "system":
+        if _get(message, "role") in _SYSTEM_ROLES:
             system += _anthropic_blocks(_get(message, "content"))
             continue
         role, blocks = _anthropic_turn(message)

@@ -463,15 +463,17 @@ def compat_client(llm: FakeLLM, base_url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=base_url, api_key="t", max_retries=0, http_client=redirected(llm))
 
 
-def test_a_claude_chat_call_to_anthropics_openai_endpoint_is_counted_as_the_anthropic_sdks_call(harness, llm):
+@pytest.mark.parametrize("role", ["system", "developer"])
+def test_a_claude_chat_call_to_anthropics_openai_endpoint_is_counted_as_the_anthropic_sdks_call(harness, llm, role):
     """Anthropic's OpenAI SDK compatibility reads the Chat Completions request as a Messages request to
-    Claude: the system messages in ``system``, the tool's result in a user turn, the function tools as
-    Claude's, which its tool-use system prompt renders. Counted as the anthropic SDK's call of those
-    messages and tools is, not with OpenAI Chat's accounting; label and server as before."""
+    Claude: the system (or developer) messages in ``system``, the tool's result in a user turn, the
+    function tools as Claude's, which its tool-use system prompt renders. Counted as the anthropic SDK's
+    call of those messages and tools is, not with OpenAI Chat's accounting; label and server as before."""
     anthropic = pytest.importorskip("anthropic")
     harness.start(mode="observe")
+    messages = [{**COMPAT_EXCHANGE[0], "role": role}, *COMPAT_EXCHANGE[1:]]
     with compat_client(llm, "https://api.anthropic.com/v1/") as client:
-        client.chat.completions.create(model="claude-sonnet-4-5", messages=COMPAT_EXCHANGE, tools=COMPAT_TOOLS,
+        client.chat.completions.create(model="claude-sonnet-4-5", messages=messages, tools=COMPAT_TOOLS,
                                        max_tokens=50)
     tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
               "input_schema": t["function"]["parameters"], "type": "custom"} for t in COMPAT_TOOLS]
