@@ -60,6 +60,7 @@ import hashlib  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 from collections.abc import Callable  # noqa: E402
+from urllib.parse import urlsplit  # noqa: E402
 
 import openai  # noqa: E402
 import pytest_asyncio  # noqa: E402
@@ -68,6 +69,21 @@ from ctxguard.testing import FakeLLM  # noqa: E402
 from ctxguard.testing.plugin import GuardHarness  # noqa: E402
 
 KEY = b"ctxguard-tests"
+# The openai SDK's own HTTP package (httpx on 1.x, httpx2 on 3.x).
+_httpx = sys.modules[openai.DefaultHttpxClient.__mro__[1].__module__.split(".")[0]]
+
+
+def redirected(llm: FakeLLM) -> openai.DefaultHttpxClient:
+    """An openai SDK HTTP client that sends every request to FakeLLM, whatever host its URL names
+    (the SDK still believes it talks to that host: its base URL is the provider's)."""
+    fake = urlsplit(llm.base_url)
+
+    class Redirect(_httpx.HTTPTransport):  # type: ignore[misc,name-defined]
+        def handle_request(self, request):  # type: ignore[no-untyped-def]
+            request.url = request.url.copy_with(scheme="http", host=fake.hostname, port=fake.port)
+            return super().handle_request(request)
+
+    return openai.DefaultHttpxClient(transport=Redirect())
 
 
 def race(*targets: Callable[[], object]) -> None:

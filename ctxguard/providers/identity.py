@@ -47,6 +47,10 @@ HOSTS: dict[str, str] = {
     "api.x.ai": "x_ai",
     "api.perplexity.ai": "perplexity",
     "api.mistral.ai": "mistral_ai",
+    # Cohere's Compatibility API (``/compatibility/v1``): its Command models' chat completions, with
+    # tools and structured outputs, through the openai SDK (https://docs.cohere.com/docs/compatibility-api).
+    "api.cohere.ai": "cohere",
+    "api.cohere.com": "cohere",
     "openrouter.ai": "openrouter",
     "api.together.xyz": "together_ai",
     "api.together.ai": "together_ai",

@@ -48,6 +48,7 @@ from ._read import role as _role
 from ._read import text_of as _text
 from .base import CallSite, Identity, Methods, Provider, Translation, WireRoute
 from .identity import resource_identity
+from .openai_shaped import LABELS, read_as
 
 __all__ = ["ADAPTER", "PROVIDER"]
 
@@ -487,6 +488,16 @@ class OpenAIAdapter(Translation):
     def identity(self, instance: Any) -> Identity | None:
         return resource_identity(instance)
 
+    def for_route(self, label: str) -> OpenAIAdapter:
+        """The accounting of a call that reaches ``label``: the provider's own where its module reads
+        an OpenAI-shaped request (``openai_shaped``: Anthropic's, Mistral's and Cohere's OpenAI-compatible
+        endpoints), OpenAI Chat's everywhere else.
+
+        >>> ADAPTER.for_route("mistral_ai").route, ADAPTER.for_route("groq") is ADAPTER
+        ('mistral_ai', True)
+        """
+        return _ROUTED.get(label, ADAPTER)
+
     reads_captures = True
 
     def from_capture(self, body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
@@ -594,7 +605,30 @@ class _ResponsesStream:
         return reply if reply.text else self._text.fill(reply)
 
 
+class _RoutedAdapter(OpenAIAdapter):
+    """The openai SDK pointed at another provider's OpenAI-compatible endpoint (``route``: its label):
+    a Chat Completions call is counted as that provider accounts for it (``openai_shaped``), since
+    it reads the messages and tools as its own API's and renders them for its own models; what else
+    the module reads of the request (its settings, its window) is that provider's too. The label,
+    the server and the answer are read as for any openai SDK call. The Responses API keeps OpenAI's
+    accounting: none of these endpoints serves it as its own API."""
+
+    def __init__(self, route: str) -> None:
+        self.route = route
+
+    def normalise(self, api: str, kwargs: Mapping[str, Any], memo: Memo | None = None) -> RequestView:
+        view = None
+        if api == "chat.completions":
+            view = read_as(self.route, kwargs, _str(_get(kwargs, "model")) or "", memo)
+        if view is None:
+            return super().normalise(api, kwargs, memo)
+        view.provider = self.provider
+        return view
+
+
 ADAPTER = OpenAIAdapter()
+#: The accounting per provider an openai client reaches, where it is not OpenAI's (``for_route``).
+_ROUTED = {label: _RoutedAdapter(label) for label in LABELS}
 
 
 def as_call(body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:

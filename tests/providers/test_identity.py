@@ -6,7 +6,6 @@ and never becomes a label value. Driven with the real SDKs over loopback HTTP.""
 from __future__ import annotations
 
 import os
-import sys
 from urllib.parse import urlsplit
 
 import openai
@@ -14,27 +13,9 @@ import pytest
 
 from ctxguard.providers import LABELS
 from ctxguard.providers.identity import ROUTES, by_host, client_identity, resource_identity
-from ctxguard.testing import FakeLLM
-from tests.conftest import only_guard_span
+from tests.conftest import only_guard_span, redirected
 
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}]
-# The openai SDK's own HTTP package (httpx on 1.x, httpx2 on 3.x).
-httpx = sys.modules[openai.DefaultHttpxClient.__mro__[1].__module__.split(".")[0]]
-
-
-def _redirected(llm: FakeLLM):  # type: ignore[no-untyped-def]
-    """An HTTP client that sends every request to FakeLLM, whatever host its URL names (the
-    SDK still believes it talks to that host: its base URL is the provider's)."""
-    fake = urlsplit(llm.base_url)
-
-    class Redirect(httpx.HTTPTransport):  # type: ignore[misc,name-defined]
-        def handle_request(self, request):  # type: ignore[no-untyped-def]
-            request.url = request.url.copy_with(scheme="http", host=fake.hostname, port=fake.port)
-            return super().handle_request(request)
-
-    return openai.DefaultHttpxClient(transport=Redirect())
-
-
 def test_a_plain_openai_client_is_openai_with_the_server_it_talks_to(harness, llm):
     harness.start(mode="observe")
     with openai.OpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client:
@@ -77,7 +58,7 @@ def test_an_azure_client_is_azure_ai_openai(harness, llm):
 ])
 def test_the_openai_sdk_pointed_at_a_known_host_is_that_provider(harness, llm, base_url, label):
     harness.start(mode="observe")
-    with openai.OpenAI(base_url=base_url, api_key="t", max_retries=0, http_client=_redirected(llm)) as client:
+    with openai.OpenAI(base_url=base_url, api_key="t", max_retries=0, http_client=redirected(llm)) as client:
         client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
     assert llm.requests, "the request reached the fake"
     span = only_guard_span(harness)
@@ -90,7 +71,7 @@ def test_the_openai_sdk_pointed_at_a_known_host_is_that_provider(harness, llm, b
 def test_an_unknown_host_stays_openai_and_never_becomes_a_label(harness, llm):
     harness.start(mode="observe")
     base = "https://llm-gateway.internal.example:8443/v1"
-    with openai.OpenAI(base_url=base, api_key="t", max_retries=0, http_client=_redirected(llm)) as client:
+    with openai.OpenAI(base_url=base, api_key="t", max_retries=0, http_client=redirected(llm)) as client:
         client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
     span = only_guard_span(harness)
     assert span.attributes["gen_ai.provider.name"] == "openai"

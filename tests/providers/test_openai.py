@@ -18,7 +18,7 @@ from pydantic import BaseModel
 import ctxguard
 from ctxguard.testing import FakeLLM, Reply
 from ctxguard.testing.plugin import GuardHarness
-from tests.conftest import guard_spans, message_digest, prose
+from tests.conftest import guard_spans, message_digest, prose, redirected
 from tests.events import violation_events
 
 SYSTEM = {"role": "system", "content": "You are terse."}
@@ -442,3 +442,113 @@ def test_a_claude_model_on_an_openai_compatible_route_is_counted_by_its_own_toke
     assert list(older["ctxguard.violations"]) == [] == list(gpt["ctxguard.violations"])
     assert older["ctxguard.payload.tokens"] == gpt["ctxguard.payload.tokens"] < window
     assert older["gen_ai.usage.input_tokens"] == gpt["gen_ai.usage.input_tokens"]
+
+
+COMPAT_TOOLS = [{"type": "function", "function": {
+    "name": name, "description": f"{name.capitalize()} an order by its number.",
+    "parameters": {"type": "object", "properties": {"order": {"type": "string", "description": "the order number"}},
+                   "required": ["order"]}}} for name in ("lookup", "track")]
+COMPAT_EXCHANGE = [
+    {"role": "system", "content": "You are the order assistant.\nAnswer in English."},
+    {"role": "user", "content": "where is my parcel?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"order": "A-1041"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "in the Pune depot since Monday"},
+    {"role": "user", "content": "and when will it reach Mumbai?"},
+]
+
+
+def compat_client(llm: FakeLLM, base_url: str) -> openai.OpenAI:
+    """An openai client whose base URL is a provider's OpenAI-compatible endpoint, answered by the fake."""
+    return openai.OpenAI(base_url=base_url, api_key="t", max_retries=0, http_client=redirected(llm))
+
+
+@pytest.mark.parametrize("role", ["system", "developer"])
+def test_a_claude_chat_call_to_anthropics_openai_endpoint_is_counted_as_the_anthropic_sdks_call(harness, llm, role):
+    """Anthropic's OpenAI SDK compatibility reads the Chat Completions request as a Messages request to
+    Claude: the system (or developer) messages in ``system``, the tool's result in a user turn, the
+    function tools as Claude's, which its tool-use system prompt renders. Counted as the anthropic SDK's
+    call of those messages and tools is, not with OpenAI Chat's accounting; label and server as before."""
+    anthropic = pytest.importorskip("anthropic")
+    harness.start(mode="observe")
+    messages = [{**COMPAT_EXCHANGE[0], "role": role}, *COMPAT_EXCHANGE[1:]]
+    with compat_client(llm, "https://api.anthropic.com/v1/") as client:
+        client.chat.completions.create(model="claude-sonnet-4-5", messages=messages, tools=COMPAT_TOOLS,
+                                       max_tokens=50)
+    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+              "input_schema": t["function"]["parameters"], "type": "custom"} for t in COMPAT_TOOLS]
+    native = anthropic.Anthropic(api_key="t", base_url=llm.anthropic_base_url)
+    native.messages.create(model="claude-sonnet-4-5", max_tokens=50, tools=tools,
+                           system=[{"type": "text", "text": COMPAT_EXCHANGE[0]["content"]}], messages=[
+                               {"role": "user", "content": [{"type": "text", "text": "where is my parcel?"}]},
+                               {"role": "assistant", "content": [{"type": "tool_use", "id": "call_1",
+                                                                  "name": "lookup", "input": {"order": "A-1041"}}]},
+                               {"role": "user", "content": [
+                                   {"type": "tool_result", "tool_use_id": "call_1",
+                                    "content": "in the Pune depot since Monday"},
+                                   {"type": "text", "text": "and when will it reach Mumbai?"}]}])
+    routed, sdk = (s.attributes for s in guard_spans(harness))
+    assert routed["ctxguard.payload.tokens"] == sdk["ctxguard.payload.tokens"]
+    assert list(routed["ctxguard.message.roles"]) == list(sdk["ctxguard.message.roles"])
+    assert list(routed["ctxguard.message.hashes"]) == list(sdk["ctxguard.message.hashes"])
+    assert (routed["gen_ai.provider.name"], routed["server.address"]) == ("anthropic", "api.anthropic.com")
+    assert list(routed["ctxguard.violations"]) == []  # wire_intact among them: the body sent is the app's
+
+
+def test_a_chat_call_to_mistrals_endpoint_is_counted_as_the_mistralai_sdks_call(harness, llm):
+    """Mistral's chat completions read OpenAI's messages and tools as they are, rendered by Mistral's
+    own template: counted as the mistralai SDK's call of the same messages and tools is."""
+    mistral = pytest.importorskip("mistralai.client")
+    harness.start(mode="observe")
+    with compat_client(llm, "https://api.mistral.ai/v1") as client:
+        client.chat.completions.create(model="mistral-large-latest", messages=COMPAT_EXCHANGE, tools=COMPAT_TOOLS,
+                                       max_tokens=50, seed=3)
+    with mistral.Mistral(api_key="t", server_url=llm.mistral_base_url) as native:
+        native.chat.complete(model="mistral-large-latest", messages=COMPAT_EXCHANGE, tools=COMPAT_TOOLS,
+                             max_tokens=50, random_seed=3)
+    routed, sdk = (s.attributes for s in guard_spans(harness))
+    for key in ("ctxguard.payload.tokens", "ctxguard.budget.reserved_output", "gen_ai.request.seed"):
+        assert routed[key] == sdk[key], key
+    assert list(routed["ctxguard.message.hashes"]) == list(sdk["ctxguard.message.hashes"])
+    assert (routed["gen_ai.provider.name"], routed["server.address"]) == ("mistral_ai", "api.mistral.ai")
+    assert list(routed["ctxguard.violations"]) == []
+
+
+def test_a_cohere_request_over_its_window_by_coheres_accounting_fails_on_its_first_call(harness, llm):
+    """Cohere's Compatibility API serves its Command models' chat: Cohere renders a preamble, its tool-use
+    instructions and the tools into the prompt, some 1,000 tokens here where OpenAI Chat's accounting
+    counts ~100. A request that leaves room by OpenAI's count and none by Cohere's fails
+    ``payload_under_budget`` on its first call, and enforce mode refuses it unsent."""
+    harness.start(mode="enforce")
+    with compat_client(llm, "https://api.cohere.ai/compatibility/v1") as client, \
+            pytest.raises(ctxguard.ContextViolation):
+        client.chat.completions.create(model="command-r-plus-08-2024", messages=COMPAT_EXCHANGE[:2],
+                                       tools=COMPAT_TOOLS, max_tokens=128_000 - 500)
+    assert llm.requests == []
+    a = guard_spans(harness)[0].attributes
+    assert list(a["ctxguard.violations"]) == ["payload_under_budget"]
+    assert a["ctxguard.budget.window"] == 128_000 and a["ctxguard.payload.tokens"] > 500
+    assert (a["gen_ai.provider.name"], a["server.address"]) == ("cohere", "api.cohere.ai")
+
+
+def test_a_plain_openai_call_and_responses_anywhere_keep_openais_accounting(harness, llm):
+    """api.openai.com, a server of no known provider, and the Responses API on any route: OpenAI's own
+    accounting, as before."""
+    from ctxguard.providers.openai import ADAPTER
+
+    harness.start(mode="observe")
+    for base_url in ("https://api.openai.com/v1", llm.base_url):
+        with compat_client(llm, base_url) as client:
+            client.chat.completions.create(model="gpt-4o", messages=COMPAT_EXCHANGE, tools=COMPAT_TOOLS,
+                                           max_tokens=50)
+    known, unknown = (s.attributes for s in guard_spans(harness))
+    assert known["gen_ai.provider.name"] == "openai"
+    for key in ("ctxguard.payload.tokens", "ctxguard.message.hashes", "ctxguard.message.roles"):
+        assert known[key] == unknown[key], key
+    assert ADAPTER.for_route("openai") is ADAPTER and ADAPTER.for_route("groq") is ADAPTER
+    kwargs = {"model": "some-model", "instructions": "Be brief.", "input": "hi", "tools": COMPAT_TOOLS}
+    own = ADAPTER.normalise("responses", kwargs)
+    for label in ("anthropic", "mistral_ai", "cohere"):
+        routed = ADAPTER.for_route(label).normalise("responses", kwargs)
+        assert (routed.items, routed.tools, routed.prompt_overhead, routed.message_framing) == (
+            own.items, own.tools, own.prompt_overhead, own.message_framing), label
