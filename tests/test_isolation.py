@@ -18,7 +18,10 @@ from ctxguard.testing import FakeLLM
 from ctxguard.tokens import Calibration
 from ctxguard.wiredigest import WireDigests
 
-HISTORY = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
+#: Long enough for its report to teach calibration (``measure._LEARNS_FROM_TEXT``), so that a fault
+#: there is reached.
+HISTORY = [{"role": "system", "content": "sys"},
+           {"role": "user", "content": "hi, where is my parcel to Lyon? It left the depot on Monday. " * 12}]
 
 
 class Boom(RuntimeError):
