@@ -48,6 +48,7 @@ import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.append(str(ROOT))  # after PYTHONPATH: a checkout given there is the one measured
@@ -88,21 +89,27 @@ def child(warm: int, calls: int, rounds: int, redis: bool, counted: bool) -> Non
             print(f"round {r}: {serve(calls, False) * 1e6:.1f} µs a served call", flush=True)
 
 
-def sdk_after(calls: int) -> None:
-    import statistics
-
+def _sdk_client(stack: ExitStack) -> tuple[Any, list[dict[str, str]]]:
+    """An openai client of a loopback FakeLLM (stopped with ``stack``) and 20 messages to send it."""
     import openai
 
     from ctxguard.testing.fake.server import FakeLLM
 
+    llm = FakeLLM()
+    llm.start()
+    stack.callback(llm.stop)
+    client = openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0)
+    messages = [{"role": "system", "content": "You are terse."}] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} about order A-1234, delivery"}
+        for i in range(20)]
+    return client, messages
+
+
+def sdk_after(calls: int) -> None:
+    import statistics
+
     with ExitStack() as stack:
-        llm = FakeLLM()
-        llm.start()
-        stack.callback(llm.stop)
-        client = openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0)
-        messages = [{"role": "system", "content": "You are terse."}] + [
-            {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} about order A-1234, delivery"}
-            for i in range(20)]
+        client, messages = _sdk_client(stack)
         g, other = fleet_guard(stack, False)
         rng = random.Random(1)
         turns = workload(0, 16, (10, 40), 8)
@@ -137,12 +144,9 @@ def sdk_after(calls: int) -> None:
 def sdk_wrapped(calls: int) -> None:
     import statistics
 
-    import openai
-
     import ctxguard
     import ctxguard.intercept as intercept
     from ctxguard.intercept import wire
-    from ctxguard.testing.fake.server import FakeLLM
 
     hooks = [0.0]
 
@@ -157,13 +161,7 @@ def sdk_wrapped(calls: int) -> None:
 
     originals = intercept.observe_answer, wire._observe, wire._answered
     with ExitStack() as stack:
-        llm = FakeLLM()
-        llm.start()
-        stack.callback(llm.stop)
-        client = openai.OpenAI(base_url=llm.base_url, api_key="x", max_retries=0)
-        messages = [{"role": "system", "content": "You are terse."}] + [
-            {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} about order A-1234, delivery"}
-            for i in range(20)]
+        client, messages = _sdk_client(stack)
 
         def batch(n: int) -> list[float]:
             parts = []
