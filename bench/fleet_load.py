@@ -173,15 +173,57 @@ if _placebo_us:  # no ctxguard: as much CPU of plain Python before each model ca
         return _call(*args, **kwargs)
 
     fleet.client.chat.completions.create = _with_placebo
+if os.environ.get("FLEET_BENCH_PLACEBO_READ"):  # no ctxguard: one more Redis read before each model call
+    _read_call = fleet.client.chat.completions.create
+    _extra_read = _timed("placebo", lambda key: fleet.store.lrange(key, 0, -1))
+
+    def _with_read(*args, **kwargs):
+        _extra_read("fleet:bench:placebo")
+        return _read_call(*args, **kwargs)
+
+    fleet.client.chat.completions.create = _with_read
 fleet._push = _timed("app's history writes", _push)
 try:
     from ctxguard import intercept
     _installed = intercept.active()
 except Exception:
     _installed = None
+if _installed is not None and os.environ.get("FLEET_BENCH_HOOKS") == "removed":
+    # ctxguard imported, instrumented and then uninstrumented: its modules and what instrument()
+    # left in the process (its threads, caches, metrics), no wrapper on any call
+    import ctxguard
+    ctxguard.uninstrument()
+    _installed = None
 if _installed is not None and os.environ.get("FLEET_BENCH_HOOKS") == "none":
     # ctxguard installed, its wrappers in place, but its hooks do nothing: no call is guarded
     _installed.guard.before = lambda *args, **kwargs: None
+    from ctxguard.intercept import wire as _wire
+    _wire._observe = lambda *args, **kwargs: None
+    _wire._answered = lambda *args, **kwargs: None
+    _installed = None
+if _installed is not None and os.environ.get("FLEET_BENCH_HOOKS", "").startswith("floor"):
+    # What any ctxguard meeting the contract does on every call, and nothing more: its wrappers,
+    # the conversation's facts read from the ledger (the fact checks need them before the send),
+    # the call's metrics (a cell per check's outcome and the token histogram). No inspection.
+    from datetime import datetime, timezone
+    from ctxguard.checks import CHECKS as _checks
+    _guard = _installed.guard
+    _sinks, _m = _guard._inspector.facts, _guard._recorder.metrics
+    _floor_parts = os.environ["FLEET_BENCH_HOOKS"].partition("-")[2]  # "": both; "ledger" or "metrics": that one
+
+    def _floor(provider, api, kwargs, *args, **kwargs_):
+        scope = _guard._scope(kwargs)
+        try:
+            if scope is not None and _floor_parts != "metrics":
+                _sinks.ledger.state(scope, datetime.now(timezone.utc))
+        except Exception:  # past the read timeout: the call goes on without its facts, as ctxguard's does
+            pass
+        if _floor_parts != "ledger":
+            cells = [_m.calls_at[("openai", "chat")]] + [_m.checks_at[(name, "pass")] for name in _checks]
+            _m.add(cells, [(_m.tokens_h["openai"], 100)])
+        return None
+
+    _guard.before = _timed("ctxguard before", _floor)
     from ctxguard.intercept import wire as _wire
     _wire._observe = lambda *args, **kwargs: None
     _wire._answered = lambda *args, **kwargs: None
@@ -229,6 +271,15 @@ VARIANTS: dict[str, dict[str, str]] = {
     "placebo": {"CTXGUARD_DISABLED": "1", "FLEET_BENCH_PLACEBO_US": "1000"},
     # ctxguard's wrappers around the SDK's call and its HTTP send, its hooks doing nothing
     "wrappers-only": {"FLEET_BENCH_LEDGER": "memory", "FLEET_BENCH_HOOKS": "none"},
+    # ctxguard imported, instrument() then uninstrument(): no wrapper
+    "removed": {"FLEET_BENCH_LEDGER": "memory", "FLEET_BENCH_HOOKS": "removed"},
+    # the floor of any ctxguard meeting the contract: its wrappers, the ledger's read, the metrics
+    "floor": {"FLEET_BENCH_HOOKS": "floor"},
+    # the floor's two parts apart: the ledger's read alone; the metrics alone (the in-process ledger)
+    "floor-ledger": {"FLEET_BENCH_HOOKS": "floor-ledger"},
+    "floor-metrics": {"FLEET_BENCH_LEDGER": "memory", "FLEET_BENCH_HOOKS": "floor-metrics"},
+    # no ctxguard, and the app makes one more Redis round trip (an LRANGE) before each model call
+    "placebo-read": {"CTXGUARD_DISABLED": "1", "FLEET_BENCH_PLACEBO_READ": "1"},
     "placebo-half": {"CTXGUARD_DISABLED": "1", "FLEET_BENCH_PLACEBO_US": "500"},
     # the same over 15 MiB of strings it digests at random (ctxguard's caches' size)
     "placebo-15mib": {"CTXGUARD_DISABLED": "1", "FLEET_BENCH_PLACEBO_US": "1000", "FLEET_BENCH_PLACEBO_KEYS": "65000"},
