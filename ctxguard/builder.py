@@ -32,6 +32,7 @@ from .measure import Measurer
 from .payload import Item, Payload
 from .pinned import find_block, render_pinned
 from .policy import Pinned
+from .providers import text_scale
 from .providers.anthropic import ADAPTER as ANTHROPIC
 from .providers.base import Adapter
 from .providers.openai import ADAPTER as OPENAI
@@ -209,7 +210,9 @@ class ContextBuilder:
         measurer = guard.measurer if guard is not None else self._measurer()
         measurer.resolve()  # a plan is made of exact counts: a lazy guard loads its tokenizer here
         # The text's factor, applied to the whole plan (fixed tokens too, when >= 1): never under the span's count.
-        factor = max(1.0, (guard.calibration.factor(self.model) if guard is not None else None) or 1.0)
+        # Before calibration has learnt one, the model's own tokenizer's ratio, as the guard's count applies it.
+        factor = max(1.0, (guard.calibration.factor(self.model) if guard is not None else None)
+                     or text_scale(self.model))
         view = form.adapter.normalise(form.api, {"model": self.model, "messages": messages})
         if view.unreadable is not None:
             raise ValueError(f"history: {view.unreadable}")

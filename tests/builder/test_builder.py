@@ -273,6 +273,24 @@ def test_calibrated_counts_are_respected(harness):
     assert outcomes["payload_under_budget"].outcome == "pass", outcomes["payload_under_budget"]
 
 
+def test_a_model_whose_tokenizer_counts_more_is_planned_at_its_ratio(harness, monkeypatch):
+    """Claude 5's tokenizer makes ~1.3 tokens of what cl100k counts one (``providers.text_scale``),
+    and the guard's count says so before any report: the builder plans the history's room at that
+    ratio, so its plan fits as made instead of being shed a unit at a time until the guard agrees."""
+    budget = ctxguard.Budget(window=3_000, reserved_output=500)
+    guard = harness.start(mode="enforce", policy=ctxguard.Policy(pinned=PINNED, budget=budget))
+    made = []
+    fits = ctxguard.builder.ContextBuilder._fits
+    monkeypatch.setattr(ctxguard.builder.ContextBuilder, "_fits",
+                        lambda self, *args: made.append(1) or fits(self, *args))
+    with ctxguard.conversation("claude-5"):
+        out = ctxguard.ContextBuilder("claude-sonnet-5", system=SYSTEM, budget=budget, pinned=PINNED,
+                                      tail_tokens=10_000).build(chat(60), "next")
+        outcomes = judge(guard, {"model": "claude-sonnet-5", "messages": out, "max_tokens": 500})
+    assert outcomes["payload_under_budget"].outcome == "pass", outcomes["payload_under_budget"]
+    assert len(out) > 5 and len(made) == 1
+
+
 def test_a_lazy_guard_plans_with_exact_counts(harness, monkeypatch):
     """Under a guard that has not loaded its tokenizer yet (it counts bytes until a verdict needs
     more), a plan is still made of exact counts: the same messages as under an eager guard."""
