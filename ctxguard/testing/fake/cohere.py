@@ -50,10 +50,30 @@ READING = Reading(unread="tool_call_id citations index", media="image_url")
 
 
 BROKEN = "ERROR"
-# The tokens its prompt template adds to what the request carries (its preamble, turn tokens):
-# ``usage.tokens.input_tokens`` counts them, ``billed_units.input_tokens`` does not (a short
-# exchange reads 186 tokens and bills 21).
-TEMPLATE = 160
+#: The tokens Cohere's prompt template adds to what a request carries (its preambles, the tool-use
+#: or grounding instructions, turn tokens), by model line, longest prefix first: for a plain chat,
+#: a chat with tools, a chat with documents. ``usage.tokens.input_tokens`` counts them,
+#: ``billed_units.input_tokens`` does not, so recorded traffic gives them as the one less the other
+#: (tests/data/recorded: langchain-cohere, openllmetry, pydantic-ai; medians): ``command-r`` 66 /
+#: 895 / 687, ``command-r7b-12-2024`` 529 / 1,500, ``command-a-03-2025`` 1,492 with tools and 1,705
+#: with documents, ``command-a-vision-07-2025`` 496, ``command-a-reasoning-08-2025`` 1,759 / 1,414,
+#: ``command-r-08-2024`` 200. Where nothing was recorded, a line takes its generation's increments
+#: (R: +829 with tools, +621 with documents).
+TEMPLATES: tuple[tuple[str, int, int, int], ...] = (
+    ("command-a-reasoning", 1_759, 1_414, 1_759),
+    ("command-a", 496, 1_492, 1_705),
+    ("command-r7b", 529, 1_500, 1_705),
+    ("command-r-08-2024", 200, 1_029, 821),
+    ("command-r-plus-08-2024", 200, 1_029, 821),
+    ("", 66, 895, 687),  # command, command-r, command-r-plus, command-light: the 2024 R template
+)
+
+
+def template_tokens(ex: Exchange) -> int:
+    """What the model's prompt template adds to this request (``TEMPLATES``)."""
+    p, model = ex.payload, ex.requested_model
+    plain, tools, documents = next(t[1:] for t in TEMPLATES if model.startswith(t[0]))
+    return tools if p.get("tools") else documents if p.get("documents") else plain
 
 
 def uuid4(hex32: str) -> str:
@@ -68,7 +88,7 @@ def prompt_tokens(ex: Exchange) -> int:
     documents = p.get("documents")
     n = messages_tokens(p.get("messages"), READING, partial(media.cohere, ex.requested_model)) + sum(
         FRAME_TOKENS + read_tokens(d, READING, keys=True) for d in (documents if isinstance(documents, list) else []))
-    n += schemas_tokens(p.get("tools"), p.get("response_format")) + TEMPLATE
+    n += schemas_tokens(p.get("tools"), p.get("response_format")) + template_tokens(ex)
     return n + FRAME_TOKENS
 
 
@@ -85,7 +105,8 @@ def usage(ex: Exchange) -> dict[str, Any]:
     """``tokens``: what the model read (its prompt template included) and wrote; ``billed_units``:
     the same without the template. The cached part of the prompt only when there is one."""
     usage: dict[str, Any] = {
-        "billed_units": {"input_tokens": max(0, ex.input_tokens - TEMPLATE), "output_tokens": ex.output_tokens},
+        "billed_units": {"input_tokens": max(0, ex.input_tokens - template_tokens(ex)),
+                         "output_tokens": ex.output_tokens},
         "tokens": {"input_tokens": ex.input_tokens, "output_tokens": ex.output_tokens},
     }
     if ex.reply.cached_tokens:
