@@ -611,11 +611,12 @@ ADAPTER = BedrockAdapter()
 
 def as_call(body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:
     """A captured body as its call site saw it: a body with ``messages`` is Converse's (whose wire
-    names are its argument names; Nova's own body reads the same), but an Anthropic one; those and
-    any other (a prompt string, Cohere's chat) are ``invoke_model`` bodies. The model is the
-    capture line's."""
+    names are its argument names; Nova's own body reads the same; ``converse_stream``'s where it says
+    ``stream``, as the Converse request LiteLLM's streamed call is read as does), but an Anthropic
+    one; those and any other (a prompt string, Cohere's chat) are ``invoke_model`` bodies. The model
+    is the capture line's."""
     if isinstance(body.get("messages"), list) and not _anthropic_body(body):
-        return "converse", {**body, "modelId": model}
+        return ("converse_stream" if body.get("stream") is True else "converse"), {**body, "modelId": model}
     return "invoke_model", {"modelId": model, "body": json.dumps(body)}
 
 

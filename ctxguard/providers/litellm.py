@@ -2,7 +2,7 @@
 
 Requests and answers are OpenAI Chat Completions shaped. A route to a provider whose module
 ctxguard has, in a request format that module reads (Cohere's v2 chat, Mistral, Ollama's
-``/api/chat``, Anthropic's Messages: ``_READ_AS``), is counted by that module, as that provider
+``/api/chat``, Anthropic's Messages, Bedrock's Converse: ``_READ_AS``), is counted by that module, as that provider
 accounts for it (its framing, preamble, tool rendering): the call's arguments are mapped to the
 body LiteLLM sends, the way LiteLLM's own translation writes it, and read as that SDK's call of it.
 Every other route is read by the OpenAI module, with OpenAI Chat's accounting. This module adds
@@ -99,18 +99,33 @@ def _sends_as(kwargs: Mapping[str, Any]) -> str | None:
 #: LiteLLM's provider names whose requests a provider module reads (``openai_shaped``) -> that
 #: provider's label.
 _READ_AS = {"cohere": "cohere", "cohere_chat": "cohere", "mistral": "mistral_ai", "ollama_chat": "ollama",
-            "anthropic": "anthropic"}
+            "anthropic": "anthropic", "bedrock": "bedrock"}
+
+
+def _sent_to_converse(kwargs: Mapping[str, Any], model: str) -> bool:
+    """Whether LiteLLM sends a ``bedrock`` route's call to Bedrock's Converse, as its ``completion``
+    decides (``BedrockModelInfo.get_bedrock_route`` of the routed model and the call's parameters):
+    ``bedrock/converse/...`` and the models it serves on Converse unprefixed; not ``bedrock/invoke/...``
+    nor another model it sends to ``invoke_model`` in the model's own body, nor Bedrock's OpenAI Chat
+    Completions (``chat_completions/...``, GPT 5.6 and newer)."""
+    try:
+        return bool(sys.modules["litellm"].BedrockModelInfo.get_bedrock_route(model, kwargs) == "converse")
+    except Exception:  # a LiteLLM without it: read as OpenAI's, as before
+        return False
 
 
 def _as_sent(kwargs: Mapping[str, Any], route: tuple[str, str | None, str] | None,
              memo: Memo | None) -> RequestView | None:
     """The call read as the provider its route reaches reads the body LiteLLM sends it, counted as
-    that provider accounts for it; None for a route no module reads (``_READ_AS``), and for Cohere's
-    v1 chat route (``cohere_chat/v1/...``), whose body is not v2's."""
+    that provider accounts for it; None for a route no module reads (``_READ_AS``), for Cohere's
+    v1 chat route (``cohere_chat/v1/...``), whose body is not v2's, and for a Bedrock route LiteLLM
+    does not send to Converse."""
     label = _READ_AS.get(route[0]) if route is not None else None
     if label is None or route is None:
         return None
     if label == "cohere" and "v1/" in (_str(_get(kwargs, "model")) or ""):
+        return None
+    if label == "bedrock" and not _sent_to_converse(kwargs, route[2]):
         return None
     return read_as(label, kwargs, route[2], memo)
 

@@ -6,8 +6,10 @@ LiteLLM fetches its model cost map from the network at import unless
 
 from __future__ import annotations
 
+import base64
 import gc
 import os
+import urllib.parse
 
 import pytest
 
@@ -332,6 +334,18 @@ def exchange(kept_as: str) -> list:
     return [*EXCHANGE[:2], litellm.Message(**CALL), *EXCHANGE[3:]]
 
 
+def counted_alike(harness) -> list:
+    """The LiteLLM calls' span attributes, each span followed by its provider SDK's of the body LiteLLM
+    sent: each counted, its messages' roles and digests and the output it reserves (50) as the SDK's."""
+    spans = [s.attributes for s in guard_spans(harness)]
+    for litellm_span, sdk_span in zip(spans[::2], spans[1::2], strict=True):
+        assert litellm_span["ctxguard.payload.tokens"] == sdk_span["ctxguard.payload.tokens"]
+        for key in ("ctxguard.message.roles", "ctxguard.message.hashes"):
+            assert list(litellm_span[key]) == list(sdk_span[key])
+        assert litellm_span["ctxguard.budget.reserved_output"] == sdk_span["ctxguard.budget.reserved_output"] == 50
+    return spans[::2]
+
+
 def test_a_cohere_request_over_its_window_by_coheres_accounting_is_refused_on_its_first_call(harness, llm):
     """Cohere renders a preamble, its tool-use instructions and the tools into the prompt (1,086 tokens
     here; OpenAI Chat's accounting, which the route had, 108): the route is counted as the cohere module
@@ -384,12 +398,7 @@ def test_a_route_is_counted_as_its_providers_sdk_counts_the_body_litellm_sends(h
         litellm.completion(model=model, messages=messages, tools=TOOLS, max_tokens=50, api_base=base(llm),
                            api_key="t")
         native(llm, llm.bodies(path)[-1])
-    routed, sdk, routed_exchange, sdk_exchange = (s.attributes for s in guard_spans(harness))
-    for litellm_span, sdk_span in ((routed, sdk), (routed_exchange, sdk_exchange)):
-        assert litellm_span["ctxguard.payload.tokens"] == sdk_span["ctxguard.payload.tokens"]
-        for key in ("ctxguard.message.roles", "ctxguard.message.hashes"):
-            assert list(litellm_span[key]) == list(sdk_span[key])
-        assert litellm_span["ctxguard.budget.reserved_output"] == sdk_span["ctxguard.budget.reserved_output"] == 50
+    routed, routed_exchange = counted_alike(harness)
     assert routed_exchange["ctxguard.payload.tokens"] > routed["ctxguard.payload.tokens"]
 
 
@@ -417,11 +426,12 @@ def test_the_anthropic_route_is_counted_as_the_anthropic_sdk_counts_the_messages
 
 
 @pytest.mark.parametrize("model", ["gemini/gemini-2.5-flash", "cohere_chat/v1/command-r-plus", "ollama/llama3.2",
-                                   "groq/llama-3.1-8b-instant", "no-such-model-xyz"])
+                                   "bedrock/invoke/us.meta.llama3-3-70b-instruct-v1:0", "groq/llama-3.1-8b-instant",
+                                   "no-such-model-xyz"])
 def test_a_route_no_module_reads_keeps_openai_chats_accounting(model):
-    """A route whose body ctxguard does not read as its provider's (Gemini's and Bedrock's, Cohere's v1
-    chat, Ollama's ``/api/generate``), an OpenAI-compatible server, and a model LiteLLM cannot route:
-    read as OpenAI's Chat Completions, as before."""
+    """A route whose body ctxguard does not read as its provider's (Gemini's, Cohere's v1 chat, Ollama's
+    ``/api/generate``, Bedrock's ``invoke_model`` in the model's own body), an OpenAI-compatible server,
+    and a model LiteLLM cannot route: read as OpenAI's Chat Completions, as before."""
     from ctxguard.providers import openai
     from ctxguard.providers.litellm import ADAPTER
 
@@ -436,6 +446,8 @@ def test_a_route_no_module_reads_keeps_openai_chats_accounting(model):
     ("mistral/mistral-large-latest", lambda llm: llm.mistral_base_url, {"seed": 3}),
     ("ollama_chat/llama3.2", lambda llm: llm.ollama_host, {"seed": 3, "num_ctx": 8_192}),
     ("anthropic/claude-sonnet-4-5", lambda llm: llm.anthropic_base_url, {}),
+    ("bedrock/converse/us.amazon.nova-pro-v1:0", lambda llm: llm.bedrock_endpoint_url,
+     {"aws_access_key_id": "test", "aws_secret_access_key": "test", "aws_region_name": "us-east-1"}),
 ])
 def test_a_routes_settings_and_window_are_read_under_the_names_its_provider_takes(harness, llm, model, base, extra):
     """The sampling parameters reach the span whatever the provider calls them (Cohere's ``p``,
@@ -450,3 +462,116 @@ def test_a_routes_settings_and_window_are_read_under_the_names_its_provider_take
     assert a["ctxguard.budget.reserved_output"] == 50
     if "num_ctx" in extra:
         assert a["ctxguard.budget.window"] == 8_192
+
+
+# -- Bedrock's Converse, the request LiteLLM writes for it ------------------------------------------------
+
+LLAMA = "bedrock/converse/us.meta.llama3-3-70b-instruct-v1:0"
+NOVA = "bedrock/converse/us.amazon.nova-pro-v1:0"
+CLAUDE = "bedrock/converse/us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+#: Tools as an app may write them: no description, no ``required``, a schema key Converse is not sent;
+#: no parameters.
+BARE_TOOLS = [{"type": "function", "function": {"name": "cancel", "parameters": {
+    "type": "object", "properties": {"order": {"type": "string"}}, "additionalProperties": False}}},
+              {"type": "function", "function": {"name": "ping", "description": "Say whether orders are served."}}]
+#: A system message after the first turn, which LiteLLM sends as a user turn.
+REMINDER = {"role": "system", "content": "Quote the order id in every answer."}
+
+
+def _aws(llm) -> dict:
+    """LiteLLM's Bedrock route at the fake, with credentials to sign its requests with."""
+    return {"api_base": llm.bedrock_endpoint_url, "aws_access_key_id": "test", "aws_secret_access_key": "test",
+            "aws_region_name": "us-east-1"}
+
+
+def _converse(llm) -> None:
+    """The Converse request LiteLLM sent last, sent again by boto3's ``converse`` (its model id the path's)."""
+    boto3 = pytest.importorskip("boto3")
+    request = llm.requests[-1]
+    model = urllib.parse.unquote(request.path.split("/model/", 1)[1].rsplit("/", 1)[0])
+    client = boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=llm.bedrock_endpoint_url,
+                          aws_access_key_id="test", aws_secret_access_key="test")
+    body = request.json
+    for message in body["messages"]:  # an image's bytes go as base64 in JSON; boto3 takes the bytes
+        for block in message["content"]:
+            if "image" in block:
+                block["image"]["source"]["bytes"] = base64.b64decode(block["image"]["source"]["bytes"])
+    client.converse(modelId=model, **body)
+    client.close()
+
+
+@pytest.mark.parametrize("kept_as", ["dict", "litellm.Message"])
+@pytest.mark.parametrize("model", [LLAMA, NOVA, "bedrock/us.amazon.nova-pro-v1:0"])
+def test_a_bedrock_converse_route_is_counted_as_boto3s_converse_of_the_request_litellm_sends(harness, llm, model,
+                                                                                             kept_as):
+    """LiteLLM's ``bedrock/converse/`` route (and ``bedrock/`` for a model it serves on Converse)
+    writes Converse's request: the leading system message in
+    ``system``, a later one a user turn after LiteLLM's note, a tool's result a user turn's
+    ``toolResult`` merged with the user's text beside it, the calls ``toolUse`` blocks, each tool a
+    ``toolSpec`` (its name for a missing description, the schema's type, properties and required
+    alone). The call is counted as boto3's ``converse`` of that request is: by the prompt format of
+    the model family behind the id (Llama 3.3's template, Nova's), not OpenAI Chat's."""
+    harness.start(mode="observe")
+    reminded = [*exchange(kept_as)[:4], REMINDER, EXCHANGE[4]]
+    for messages in ([SYSTEM, USER], reminded):
+        litellm.completion(model=model, messages=messages, tools=[*TOOLS, *BARE_TOOLS], max_tokens=50, **_aws(llm))
+        _converse(llm)
+    routed, routed_exchange = counted_alike(harness)
+    assert list(routed["ctxguard.violations"]) == list(routed_exchange["ctxguard.violations"]) == []
+    assert list(routed_exchange["ctxguard.message.roles"]) == ["system", "user", "assistant", "user"]
+
+
+@pytest.mark.parametrize("model", [LLAMA, NOVA])
+def test_a_bedrock_request_over_its_window_by_its_familys_format_is_refused_on_its_first_call(harness, llm, model):
+    """Llama 3.3's template writes a date block, a tool prompt and each tool as indented JSON; Nova
+    adds its tool prompt: with two tools the request is several times what OpenAI Chat's accounting,
+    which the route had, made of it. A request that leaves room by OpenAI's count and none by the
+    family's fails ``payload_under_budget`` on its first call, and enforce mode refuses it unsent."""
+    from ctxguard.budget import window_for
+
+    window = window_for(model)
+    harness.start(mode="enforce")
+    with pytest.raises(ctxguard.ContextViolation):
+        litellm.completion(model=model, messages=[SYSTEM, USER], tools=TOOLS, max_tokens=window - 200, **_aws(llm))
+    assert llm.requests == []
+    a = only_guard_span(harness).attributes
+    assert list(a["ctxguard.violations"]) == ["payload_under_budget"]
+    assert a["ctxguard.budget.window"] == window and a["ctxguard.payload.tokens"] > 200
+
+
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "track"}}])
+def test_a_forced_tool_choice_on_claudes_converse_route_is_counted_as_forced(harness, llm, tool_choice):
+    """Claude on Converse: a tool choice that forces a tool (``required``, a named function) is
+    Converse's ``any`` or ``tool``, with which Anthropic's tool-use system prompt is another's."""
+    harness.start(mode="observe")
+    litellm.completion(model=CLAUDE, messages=[SYSTEM, USER], tools=TOOLS, tool_choice=tool_choice, max_tokens=50,
+                       **_aws(llm))
+    _converse(llm)
+    counted_alike(harness)
+
+
+def test_a_streamed_bedrock_converse_call_is_read_as_converse_stream(harness, llm):
+    """``stream=True`` goes to ``converse-stream``: the span says the request streams, its count is the
+    plain call's."""
+    harness.start(mode="observe")
+    litellm.completion(model=NOVA, messages=[SYSTEM, USER], max_tokens=50, **_aws(llm))
+    chunks = list(litellm.completion(model=NOVA, messages=[SYSTEM, USER], max_tokens=50, stream=True, **_aws(llm)))
+    assert chunks and llm.requests[-1].path.endswith("/converse-stream")
+    plain, streamed = (s.attributes for s in guard_spans(harness))
+    assert streamed.get("gen_ai.request.stream") is True and "gen_ai.request.stream" not in plain
+    assert streamed["ctxguard.payload.tokens"] == plain["ctxguard.payload.tokens"]
+
+
+def test_an_image_on_a_bedrock_converse_route_is_counted_by_its_size(harness, llm):
+    """A ``data:`` URL's image is the image block LiteLLM sends, priced by its size as Nova prices it
+    (1,800 tokens for a 3:2 photo), as boto3's ``converse`` of it is."""
+    from tests.providers.test_image import png
+
+    image = "data:image/png;base64," + base64.b64encode(png(1400, 900)).decode()
+    harness.start(mode="observe")
+    litellm.completion(model=NOVA, messages=[SYSTEM, {"role": "user", "content": [
+        {"type": "text", "text": "what is on this label?"}, {"type": "image_url", "image_url": {"url": image}}]}],
+        max_tokens=50, **_aws(llm))
+    _converse(llm)
+    (routed,) = counted_alike(harness)
+    assert routed["ctxguard.payload.tokens"] > 1_800
