@@ -16,7 +16,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import facts
 from ._instrument import active_guard
@@ -39,6 +39,9 @@ from .providers.openai import ADAPTER as OPENAI
 from .summaries import lost_facts
 from .tokens import REPLY_PRIMING, Calibration, default_counter
 from .turns import alternate, split_units
+
+if TYPE_CHECKING:
+    from .guard import Guard
 
 __all__ = ["MEMORY_MARKER", "MEMORY_MAX_TOKENS", "AnthropicRequest", "BudgetError", "ContextBuilder", "Retrieve"]
 
@@ -209,10 +212,7 @@ class ContextBuilder:
         guard = active_guard()
         measurer = guard.measurer if guard is not None else self._measurer()
         measurer.resolve()  # a plan is made of exact counts: a lazy guard loads its tokenizer here
-        # The text's factor, applied to the whole plan (fixed tokens too, when >= 1): never under the span's count.
-        # Before calibration has learnt one, the model's own tokenizer's ratio, as the guard's count applies it.
-        factor = max(1.0, (guard.calibration.factor(self.model) if guard is not None else None)
-                     or text_scale(self.model))
+        factor = self._text_factor(guard)
         view = form.adapter.normalise(form.api, {"model": self.model, "messages": messages})
         if view.unreadable is not None:
             raise ValueError(f"history: {view.unreadable}")
@@ -274,6 +274,13 @@ class ContextBuilder:
                 plan.summary = None
             else:
                 raise BudgetError(self.model, "window", self.window, terms)
+
+    def _text_factor(self, guard: Guard | None) -> float:
+        """The text's factor, applied to the whole plan (fixed tokens too, when >= 1): never under the
+        span's count. Before calibration has learnt one, the model's own tokenizer's ratio
+        (``providers.text_scale``), as the guard's count applies it."""
+        learnt = guard.calibration.factor(self.model) if guard is not None else None
+        return max(1.0, learnt or text_scale(self.model))
 
     def _room(self, terms: dict[str, int], factor: float, pinned_text: str | None, measurer: Measurer) -> int:
         """Tokens left for the history once every fixed term is counted (window and ``history_max``)."""
