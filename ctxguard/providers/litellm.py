@@ -99,7 +99,7 @@ def _sends_as(kwargs: Mapping[str, Any]) -> str | None:
 #: LiteLLM's provider names whose requests a provider module reads (``openai_shaped``) -> that
 #: provider's label.
 _READ_AS = {"cohere": "cohere", "cohere_chat": "cohere", "mistral": "mistral_ai", "ollama_chat": "ollama",
-            "anthropic": "anthropic", "bedrock": "bedrock"}
+            "anthropic": "anthropic", "bedrock": "aws.bedrock"}
 
 
 def _sent_to_converse(kwargs: Mapping[str, Any], model: str) -> bool:
@@ -125,7 +125,7 @@ def _as_sent(kwargs: Mapping[str, Any], route: tuple[str, str | None, str] | Non
         return None
     if label == "cohere" and "v1/" in (_str(_get(kwargs, "model")) or ""):
         return None
-    if label == "bedrock" and not _sent_to_converse(kwargs, route[2]):
+    if label == "aws.bedrock" and not _sent_to_converse(kwargs, route[2]):
         return None
     return read_as(label, kwargs, route[2], memo)
 

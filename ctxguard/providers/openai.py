@@ -48,7 +48,7 @@ from ._read import role as _role
 from ._read import text_of as _text
 from .base import CallSite, Identity, Methods, Provider, Translation, WireRoute
 from .identity import resource_identity
-from .openai_shaped import LABELS, read_as
+from .openai_shaped import COMPATIBLE, read_as
 
 __all__ = ["ADAPTER", "PROVIDER"]
 
@@ -628,7 +628,7 @@ class _RoutedAdapter(OpenAIAdapter):
 
 ADAPTER = OpenAIAdapter()
 #: The accounting per provider an openai client reaches, where it is not OpenAI's (``for_route``).
-_ROUTED = {label: _RoutedAdapter(label) for label in LABELS}
+_ROUTED = {label: _RoutedAdapter(label) for label in COMPATIBLE}
 
 
 def as_call(body: Mapping[str, Any], model: str | None = None) -> tuple[str, Mapping[str, Any]]:

@@ -28,7 +28,7 @@ from . import ollama as ollama_provider
 from ._read import as_str as _str
 from ._read import get as _get
 
-__all__ = ["LABELS", "read_as"]
+__all__ = ["COMPATIBLE", "read_as"]
 
 
 def _int_arg(kwargs: Mapping[str, Any], *names: str) -> int | None:
@@ -341,13 +341,15 @@ _AS_SENT: dict[str, tuple[Callable[[Mapping[str, Any], str], dict[str, Any] | No
     "mistral_ai": (_mistral_body, mistral_provider.as_call, mistral_provider.ADAPTER),
     "ollama": (_ollama_body, ollama_provider.as_call, ollama_provider.ADAPTER),
     "anthropic": (_anthropic_body, anthropic_provider.as_call, anthropic_provider.ADAPTER),
-    # LiteLLM's name: its ``bedrock`` route's Converse request (the openai SDK at Bedrock's OpenAI
-    # endpoint is not read as Converse).
-    "bedrock": (_bedrock_body, bedrock_provider.as_call, bedrock_provider.ADAPTER),
+    # Converse, as LiteLLM's ``bedrock`` route writes it (its only caller: ``COMPATIBLE`` leaves it out).
+    "aws.bedrock": (_bedrock_body, bedrock_provider.as_call, bedrock_provider.ADAPTER),
 }
 
-#: The labels ``read_as`` reads requests for.
-LABELS = tuple(_AS_SENT)
+#: The labels whose OpenAI-compatible endpoint the openai SDK reaches (told by its host,
+#: ``identity``) and that endpoint reads a Chat Completions request as its own API's. Not Ollama's
+#: ``/v1`` (no host tells it), nor Bedrock's OpenAI endpoint, which serves OpenAI Chat Completions
+#: itself rather than Converse.
+COMPATIBLE = ("anthropic", "mistral_ai", "cohere")
 
 
 def read_as(label: str, kwargs: Mapping[str, Any], model: str, memo: Memo | None) -> RequestView | None:

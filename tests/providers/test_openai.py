@@ -546,6 +546,9 @@ def test_a_plain_openai_call_and_responses_anywhere_keep_openais_accounting(harn
     for key in ("ctxguard.payload.tokens", "ctxguard.message.hashes", "ctxguard.message.roles"):
         assert known[key] == unknown[key], key
     assert ADAPTER.for_route("openai") is ADAPTER and ADAPTER.for_route("groq") is ADAPTER
+    # Bedrock's OpenAI endpoint (``openai.BedrockOpenAI``: aws.bedrock) serves OpenAI Chat Completions
+    # itself: not read as the Converse request LiteLLM's bedrock route writes, though both are aws.bedrock.
+    assert ADAPTER.for_route("aws.bedrock") is ADAPTER
     kwargs = {"model": "some-model", "instructions": "Be brief.", "input": "hi", "tools": COMPAT_TOOLS}
     own = ADAPTER.normalise("responses", kwargs)
     for label in ("anthropic", "mistral_ai", "cohere"):
